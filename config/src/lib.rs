@@ -1,0 +1,462 @@
+//! `lode-config`: Lode's configuration schema, its defaults and its validation.
+//!
+//! This crate owns the *shape* of `lode.toml`. It never reads files or the environment itself:
+//! the `lode` binary reads TOML, `LODE_*` variables and flags and hands the text or values here.
+//! It must never depend on any other Lode crate.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// The commented template shipped with Lode. A test checks that it parses to [`LodeConfig::default`].
+pub const TEMPLATE: &str = include_str!("../lode.toml");
+
+/// Errors from parsing or validating a configuration.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The TOML text does not match the schema (unknown key, wrong type, bad size string...).
+    #[error("invalid config: {0}")]
+    Parse(#[source] toml::de::Error),
+    /// A value parsed but is not acceptable. `key` is the dotted TOML path, e.g. `datapath.chunk_size`.
+    #[error("invalid config value for `{key}`: {reason}")]
+    Invalid { key: String, reason: String },
+}
+
+fn invalid(key: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+/// A byte size, written in TOML as an integer or a string such as `"4GiB"`, `"64 KiB"`, `"512MB"`.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct ByteSize(pub u64);
+
+impl ByteSize {
+    pub const KIB: u64 = 1024;
+    pub const MIB: u64 = 1024 * 1024;
+    pub const GIB: u64 = 1024 * 1024 * 1024;
+
+    /// Parses `"4GiB"`, `"64 KiB"`, `"1000"`, `"10MB"` (decimal units) and the like.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+        let (num, unit) = s.split_at(split);
+        let num: u64 = num.parse().map_err(|_| {
+            format!("`{s}` is not a size (expected e.g. 4096, \"64KiB\", \"4GiB\")")
+        })?;
+        let mul = match unit.trim().to_ascii_lowercase().as_str() {
+            "" | "b" => 1,
+            "k" | "kib" => Self::KIB,
+            "m" | "mib" => Self::MIB,
+            "g" | "gib" => Self::GIB,
+            "t" | "tib" => Self::GIB * 1024,
+            "kb" => 1000,
+            "mb" => 1000 * 1000,
+            "gb" => 1000 * 1000 * 1000,
+            "tb" => 1000 * 1000 * 1000 * 1000,
+            other => return Err(format!("unknown size unit `{other}` in `{s}`")),
+        };
+        num.checked_mul(mul)
+            .map(ByteSize)
+            .ok_or_else(|| format!("size `{s}` overflows"))
+    }
+}
+
+impl fmt::Debug for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let v = self.0;
+        for (unit, size) in [
+            ("TiB", Self::GIB * 1024),
+            ("GiB", Self::GIB),
+            ("MiB", Self::MIB),
+            ("KiB", Self::KIB),
+        ] {
+            if v >= size && v % size == 0 {
+                return write!(f, "{}{unit}", v / size);
+            }
+        }
+        write!(f, "{v}B")
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(u64),
+            Str(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Int(n) => Ok(ByteSize(n)),
+            Raw::Str(s) => ByteSize::parse(&s).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// The whole configuration of one `lode` process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LodeConfig {
+    /// Where RocksDB, the default device file and the generated credentials live.
+    pub data_dir: PathBuf,
+    pub server: ServerConfig,
+    pub auth: AuthConfig,
+    pub metadata: MetadataConfig,
+    pub datapath: DatapathConfig,
+}
+
+impl Default for LodeConfig {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("./lode-data"),
+            server: ServerConfig::default(),
+            auth: AuthConfig::default(),
+            metadata: MetadataConfig::default(),
+            datapath: DatapathConfig::default(),
+        }
+    }
+}
+
+/// The S3 listener and its request limits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address of the S3 endpoint.
+    pub listen: String,
+    /// Region reported by GetBucketLocation and accepted in signatures.
+    pub region: String,
+    /// Base domain for virtual-hosted-style requests (`<bucket>.<domain>`). Empty: path-style only.
+    pub domain: String,
+    /// Largest single PutObject / UploadPart body.
+    pub max_object_size: ByteSize,
+    /// Largest total size of request headers.
+    pub max_header_size: ByteSize,
+    /// Most connections served at once; further connections wait in the accept queue.
+    pub max_connections: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:9000".to_owned(),
+            region: "us-east-1".to_owned(),
+            domain: String::new(),
+            max_object_size: ByteSize(5 * ByteSize::GIB),
+            max_header_size: ByteSize(64 * ByteSize::KIB),
+            max_connections: 1024,
+        }
+    }
+}
+
+/// Root credentials. Empty means: generate them on first start and keep them in the data dir.
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    pub access_key: String,
+    pub secret_key: String,
+}
+
+impl fmt::Debug for AuthConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AuthConfig")
+            .field("access_key", &self.access_key)
+            .field("secret_key", &"<redacted>")
+            .finish()
+    }
+}
+
+/// When an acknowledged write is durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// Data and metadata are on stable storage before the reply (survives power loss).
+    Sync,
+    /// The reply may precede the flush: survives a process crash, not power loss.
+    Async,
+}
+
+/// The metadata store (RocksDB).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetadataConfig {
+    /// Directory of the RocksDB database; relative paths are under `data_dir`.
+    pub path: PathBuf,
+    /// RocksDB block cache size.
+    pub block_cache: ByteSize,
+}
+
+impl Default for MetadataConfig {
+    fn default() -> Self {
+        Self {
+            path: PathBuf::from("meta"),
+            block_cache: ByteSize(256 * ByteSize::MIB),
+        }
+    }
+}
+
+/// Which IO engine drives the devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IoBackend {
+    /// io_uring when the kernel allows it, else the portable file backend (with a warning).
+    Auto,
+    /// io_uring + O_DIRECT; refuse to start without it.
+    Uring,
+    /// Portable pread/pwrite + O_DIRECT on a thread pool.
+    File,
+}
+
+/// One device: a preallocated file or a raw block device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceConfig {
+    /// Path of the file or block device; relative paths are under `data_dir`.
+    pub path: PathBuf,
+    /// Size to preallocate for a file (ignored for a block device, whose size is read).
+    pub size: ByteSize,
+}
+
+/// The NVMe datapath.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatapathConfig {
+    pub devices: Vec<DeviceConfig>,
+    /// Objects up to this size live inside their metadata record (no extent, one IO).
+    pub inline_threshold: ByteSize,
+    /// Large objects are cut into chunks of this size, each with its own crc32c.
+    pub chunk_size: ByteSize,
+    pub durability: Durability,
+    pub io_backend: IoBackend,
+    /// io_uring submission queue depth.
+    pub queue_depth: u32,
+}
+
+impl Default for DatapathConfig {
+    fn default() -> Self {
+        Self {
+            devices: vec![DeviceConfig {
+                path: PathBuf::from("dev0.img"),
+                size: ByteSize(8 * ByteSize::GIB),
+            }],
+            inline_threshold: ByteSize(16 * ByteSize::KIB),
+            chunk_size: ByteSize(4 * ByteSize::MIB),
+            durability: Durability::Sync,
+            io_backend: IoBackend::Auto,
+            queue_depth: 128,
+        }
+    }
+}
+
+impl LodeConfig {
+    /// Parses TOML text; unknown keys are errors that name the key.
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(ConfigError::Parse)
+    }
+
+    /// Resolves a path that may be relative to `data_dir`.
+    pub fn resolve(&self, p: &std::path::Path) -> PathBuf {
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.data_dir.join(p)
+        }
+    }
+
+    /// Checks every value; the error names the offending key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.data_dir.as_os_str().is_empty() {
+            return Err(invalid("data_dir", "must not be empty"));
+        }
+        if self.server.listen.parse::<std::net::SocketAddr>().is_err() {
+            return Err(invalid(
+                "server.listen",
+                format!(
+                    "`{}` is not an address like 127.0.0.1:9000",
+                    self.server.listen
+                ),
+            ));
+        }
+        if self.server.region.is_empty() {
+            return Err(invalid("server.region", "must not be empty"));
+        }
+        let d = &self.server.domain;
+        if !d.is_empty()
+            && !d
+                .split('.')
+                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+        {
+            return Err(invalid(
+                "server.domain",
+                format!("`{d}` is not a domain name"),
+            ));
+        }
+        if self.server.max_object_size.0 == 0 {
+            return Err(invalid("server.max_object_size", "must be above 0"));
+        }
+        if self.server.max_header_size.0 < 8 * ByteSize::KIB {
+            return Err(invalid("server.max_header_size", "must be at least 8KiB"));
+        }
+        if self.server.max_connections == 0 {
+            return Err(invalid("server.max_connections", "must be above 0"));
+        }
+        let a = &self.auth;
+        if a.access_key.is_empty() != a.secret_key.is_empty() {
+            return Err(invalid(
+                "auth",
+                "set both access_key and secret_key, or neither",
+            ));
+        }
+        if !a.access_key.is_empty()
+            && (a.access_key.len() < 3 || a.access_key.contains(['/', ' ', ':']))
+        {
+            return Err(invalid(
+                "auth.access_key",
+                "must be 3+ characters without '/', ':' or spaces",
+            ));
+        }
+        if !a.secret_key.is_empty() && a.secret_key.len() < 8 {
+            return Err(invalid("auth.secret_key", "must be at least 8 characters"));
+        }
+        let dp = &self.datapath;
+        if dp.devices.is_empty() {
+            return Err(invalid("datapath.devices", "at least one device is needed"));
+        }
+        for (i, dev) in dp.devices.iter().enumerate() {
+            if dev.path.as_os_str().is_empty() {
+                return Err(invalid(
+                    &format!("datapath.devices[{i}].path"),
+                    "must not be empty",
+                ));
+            }
+            if dev.size.0 < 16 * ByteSize::MIB || dev.size.0 % 4096 != 0 {
+                return Err(invalid(
+                    &format!("datapath.devices[{i}].size"),
+                    "must be at least 16MiB and a multiple of 4KiB",
+                ));
+            }
+        }
+        let cs = dp.chunk_size.0;
+        if !(64 * ByteSize::KIB..=64 * ByteSize::MIB).contains(&cs) || cs % 4096 != 0 {
+            return Err(invalid(
+                "datapath.chunk_size",
+                "must be a multiple of 4KiB between 64KiB and 64MiB",
+            ));
+        }
+        if dp.inline_threshold.0 > ByteSize::MIB {
+            return Err(invalid("datapath.inline_threshold", "must be at most 1MiB"));
+        }
+        if !(2..=4096).contains(&dp.queue_depth) || !dp.queue_depth.is_power_of_two() {
+            return Err(invalid(
+                "datapath.queue_depth",
+                "must be a power of two from 2 to 4096",
+            ));
+        }
+        if self.metadata.block_cache.0 < ByteSize::MIB {
+            return Err(invalid("metadata.block_cache", "must be at least 1MiB"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn template_parses_to_defaults() {
+        let parsed = LodeConfig::from_toml(TEMPLATE).expect("template parses");
+        assert_eq!(parsed, LodeConfig::default());
+        parsed.validate().expect("defaults are valid");
+    }
+
+    #[test]
+    fn template_mentions_every_key() {
+        // Every leaf key of the default config must appear (commented or not) in the template.
+        let v = toml::Value::try_from(LodeConfig::default()).unwrap();
+        fn walk(prefix: &str, v: &toml::Value, out: &mut Vec<String>) {
+            if let toml::Value::Table(t) = v {
+                for (k, v) in t {
+                    let p = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    walk(&p, v, out);
+                    out.push(k.clone());
+                }
+            }
+        }
+        let mut keys = vec![];
+        walk("", &v, &mut keys);
+        for k in keys {
+            assert!(TEMPLATE.contains(&k), "template lacks `{k}`");
+        }
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err =
+            LodeConfig::from_toml("[server]\nlisten = \"127.0.0.1:1\"\nlisen = 3\n").unwrap_err();
+        assert!(err.to_string().contains("lisen"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let cases = [
+            ("[server]\nlisten = \"nope\"", "server.listen"),
+            ("[datapath]\nchunk_size = \"3KiB\"", "datapath.chunk_size"),
+            ("[datapath]\nqueue_depth = 3", "datapath.queue_depth"),
+            ("[auth]\naccess_key = \"abc\"", "auth"),
+            ("[datapath]\ndevices = []", "datapath.devices"),
+            (
+                "[[datapath.devices]]\npath = \"d\"\nsize = \"1MiB\"",
+                "datapath.devices[0].size",
+            ),
+            ("[server]\ndomain = \"a..b\"", "server.domain"),
+        ];
+        for (text, key) in cases {
+            let cfg = LodeConfig::from_toml(text).expect(text);
+            let err = cfg.validate().expect_err(text).to_string();
+            assert!(err.contains(&format!("`{key}`")), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn bad_size_string_is_a_parse_error() {
+        let err = LodeConfig::from_toml("[datapath]\nchunk_size = \"4 parsecs\"").unwrap_err();
+        assert!(err.to_string().contains("parsecs"), "{err}");
+    }
+
+    #[test]
+    fn sizes_parse_and_print() {
+        assert_eq!(ByteSize::parse("4GiB").unwrap().0, 4 << 30);
+        assert_eq!(ByteSize::parse("64 KiB").unwrap().0, 64 << 10);
+        assert_eq!(ByteSize::parse("10MB").unwrap().0, 10_000_000);
+        assert_eq!(ByteSize::parse("123").unwrap().0, 123);
+        assert!(ByteSize::parse("GiB").is_err());
+        assert!(ByteSize::parse("99999999999999TiB").is_err());
+        assert_eq!(ByteSize(4 << 20).to_string(), "4MiB");
+        assert_eq!(ByteSize(1000).to_string(), "1000B");
+    }
+
+    #[test]
+    fn secret_is_not_debug_printed() {
+        let a = AuthConfig {
+            access_key: "ak".into(),
+            secret_key: "supersecret".into(),
+        };
+        assert!(!format!("{a:?}").contains("supersecret"));
+    }
+}

@@ -1,0 +1,348 @@
+//! `lode-datapath`: the NVMe chunk store.
+//!
+//! Owns raw space: preallocated device files or raw block devices, opened with `O_DIRECT` and
+//! driven through io_uring ([`UringChunkStore`]); a portable pread/pwrite backend
+//! ([`FileChunkStore`]) is used only where io_uring is unavailable, and says so. It also owns the
+//! extent allocator, aligned buffers, per-chunk crc32c and the rule that freed space is reused
+//! only after in-flight readers are done ([`Datapath`]).
+//!
+//! It never depends on the metadata store or the gateway; the object service records which
+//! extents are used, in the same metadata batch as the object.
+
+pub mod alloc;
+pub mod buffer;
+mod device;
+pub mod fault;
+pub mod file;
+pub mod mem;
+mod reclaim;
+mod ring;
+pub mod uring;
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+
+pub use alloc::ExtentAllocator;
+pub use buffer::{ALIGN, AlignedBuf, align_up};
+pub use fault::FaultyChunkStore;
+pub use file::FileChunkStore;
+pub use mem::MemChunkStore;
+pub use reclaim::ReadGuard;
+pub use uring::UringChunkStore;
+
+/// A 4 KiB-aligned piece of one device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Extent {
+    pub dev: u32,
+    pub offset: u64,
+    /// Allocated length, a multiple of 4 KiB.
+    pub len: u32,
+}
+
+/// One stored chunk: where it is, how many bytes of it are data, and their crc32c.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkRef {
+    pub extent: Extent,
+    pub data_len: u32,
+    pub crc32c: u32,
+}
+
+/// Errors of the chunk store.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ChunkError {
+    /// No device has room for the extent.
+    #[error("the datapath is full")]
+    NoSpace,
+    /// A write or fsync failed earlier; writes are refused until restart.
+    #[error(
+        "the datapath refuses writes after an earlier write/fsync error (restart after fixing the device)"
+    )]
+    Poisoned,
+    /// The crc32c of a chunk read back does not match the one recorded at write.
+    #[error(
+        "chunk at device {dev} offset {offset} is corrupt: crc32c {actual:#010x}, expected {expected:#010x}"
+    )]
+    Corrupt {
+        dev: u32,
+        offset: u64,
+        expected: u32,
+        actual: u32,
+    },
+    /// An extent outside the devices, or an allocator double use/free.
+    #[error("bad extent {0:?}")]
+    BadExtent(Extent),
+    #[error("device IO error: {0}")]
+    Io(#[source] std::io::Error),
+}
+
+/// One device as the store sees it.
+#[derive(Debug, Clone)]
+pub struct DeviceInfo {
+    pub path: String,
+    pub size: u64,
+}
+
+/// The storage boundary of the datapath: aligned reads and writes of extents, and durability.
+#[async_trait::async_trait]
+pub trait ChunkStore: Send + Sync + 'static {
+    /// The devices, indexed by `Extent::dev`.
+    fn devices(&self) -> &[DeviceInfo];
+    /// A short name of the backend, for logs and `/healthz`.
+    fn backend_name(&self) -> &'static str;
+    /// Writes `buf.io_len()` bytes at the extent (`io_len <= extent.len`). Returns the buffer.
+    async fn write(&self, extent: Extent, buf: AlignedBuf) -> Result<AlignedBuf, ChunkError>;
+    /// Reads `buf.io_len()` bytes from the extent into `buf` (whose `len` is preset).
+    async fn read(&self, extent: Extent, buf: AlignedBuf) -> Result<AlignedBuf, ChunkError>;
+    /// Makes every completed write on device `dev` durable.
+    async fn sync(&self, dev: u32) -> Result<(), ChunkError>;
+}
+
+/// crc32c (Castagnoli), as stored with every chunk.
+pub fn crc32c(data: &[u8]) -> u32 {
+    crc_fast::crc32_iscsi(data)
+}
+
+/// The datapath as the object service uses it: allocation, crc, poisoning and reclaim on top of
+/// any [`ChunkStore`].
+pub struct Datapath {
+    store: Arc<dyn ChunkStore>,
+    alloc: Mutex<ExtentAllocator>,
+    poisoned: AtomicBool,
+    reclaim: reclaim::Reclaim,
+    sync_writes: bool,
+}
+
+impl Datapath {
+    /// `sync_writes`: make data durable (fdatasync) before `write_chunks` returns.
+    pub fn new(store: Arc<dyn ChunkStore>, sync_writes: bool) -> Self {
+        let sizes: Vec<u64> = store.devices().iter().map(|d| d.size).collect();
+        Self {
+            store,
+            alloc: Mutex::new(ExtentAllocator::new(&sizes)),
+            poisoned: AtomicBool::new(false),
+            reclaim: reclaim::Reclaim::default(),
+            sync_writes,
+        }
+    }
+
+    pub fn store(&self) -> &Arc<dyn ChunkStore> {
+        &self.store
+    }
+
+    /// Marks an extent as used (rebuild at start from the metadata's extent table).
+    pub fn mark_used(&self, e: Extent) -> Result<(), ChunkError> {
+        self.alloc.lock().expect("allocator").mark_used(e)
+    }
+
+    /// (free bytes, total bytes).
+    pub fn space(&self) -> (u64, u64) {
+        let a = self.alloc.lock().expect("allocator");
+        (a.free_bytes(), a.total_bytes())
+    }
+
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::Acquire)
+    }
+
+    fn poison(&self, err: &ChunkError) {
+        if !self.poisoned.swap(true, Ordering::AcqRel) {
+            tracing::error!(error = %err, "datapath write/fsync failed: refusing further writes until restart");
+        }
+    }
+
+    /// Allocates an extent for `len` bytes of data. The returned [`Allocation`] gives the space
+    /// back on drop unless it is `commit`ted (the caller has recorded it in metadata).
+    pub fn allocate(self: &Arc<Self>, len: usize) -> Result<Allocation, ChunkError> {
+        if self.is_poisoned() {
+            return Err(ChunkError::Poisoned);
+        }
+        let extent = self.alloc.lock().expect("allocator").allocate(len as u64)?;
+        Ok(Allocation {
+            dp: Arc::clone(self),
+            extents: vec![extent],
+        })
+    }
+
+    /// Writes one chunk (`buf`'s logical bytes) into `alloc`'s newest extent and returns its ref.
+    /// Durability comes from [`Datapath::sync`].
+    pub async fn write_chunk(
+        &self,
+        extent: Extent,
+        mut buf: AlignedBuf,
+    ) -> Result<(ChunkRef, AlignedBuf), ChunkError> {
+        if self.is_poisoned() {
+            return Err(ChunkError::Poisoned);
+        }
+        let data_len = buf.len() as u32;
+        let crc = crc32c(&buf);
+        buf.zero_tail();
+        match self.store.write(extent, buf).await {
+            Ok(buf) => Ok((
+                ChunkRef {
+                    extent,
+                    data_len,
+                    crc32c: crc,
+                },
+                buf,
+            )),
+            Err(e) => {
+                self.poison(&e);
+                Err(e)
+            }
+        }
+    }
+
+    /// Makes the given devices' writes durable (when the store was built with `sync_writes`).
+    pub async fn sync(&self, devs: impl IntoIterator<Item = u32>) -> Result<(), ChunkError> {
+        if !self.sync_writes {
+            return Ok(());
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for d in devs {
+            if seen.insert(d)
+                && let Err(e) = self.store.sync(d).await
+            {
+                self.poison(&e);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads a chunk and checks its crc32c. Hold a [`ReadGuard`] from [`Datapath::read_guard`]
+    /// taken *before* the metadata lookup that produced `chunk`.
+    pub async fn read_chunk(&self, chunk: &ChunkRef) -> Result<Bytes, ChunkError> {
+        let mut buf = AlignedBuf::with_capacity(chunk.data_len as usize);
+        buf.set_len(chunk.data_len as usize);
+        let buf = self.store.read(chunk.extent, buf).await?;
+        let actual = crc32c(&buf);
+        if actual != chunk.crc32c {
+            tracing::error!(
+                dev = chunk.extent.dev,
+                offset = chunk.extent.offset,
+                "chunk crc32c mismatch"
+            );
+            return Err(ChunkError::Corrupt {
+                dev: chunk.extent.dev,
+                offset: chunk.extent.offset,
+                expected: chunk.crc32c,
+                actual,
+            });
+        }
+        Ok(Bytes::from_owner(buf))
+    }
+
+    /// Registers an in-flight reader: extents freed after this call are not reused until the
+    /// guard drops.
+    pub fn read_guard(self: &Arc<Self>) -> ReadGuard {
+        let dp = Arc::clone(self);
+        self.reclaim
+            .enter(Box::new(move |extents| dp.release(extents)))
+    }
+
+    /// Frees extents whose last reference was dropped by a committed metadata change. They
+    /// return to the allocator once every reader that might still read them is done.
+    pub fn free_committed(self: &Arc<Self>, extents: Vec<Extent>) {
+        if extents.is_empty() {
+            return;
+        }
+        let dp = Arc::clone(self);
+        self.reclaim
+            .defer(extents, Box::new(move |ex| dp.release(ex)));
+    }
+
+    fn release(&self, extents: Vec<Extent>) {
+        let mut a = self.alloc.lock().expect("allocator");
+        for e in extents {
+            if let Err(err) = a.free(e) {
+                tracing::error!(error = %err, "freeing an extent that is not in use");
+            }
+        }
+    }
+}
+
+/// Extents handed out for a write in progress. Dropped without [`Allocation::commit`], they go
+/// straight back to the allocator (the request failed or the client went away).
+pub struct Allocation {
+    dp: Arc<Datapath>,
+    extents: Vec<Extent>,
+}
+
+impl Allocation {
+    /// An empty allocation to which chunks are added with [`Allocation::grow`].
+    pub fn empty(dp: &Arc<Datapath>) -> Self {
+        Self {
+            dp: Arc::clone(dp),
+            extents: vec![],
+        }
+    }
+
+    /// Allocates one more extent of `len` bytes and returns it.
+    pub fn grow(&mut self, len: usize) -> Result<Extent, ChunkError> {
+        if self.dp.is_poisoned() {
+            return Err(ChunkError::Poisoned);
+        }
+        let e = self
+            .dp
+            .alloc
+            .lock()
+            .expect("allocator")
+            .allocate(len as u64)?;
+        self.extents.push(e);
+        Ok(e)
+    }
+
+    pub fn extents(&self) -> &[Extent] {
+        &self.extents
+    }
+
+    /// The extents are now recorded as used in metadata: keep them.
+    pub fn commit(mut self) {
+        self.extents.clear();
+    }
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        if !self.extents.is_empty() {
+            // Never published, so no reader can hold them: give back at once.
+            self.dp.release(std::mem::take(&mut self.extents));
+        }
+    }
+}
+
+/// Opens the configured devices with the chosen backend.
+pub fn open_store(
+    devices: &[(std::path::PathBuf, u64)],
+    backend: Backend,
+    queue_depth: u32,
+) -> Result<Arc<dyn ChunkStore>, ChunkError> {
+    match backend {
+        Backend::File => Ok(Arc::new(FileChunkStore::open(devices)?)),
+        Backend::Uring => Ok(Arc::new(UringChunkStore::open(devices, queue_depth)?)),
+        Backend::Auto => match UringChunkStore::open(devices, queue_depth) {
+            Ok(s) => Ok(Arc::new(s)),
+            Err(ChunkError::Io(e)) if uring::is_unavailable(&e) => {
+                tracing::warn!(
+                    error = %e,
+                    "io_uring is unavailable on this kernel/sandbox: using the PORTABLE FILE BACKEND \
+                     (pread/pwrite + O_DIRECT on a thread pool); performance will be lower"
+                );
+                Ok(Arc::new(FileChunkStore::open(devices)?))
+            }
+            Err(e) => Err(e),
+        },
+    }
+}
+
+/// Which IO engine to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Auto,
+    Uring,
+    File,
+}

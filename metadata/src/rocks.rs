@@ -1,0 +1,157 @@
+//! [`RocksMetadataStore`]: the RocksDB backend (an optimistic-transaction DB, one column family
+//! per [`Table`]). The only module of Lode that names RocksDB types.
+
+use std::path::{Path, PathBuf};
+
+use rocksdb::{
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBRawIteratorWithThreadMode, ErrorKind,
+    OptimisticTransactionDB, OptimisticTransactionOptions, Options, WriteOptions,
+};
+
+use crate::{Cursor, MetaError, MetadataStore, Table, Transaction};
+
+type Db = OptimisticTransactionDB;
+
+/// Settings of the RocksDB backend (mapped from `lode.toml` by the binary).
+#[derive(Debug, Clone)]
+pub struct RocksConfig {
+    pub path: PathBuf,
+    /// Sync the WAL on every commit (an acknowledged write survives power loss).
+    pub sync: bool,
+    pub block_cache_bytes: usize,
+}
+
+impl RocksConfig {
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            sync: true,
+            block_cache_bytes: 64 << 20,
+        }
+    }
+}
+
+pub struct RocksMetadataStore {
+    db: Db,
+    sync: bool,
+}
+
+fn backend(e: rocksdb::Error) -> MetaError {
+    if matches!(e.kind(), ErrorKind::Busy | ErrorKind::TryAgain) {
+        MetaError::Conflict
+    } else {
+        MetaError::Backend(Box::new(e))
+    }
+}
+
+impl RocksMetadataStore {
+    /// Opens (creating if needed) the database. A locked or corrupt database is an error that
+    /// says so; it never panics.
+    pub fn open(cfg: &RocksConfig) -> Result<Self, MetaError> {
+        std::fs::create_dir_all(&cfg.path).map_err(|e| MetaError::Backend(Box::new(e)))?;
+        let cache = Cache::new_lru_cache(cfg.block_cache_bytes);
+        let mut block = BlockBasedOptions::default();
+        block.set_block_cache(&cache);
+        block.set_bloom_filter(10.0, false);
+        block.set_cache_index_and_filter_blocks(true);
+        let mut cf_opts = Options::default();
+        cf_opts.set_block_based_table_factory(&block);
+        cf_opts.set_compression_type(rocksdb::DBCompressionType::None);
+        cf_opts.set_write_buffer_size(64 << 20);
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        opts.create_missing_column_families(true);
+        opts.set_compression_type(rocksdb::DBCompressionType::None);
+        opts.increase_parallelism(2);
+        opts.set_max_background_jobs(2);
+        opts.set_enable_pipelined_write(true);
+        let cfs = Table::ALL
+            .iter()
+            .map(|t| ColumnFamilyDescriptor::new(t.name(), cf_opts.clone()));
+        let db = Db::open_cf_descriptors(&opts, &cfg.path, cfs).map_err(|e| {
+            MetaError::Backend(format!("cannot open RocksDB at {}: {e}", cfg.path.display()).into())
+        })?;
+        Ok(Self { db, sync: cfg.sync })
+    }
+
+    pub fn path(&self) -> &Path {
+        self.db.path()
+    }
+
+    fn cf(&self, t: Table) -> &rocksdb::ColumnFamily {
+        self.db
+            .cf_handle(t.name())
+            .expect("column family created at open")
+    }
+}
+
+impl MetadataStore for RocksMetadataStore {
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, MetaError> {
+        self.db.get_cf(self.cf(table), key).map_err(backend)
+    }
+
+    fn cursor(&self, table: Table) -> Result<Box<dyn Cursor + '_>, MetaError> {
+        Ok(Box::new(RocksCursor {
+            it: self.db.raw_iterator_cf(self.cf(table)),
+        }))
+    }
+
+    fn begin(&self) -> Box<dyn Transaction + '_> {
+        let mut w = WriteOptions::default();
+        w.set_sync(self.sync);
+        let txn = self
+            .db
+            .transaction_opt(&w, &OptimisticTransactionOptions::default());
+        Box::new(RocksTxn { store: self, txn })
+    }
+}
+
+struct RocksCursor<'a> {
+    it: DBRawIteratorWithThreadMode<'a, Db>,
+}
+
+impl Cursor for RocksCursor<'_> {
+    fn seek(&mut self, key: &[u8]) {
+        self.it.seek(key);
+    }
+    fn next(&mut self) {
+        if self.it.valid() {
+            self.it.next();
+        }
+    }
+    fn current(&self) -> Option<(&[u8], &[u8])> {
+        self.it.item()
+    }
+    fn status(&self) -> Result<(), MetaError> {
+        self.it.status().map_err(backend)
+    }
+}
+
+struct RocksTxn<'a> {
+    store: &'a RocksMetadataStore,
+    txn: rocksdb::Transaction<'a, Db>,
+}
+
+impl Transaction for RocksTxn<'_> {
+    fn get_for_update(&mut self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, MetaError> {
+        self.txn
+            .get_for_update_cf(self.store.cf(table), key, true)
+            .map_err(backend)
+    }
+
+    fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), MetaError> {
+        self.txn
+            .put_cf(self.store.cf(table), key, value)
+            .map_err(backend)
+    }
+
+    fn delete(&mut self, table: Table, key: &[u8]) -> Result<(), MetaError> {
+        self.txn
+            .delete_cf(self.store.cf(table), key)
+            .map_err(backend)
+    }
+
+    fn commit(self: Box<Self>) -> Result<(), MetaError> {
+        self.txn.commit().map_err(backend)
+    }
+}

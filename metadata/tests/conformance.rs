@@ -1,0 +1,315 @@
+//! One conformance suite for every `MetadataStore` backend (memory and RocksDB).
+
+use std::sync::Arc;
+
+use lode_metadata::list::{ListQuery, list_objects};
+use lode_metadata::records::{Checksums, ObjectMeta, ObjectRecord, encode};
+use lode_metadata::{
+    MemMetadataStore, MetaError, MetadataStore, RocksConfig, RocksMetadataStore, Table, keys,
+    transact,
+};
+
+fn rocks() -> (tempfile::TempDir, Arc<dyn MetadataStore>) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = RocksMetadataStore::open(&RocksConfig::new(dir.path().join("db"))).unwrap();
+    (dir, Arc::new(s))
+}
+
+fn backends() -> Vec<(
+    &'static str,
+    Option<tempfile::TempDir>,
+    Arc<dyn MetadataStore>,
+)> {
+    let (d, r) = rocks();
+    vec![
+        ("mem", None, Arc::new(MemMetadataStore::new())),
+        ("rocks", Some(d), r),
+    ]
+}
+
+fn put(s: &dyn MetadataStore, t: Table, k: &[u8], v: &[u8]) {
+    let mut txn = s.begin();
+    txn.put(t, k, v).unwrap();
+    txn.commit().unwrap();
+}
+
+#[test]
+fn put_get_delete_and_tables_are_separate() {
+    for (name, _d, s) in backends() {
+        put(&*s, Table::Objects, b"k", b"v1");
+        assert_eq!(
+            s.get(Table::Objects, b"k").unwrap().as_deref(),
+            Some(&b"v1"[..]),
+            "{name}"
+        );
+        assert_eq!(s.get(Table::Buckets, b"k").unwrap(), None, "{name}");
+        let mut txn = s.begin();
+        txn.delete(Table::Objects, b"k").unwrap();
+        // Not visible before commit.
+        assert!(s.get(Table::Objects, b"k").unwrap().is_some(), "{name}");
+        txn.commit().unwrap();
+        assert_eq!(s.get(Table::Objects, b"k").unwrap(), None, "{name}");
+    }
+}
+
+#[test]
+fn scan_is_ordered_and_bounded() {
+    for (name, _d, s) in backends() {
+        for k in ["b", "a", "c/1", "c", "d"] {
+            put(&*s, Table::Objects, k.as_bytes(), b"x");
+        }
+        let got: Vec<Vec<u8>> = s
+            .scan(Table::Objects, b"a0", Some(b"d"), 10)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.0)
+            .collect();
+        assert_eq!(
+            got,
+            vec![b"b".to_vec(), b"c".to_vec(), b"c/1".to_vec()],
+            "{name}"
+        );
+        assert_eq!(
+            s.scan(Table::Objects, b"", None, 2).unwrap().len(),
+            2,
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn cursor_is_a_snapshot() {
+    for (name, _d, s) in backends() {
+        put(&*s, Table::Objects, b"a", b"1");
+        let mut c = s.cursor(Table::Objects).unwrap();
+        put(&*s, Table::Objects, b"b", b"2");
+        c.seek(b"");
+        assert_eq!(
+            c.current().map(|e| e.0.to_vec()),
+            Some(b"a".to_vec()),
+            "{name}"
+        );
+        c.next();
+        assert!(
+            c.current().is_none(),
+            "{name}: a write after the cursor was made is not seen"
+        );
+        c.status().unwrap();
+    }
+}
+
+#[test]
+fn conflicting_commits_are_detected() {
+    for (name, _d, s) in backends() {
+        put(&*s, Table::Extents, b"e", b"1");
+        let mut t1 = s.begin();
+        let mut t2 = s.begin();
+        assert!(t1.get_for_update(Table::Extents, b"e").unwrap().is_some());
+        t1.put(Table::Extents, b"e", b"2").unwrap();
+        t1.commit().unwrap();
+        // t2 reads after t1 committed: for the optimistic backends the read is validated at commit
+        // against the snapshot the transaction started from.
+        let v = t2.get_for_update(Table::Extents, b"e").unwrap();
+        t2.put(Table::Extents, b"e", b"3").unwrap();
+        let r = t2.commit();
+        // Either the backend saw t1's value (no conflict) or it refuses the commit.
+        match r {
+            Ok(()) => assert_eq!(v.as_deref(), Some(&b"2"[..]), "{name}"),
+            Err(MetaError::Conflict) => {}
+            Err(e) => panic!("{name}: {e}"),
+        }
+
+        // The classic lost update: both read, both write; the second commit must fail.
+        let mut a = s.begin();
+        let mut b = s.begin();
+        a.get_for_update(Table::Extents, b"x").unwrap();
+        b.get_for_update(Table::Extents, b"x").unwrap();
+        a.put(Table::Extents, b"x", b"a").unwrap();
+        b.put(Table::Extents, b"x", b"b").unwrap();
+        a.commit().unwrap();
+        assert!(
+            matches!(b.commit(), Err(MetaError::Conflict)),
+            "{name}: lost update not detected"
+        );
+        assert_eq!(
+            s.get(Table::Extents, b"x").unwrap().as_deref(),
+            Some(&b"a"[..]),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn transact_retries_make_counters_exact() {
+    for (name, _d, s) in backends() {
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let s = Arc::clone(&s);
+                std::thread::spawn(move || {
+                    for _ in 0..50 {
+                        transact::<_, MetaError>(&*s, |t| {
+                            let n = t
+                                .get_for_update(Table::System, b"n")?
+                                .map(|v| u64::from_be_bytes(v.try_into().unwrap()))
+                                .unwrap_or(0);
+                            t.put(Table::System, b"n", &(n + 1).to_be_bytes())
+                        })
+                        .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let n = u64::from_be_bytes(
+            s.get(Table::System, b"n")
+                .unwrap()
+                .unwrap()
+                .try_into()
+                .unwrap(),
+        );
+        assert_eq!(n, 200, "{name}");
+    }
+}
+
+fn rec(size: u64) -> Vec<u8> {
+    encode(&ObjectRecord {
+        size,
+        etag: "e".into(),
+        last_modified_ms: 0,
+        meta: ObjectMeta::default(),
+        checksums: Checksums::default(),
+        segments: vec![],
+        parts: vec![],
+    })
+}
+
+/// Reference model: the plain definition of an S3 listing over a sorted key list.
+fn model(keys: &[&str], prefix: &str, delim: Option<&str>, after: Option<&str>) -> Vec<String> {
+    let mut out: Vec<String> = vec![];
+    let mut sorted: Vec<&str> = keys.to_vec();
+    sorted.sort();
+    for k in sorted {
+        if !k.starts_with(prefix) {
+            continue;
+        }
+        let entry = match delim.and_then(|d| k[prefix.len()..].find(d).map(|i| (i, d))) {
+            Some((i, d)) => k[..prefix.len() + i + d.len()].to_string(),
+            None => k.to_string(),
+        };
+        if after.is_some_and(|a| entry.as_str() <= a) {
+            continue;
+        }
+        if out.last() != Some(&entry) {
+            out.push(entry);
+        }
+    }
+    out
+}
+
+#[test]
+fn listing_matches_the_model_page_by_page() {
+    let keys: Vec<&str> = vec![
+        "a",
+        "a/b",
+        "a/b/c",
+        "a/c",
+        "a0",
+        "b",
+        "b/x/y",
+        "b/y",
+        "c/",
+        "c//d",
+        "d",
+        "photos/2024/1.jpg",
+        "photos/2024/2.jpg",
+        "photos/2025/1.jpg",
+        "photos/x.jpg",
+        "z",
+    ];
+    for (name, _d, s) in backends() {
+        for k in &keys {
+            put(&*s, Table::Objects, &keys::object("bk", k), &rec(1));
+        }
+        // A key in another bucket with a shared prefix must never show up.
+        put(&*s, Table::Objects, &keys::object("bk2", "a"), &rec(1));
+        put(&*s, Table::Objects, &keys::object("b", "k"), &rec(1));
+        for prefix in ["", "a", "a/", "photos/", "photos/2024/", "nope"] {
+            for delim in [None, Some("/"), Some("/2")] {
+                for max in [1, 2, 3, 1000] {
+                    let want = model(&keys, prefix, delim, None);
+                    let mut got = vec![];
+                    let mut after: Option<String> = None;
+                    loop {
+                        let q = ListQuery {
+                            prefix,
+                            delimiter: delim,
+                            after: after.as_deref(),
+                            max,
+                        };
+                        let page = list_objects(&*s, "bk", &q).unwrap();
+                        let mut entries: Vec<String> =
+                            page.objects.iter().map(|o| o.0.clone()).collect();
+                        entries.extend(page.common_prefixes.iter().cloned());
+                        entries.sort();
+                        assert!(entries.len() <= max);
+                        got.extend(entries);
+                        if !page.truncated {
+                            break;
+                        }
+                        after = page.last.clone();
+                    }
+                    assert_eq!(
+                        got, want,
+                        "{name} prefix={prefix:?} delim={delim:?} max={max}"
+                    );
+                }
+            }
+        }
+        // start-after
+        let q = ListQuery {
+            prefix: "",
+            delimiter: Some("/"),
+            after: Some("a0"),
+            max: 100,
+        };
+        let page = list_objects(&*s, "bk", &q).unwrap();
+        let mut got: Vec<String> = page.objects.iter().map(|o| o.0.clone()).collect();
+        got.extend(page.common_prefixes);
+        got.sort();
+        assert_eq!(got, model(&keys, "", Some("/"), Some("a0")), "{name}");
+    }
+}
+
+#[test]
+fn rocks_persists_across_reopen_and_refuses_a_second_opener() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = RocksConfig::new(dir.path().join("db"));
+    {
+        let s = RocksMetadataStore::open(&cfg).unwrap();
+        put(&s, Table::Buckets, b"b", b"1");
+        let second = RocksMetadataStore::open(&cfg);
+        let err = second.err().expect("the lock is held").to_string();
+        assert!(err.contains("cannot open RocksDB"), "{err}");
+    }
+    let s = RocksMetadataStore::open(&cfg).unwrap();
+    assert_eq!(
+        s.get(Table::Buckets, b"b").unwrap().as_deref(),
+        Some(&b"1"[..])
+    );
+}
+
+#[test]
+fn rocks_reports_a_corrupt_database_without_panicking() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = RocksConfig::new(dir.path().join("db"));
+    drop(RocksMetadataStore::open(&cfg).unwrap());
+    // Destroy the manifest pointer.
+    std::fs::write(dir.path().join("db/CURRENT"), b"garbage\n").unwrap();
+    let err = RocksMetadataStore::open(&cfg)
+        .err()
+        .expect("corrupt db refused")
+        .to_string();
+    assert!(err.contains("cannot open RocksDB"), "{err}");
+}
