@@ -346,3 +346,90 @@ pub enum Backend {
     Uring,
     File,
 }
+
+/// Writes a stream of chunks with a few IOs in flight, and makes them durable at `finish`.
+///
+/// Writes run as their own tasks, so a write already handed to the device always completes. If
+/// the writer is dropped early (the client went away), its extents return to the allocator only
+/// after those writes have finished, so a late write can never land in reused space.
+pub struct ChunkWriter {
+    dp: Arc<Datapath>,
+    alloc: Option<Allocation>,
+    inflight: std::collections::VecDeque<
+        tokio::task::JoinHandle<Result<(ChunkRef, AlignedBuf), ChunkError>>,
+    >,
+    done: Vec<ChunkRef>,
+    max_inflight: usize,
+}
+
+impl ChunkWriter {
+    pub fn new(dp: &Arc<Datapath>, max_inflight: usize) -> Self {
+        Self {
+            dp: Arc::clone(dp),
+            alloc: Some(Allocation::empty(dp)),
+            inflight: Default::default(),
+            done: vec![],
+            max_inflight: max_inflight.max(1),
+        }
+    }
+
+    /// Queues one chunk (its logical bytes) for writing.
+    pub async fn push(&mut self, buf: AlignedBuf) -> Result<(), ChunkError> {
+        while self.inflight.len() >= self.max_inflight {
+            self.reap_one().await?;
+        }
+        let extent = self.alloc.as_mut().expect("allocation").grow(buf.len())?;
+        let dp = Arc::clone(&self.dp);
+        self.inflight.push_back(tokio::spawn(
+            async move { dp.write_chunk(extent, buf).await },
+        ));
+        Ok(())
+    }
+
+    async fn reap_one(&mut self) -> Result<(), ChunkError> {
+        if let Some(h) = self.inflight.pop_front() {
+            let (chunk, _buf) = h
+                .await
+                .map_err(|e| ChunkError::Io(std::io::Error::other(e)))??;
+            self.done.push(chunk);
+        }
+        Ok(())
+    }
+
+    /// Waits for every write, makes them durable, and returns the chunks in order with the
+    /// allocation (commit it once metadata names the chunks).
+    pub async fn finish(mut self) -> Result<(Vec<ChunkRef>, Allocation), ChunkError> {
+        while !self.inflight.is_empty() {
+            self.reap_one().await?;
+        }
+        let devs: Vec<u32> = self.done.iter().map(|c| c.extent.dev).collect();
+        self.dp.sync(devs).await?;
+        let alloc = self.alloc.take().expect("allocation");
+        Ok((std::mem::take(&mut self.done), alloc))
+    }
+}
+
+impl Drop for ChunkWriter {
+    fn drop(&mut self) {
+        let pending = std::mem::take(&mut self.inflight);
+        let alloc = self.alloc.take();
+        if pending.is_empty() {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) => {
+                h.spawn(async move {
+                    for p in pending {
+                        let _ = p.await;
+                    }
+                    drop(alloc);
+                });
+            }
+            Err(_) => {
+                // No runtime to wait on: leak the space rather than risk a late write into it.
+                // It is not recorded in metadata, so a restart reclaims it.
+                std::mem::forget(alloc);
+            }
+        }
+    }
+}

@@ -1,1 +1,114 @@
-fn main() {}
+//! The `lode` command line. Reads the config file, `LODE_*` variables and flags (in that order of
+//! precedence, flags last) and starts the server.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use lode_config::LodeConfig;
+
+#[derive(Parser)]
+#[command(
+    name = "lode",
+    version,
+    about = "Lode: one namespace, an S3 door and a POSIX door, over NVMe"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Serve S3 (defaults: 127.0.0.1:9000, data in ./lode-data).
+    Serve(ServeArgs),
+    /// Validate a config file and print the effective configuration.
+    CheckConfig(ServeArgs),
+    /// Print the commented config template (all defaults).
+    ConfigTemplate,
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// A lode.toml file.
+    #[arg(long, env = "LODE_CONFIG")]
+    config: Option<PathBuf>,
+    /// Address of the S3 endpoint.
+    #[arg(long, env = "LODE_LISTEN")]
+    listen: Option<String>,
+    /// Data directory (RocksDB, device files, credentials).
+    #[arg(long, env = "LODE_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Base domain for virtual-hosted-style requests.
+    #[arg(long, env = "LODE_DOMAIN")]
+    domain: Option<String>,
+}
+
+fn load(args: &ServeArgs) -> anyhow::Result<LodeConfig> {
+    let mut cfg = match &args.config {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("reading config {}", p.display()))?;
+            LodeConfig::from_toml(&text).with_context(|| format!("in {}", p.display()))?
+        }
+        None => LodeConfig::default(),
+    };
+    if let Some(v) = &args.listen {
+        cfg.server.listen = v.clone();
+    }
+    if let Some(v) = &args.data_dir {
+        cfg.data_dir = v.clone();
+    }
+    if let Some(v) = &args.domain {
+        cfg.server.domain = v.clone();
+    }
+    if let Ok(v) = std::env::var("LODE_ACCESS_KEY") {
+        cfg.auth.access_key = v;
+    }
+    if let Ok(v) = std::env::var("LODE_SECRET_KEY") {
+        cfg.auth.secret_key = v;
+    }
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("LODE_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    match cli.cmd {
+        Cmd::ConfigTemplate => {
+            print!("{}", lode_config::TEMPLATE);
+            Ok(())
+        }
+        Cmd::CheckConfig(args) => {
+            let cfg = load(&args)?;
+            lode_gateway::server::check(&cfg)?;
+            println!("{}", toml::to_string_pretty(&cfg)?);
+            Ok(())
+        }
+        Cmd::Serve(args) => {
+            let cfg = load(&args)?;
+            let region = cfg.server.region.clone();
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .thread_name("lode")
+                .build()?;
+            rt.block_on(lode_gateway::server::serve(
+                cfg,
+                |s| {
+                    use std::io::Write;
+                    print!("{}", s.banner(&region));
+                    let _ = std::io::stdout().flush();
+                },
+                lode_gateway::server::shutdown_signal(),
+            ))
+        }
+    }
+}

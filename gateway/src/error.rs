@@ -1,0 +1,148 @@
+//! Errors of the object service, and their one mapping onto S3 error codes and HTTP statuses.
+//! Every failure the doors report goes through `From<ObjError> for S3Error` here.
+
+use lode_datapath::ChunkError;
+use lode_metadata::MetaError;
+use s3s::{S3Error, S3ErrorCode};
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ObjError {
+    #[error("The specified bucket does not exist")]
+    NoSuchBucket,
+    #[error("The specified key does not exist.")]
+    NoSuchKey,
+    #[error("The specified multipart upload does not exist.")]
+    NoSuchUpload,
+    #[error("Your previous request to create the named bucket succeeded and you already own it.")]
+    BucketAlreadyOwnedByYou,
+    #[error("The bucket you tried to delete is not empty")]
+    BucketNotEmpty,
+    #[error("The specified bucket is not valid: {0}")]
+    InvalidBucketName(String),
+    #[error("Your key is too long")]
+    KeyTooLong,
+    #[error("At least one of the pre-conditions you specified did not hold")]
+    PreconditionFailed,
+    #[error("Not Modified")]
+    NotModified,
+    #[error("The requested range is not satisfiable")]
+    InvalidRange,
+    #[error("The requested partnumber is not satisfiable")]
+    InvalidPartNumber,
+    #[error("{0}")]
+    InvalidPart(String),
+    #[error("The list of parts was not in ascending order.")]
+    InvalidPartOrder,
+    #[error("Your proposed upload is smaller than the minimum allowed object size.")]
+    EntityTooSmall,
+    #[error("Your proposed upload exceeds the maximum allowed object size.")]
+    EntityTooLarge,
+    #[error("{0}")]
+    BadDigest(String),
+    #[error("The Content-MD5 you specified is not valid.")]
+    InvalidDigest,
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("You did not provide the number of bytes specified by the Content-Length HTTP header.")]
+    IncompleteBody,
+    #[error("{0} is not implemented by Lode")]
+    NotImplemented(String),
+    #[error("reading the request body failed: {0}")]
+    Body(String),
+    #[error(transparent)]
+    Chunk(#[from] ChunkError),
+    #[error(transparent)]
+    Meta(#[from] MetaError),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+pub type ObjResult<T> = Result<T, ObjError>;
+
+fn with_status(code: S3ErrorCode, msg: String, status: http::StatusCode) -> S3Error {
+    let mut e = S3Error::with_message(code, msg);
+    e.set_status_code(status);
+    e
+}
+
+impl From<ObjError> for S3Error {
+    fn from(e: ObjError) -> Self {
+        use S3ErrorCode as C;
+        let msg = e.to_string();
+        let code = match &e {
+            ObjError::NoSuchBucket => C::NoSuchBucket,
+            ObjError::NoSuchKey => C::NoSuchKey,
+            ObjError::NoSuchUpload => C::NoSuchUpload,
+            ObjError::BucketAlreadyOwnedByYou => C::BucketAlreadyOwnedByYou,
+            ObjError::BucketNotEmpty => C::BucketNotEmpty,
+            ObjError::InvalidBucketName(_) => C::InvalidBucketName,
+            ObjError::KeyTooLong => C::KeyTooLongError,
+            ObjError::PreconditionFailed => C::PreconditionFailed,
+            ObjError::NotModified => {
+                return with_status(
+                    C::Custom("NotModified".into()),
+                    msg,
+                    http::StatusCode::NOT_MODIFIED,
+                );
+            }
+            ObjError::InvalidRange => C::InvalidRange,
+            ObjError::InvalidPartNumber => {
+                return with_status(
+                    C::Custom("InvalidPartNumber".into()),
+                    msg,
+                    http::StatusCode::RANGE_NOT_SATISFIABLE,
+                );
+            }
+            ObjError::InvalidPart(_) => C::InvalidPart,
+            ObjError::InvalidPartOrder => C::InvalidPartOrder,
+            ObjError::EntityTooSmall => C::EntityTooSmall,
+            ObjError::EntityTooLarge => C::EntityTooLarge,
+            ObjError::BadDigest(_) => C::BadDigest,
+            ObjError::InvalidDigest => C::InvalidDigest,
+            ObjError::InvalidArgument(_) => C::InvalidArgument,
+            ObjError::InvalidRequest(_) => C::InvalidRequest,
+            ObjError::IncompleteBody => C::IncompleteBody,
+            ObjError::NotImplemented(_) => C::NotImplemented,
+            ObjError::Body(_) => {
+                tracing::debug!(error = %msg, "request body failed");
+                C::IncompleteBody
+            }
+            ObjError::Chunk(ChunkError::NoSpace) => {
+                tracing::warn!("datapath full: refusing write");
+                return with_status(
+                    C::Custom("InsufficientStorage".into()),
+                    "The datapath has no free space left for this write.".into(),
+                    http::StatusCode::INSUFFICIENT_STORAGE,
+                );
+            }
+            ObjError::Chunk(ChunkError::Poisoned) => {
+                tracing::error!("write refused: datapath poisoned");
+                return with_status(
+                    C::ServiceUnavailable,
+                    msg,
+                    http::StatusCode::SERVICE_UNAVAILABLE,
+                );
+            }
+            ObjError::Meta(MetaError::Conflict) => {
+                return with_status(
+                    C::SlowDown,
+                    "Too many concurrent updates of the same key; retry.".into(),
+                    http::StatusCode::SERVICE_UNAVAILABLE,
+                );
+            }
+            ObjError::Chunk(_) | ObjError::Meta(_) | ObjError::Internal(_) => {
+                tracing::error!(error = ?e, "internal error");
+                C::InternalError
+            }
+        };
+        if code == C::InternalError {
+            S3Error::with_message(code, "We encountered an internal error. Please try again.")
+        } else {
+            tracing::debug!(code = code.as_str(), error = %msg, "client error");
+            S3Error::with_message(code, msg)
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! `lode-gateway`: the `lode` binary and its doors.
+//!
+//! * [`objects`]: the object service both doors share (chunking, inline objects, ETags,
+//!   checksums, commit protocol), written against the `MetadataStore` and `ChunkStore` traits.
+//! * [`s3`]: the S3 door (s3s over hyper).
+//! * [`server`]: wiring; the only module that picks concrete backends.
+//! * [`error`]: the one mapping of failures onto S3 error codes and statuses.
+
+pub mod auth;
+pub mod checksum;
+pub mod error;
+pub mod host;
+pub mod objects;
+pub mod s3;
+pub mod server;

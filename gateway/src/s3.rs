@@ -1,0 +1,1151 @@
+//! The S3 door: the `s3s::S3` trait over the object service. This module only translates
+//! between S3 DTOs and the object service; the object logic lives in `objects`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use lode_metadata::records::{Checksums, ObjectMeta, ObjectRecord, UploadRecord};
+use s3s::dto::*;
+use s3s::{S3, S3Request, S3Response, S3Result, s3_error};
+use tracing::instrument;
+
+use crate::checksum::{Algo, ChecksumSet};
+use crate::error::ObjError;
+use crate::objects::{Integrity, ObjectService, WriteCond};
+
+pub struct LodeS3 {
+    svc: Arc<ObjectService>,
+    region: String,
+}
+
+impl LodeS3 {
+    pub fn new(svc: Arc<ObjectService>, region: String) -> Self {
+        Self { svc, region }
+    }
+}
+
+fn ts(ms: i64) -> Timestamp {
+    Timestamp::from(
+        time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+            .unwrap_or(time::OffsetDateTime::UNIX_EPOCH),
+    )
+}
+
+fn ts_secs(t: &Timestamp) -> i64 {
+    time::OffsetDateTime::from(t.clone()).unix_timestamp()
+}
+
+fn fmt_http_date(t: &Timestamp) -> Option<String> {
+    let mut v = vec![];
+    t.format(TimestampFormat::HttpDate, &mut v).ok()?;
+    String::from_utf8(v).ok()
+}
+
+fn parse_http_date(s: &str) -> Option<Timestamp> {
+    Timestamp::parse(TimestampFormat::HttpDate, s).ok()
+}
+
+fn owner_of(req_creds: Option<&s3s::auth::Credentials>) -> String {
+    req_creds.map(|c| c.access_key.clone()).unwrap_or_default()
+}
+
+fn owner(id: &str) -> Owner {
+    Owner {
+        display_name: Some(id.to_owned()),
+        id: Some(id.to_owned()),
+    }
+}
+
+/// Strips `aws-chunked` (a transfer detail) from Content-Encoding, as S3 does.
+fn clean_encoding(e: Option<String>) -> Option<String> {
+    let e = e?;
+    let kept: Vec<&str> = e
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty() && !t.eq_ignore_ascii_case("aws-chunked"))
+        .collect();
+    if kept.is_empty() {
+        None
+    } else {
+        Some(kept.join(", "))
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn object_meta(
+    content_type: Option<String>,
+    cache_control: Option<String>,
+    content_disposition: Option<String>,
+    content_encoding: Option<String>,
+    content_language: Option<String>,
+    expires: Option<Timestamp>,
+    metadata: Option<Metadata>,
+) -> ObjectMeta {
+    let mut user: Vec<(String, String)> = metadata
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k.to_ascii_lowercase(), v))
+        .collect();
+    user.sort();
+    ObjectMeta {
+        content_type,
+        cache_control,
+        content_disposition,
+        content_encoding: clean_encoding(content_encoding),
+        content_language,
+        expires: expires.as_ref().and_then(fmt_http_date),
+        user,
+    }
+}
+
+fn user_meta(m: &ObjectMeta) -> Option<Metadata> {
+    if m.user.is_empty() {
+        None
+    } else {
+        Some(m.user.iter().cloned().collect::<HashMap<_, _>>())
+    }
+}
+
+fn etag(e: &str) -> ETag {
+    ETag::Strong(e.to_owned())
+}
+
+/// The algorithms to compute for an upload: the announced one, the header values, the trailer.
+fn integrity<T>(
+    req: &S3Request<T>,
+    content_md5: Option<String>,
+    algorithm: Option<&ChecksumAlgorithm>,
+    expected: ChecksumSet,
+) -> S3Result<Integrity> {
+    let mut algos: Vec<Algo> = expected.values.iter().map(|(a, _)| *a).collect();
+    if let Some(a) = algorithm {
+        let a = Algo::parse(a.as_str())
+            .ok_or_else(|| s3_error!(InvalidArgument, "Unsupported checksum algorithm"))?;
+        algos.push(a);
+    }
+    if let Some(t) = req.headers.get("x-amz-trailer") {
+        let t = t
+            .to_str()
+            .map_err(|_| s3_error!(InvalidArgument, "invalid x-amz-trailer"))?;
+        for name in t.split(',') {
+            match Algo::parse(name) {
+                Some(a) => algos.push(a),
+                None => {
+                    return Err(s3_error!(
+                        InvalidArgument,
+                        "Unsupported trailer: {}",
+                        name.trim()
+                    ));
+                }
+            }
+        }
+    }
+    algos.dedup();
+    Ok(Integrity {
+        content_md5,
+        expected,
+        algos,
+        trailers: req.trailing_headers.clone(),
+    })
+}
+
+fn checksum_fields(
+    c: &Checksums,
+) -> (
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<ChecksumType>,
+) {
+    (
+        c.crc32.clone(),
+        c.crc32c.clone(),
+        c.crc64nvme.clone(),
+        c.sha1.clone(),
+        c.sha256.clone(),
+        c.kind.clone().map(ChecksumType::from),
+    )
+}
+
+/// GET/HEAD preconditions (RFC 7232 order, as S3 applies them).
+fn check_read_conditions(
+    rec: &ObjectRecord,
+    if_match: Option<&ETagCondition>,
+    if_none_match: Option<&ETagCondition>,
+    if_modified_since: Option<&Timestamp>,
+    if_unmodified_since: Option<&Timestamp>,
+) -> Result<(), ObjError> {
+    let lm = rec.last_modified_ms.div_euclid(1000);
+    let matches = |c: &ETagCondition| match c {
+        ETagCondition::Any => true,
+        ETagCondition::ETag(e) => e.value() == rec.etag,
+    };
+    if let Some(c) = if_match {
+        if !matches(c) {
+            return Err(ObjError::PreconditionFailed);
+        }
+    } else if let Some(t) = if_unmodified_since
+        && lm > ts_secs(t)
+    {
+        return Err(ObjError::PreconditionFailed);
+    }
+    if let Some(c) = if_none_match {
+        if matches(c) {
+            return Err(ObjError::NotModified);
+        }
+    } else if let Some(t) = if_modified_since
+        && lm <= ts_secs(t)
+    {
+        return Err(ObjError::NotModified);
+    }
+    Ok(())
+}
+
+/// The byte range of part `n` of an object (1-based), and the part count.
+fn part_range(rec: &ObjectRecord, n: i32) -> Result<(u64, u64, usize), ObjError> {
+    if rec.parts.is_empty() {
+        return if n == 1 {
+            Ok((0, rec.size, 1))
+        } else {
+            Err(ObjError::InvalidPartNumber)
+        };
+    }
+    if n < 1 || n as usize > rec.parts.len() {
+        return Err(ObjError::InvalidPartNumber);
+    }
+    let start: u64 = rec.parts[..n as usize - 1].iter().map(|p| p.size).sum();
+    Ok((
+        start,
+        start + rec.parts[n as usize - 1].size,
+        rec.parts.len(),
+    ))
+}
+
+fn list_token(last: &str) -> String {
+    URL_SAFE_NO_PAD.encode(last.as_bytes())
+}
+
+fn parse_token(t: &str) -> S3Result<String> {
+    URL_SAFE_NO_PAD
+        .decode(t)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .ok_or_else(|| {
+            s3_error!(
+                InvalidArgument,
+                "The continuation token provided is incorrect"
+            )
+        })
+}
+
+fn url_encode(s: &str) -> String {
+    // S3's encoding-type=url: percent-encode everything but unreserved characters and '/'.
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn max_keys(m: Option<i32>) -> S3Result<usize> {
+    match m {
+        None => Ok(1000),
+        Some(n) if n < 0 => Err(s3_error!(InvalidArgument, "max-keys must be non-negative")),
+        Some(n) => Ok((n as usize).min(1000)),
+    }
+}
+
+fn list_entries(
+    page: &lode_metadata::list::ListPage,
+    fetch_owner: bool,
+    enc: bool,
+) -> (Vec<Object>, Vec<CommonPrefix>) {
+    let e = |s: &str| if enc { url_encode(s) } else { s.to_owned() };
+    let contents = page
+        .objects
+        .iter()
+        .map(|(k, r)| Object {
+            key: Some(e(k)),
+            e_tag: Some(etag(&r.etag)),
+            last_modified: Some(ts(r.last_modified_ms)),
+            size: Some(r.size as i64),
+            storage_class: Some(ObjectStorageClass::from_static(
+                ObjectStorageClass::STANDARD,
+            )),
+            owner: fetch_owner.then(|| owner("lode")),
+            checksum_algorithm: None,
+            checksum_type: None,
+            restore_status: None,
+        })
+        .collect();
+    let prefixes = page
+        .common_prefixes
+        .iter()
+        .map(|p| CommonPrefix { prefix: Some(e(p)) })
+        .collect();
+    (contents, prefixes)
+}
+
+#[async_trait::async_trait]
+impl S3 for LodeS3 {
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn create_bucket(
+        &self,
+        req: S3Request<CreateBucketInput>,
+    ) -> S3Result<S3Response<CreateBucketOutput>> {
+        let owner = owner_of(req.credentials.as_ref());
+        self.svc.create_bucket(&req.input.bucket, &owner).await?;
+        Ok(S3Response::new(CreateBucketOutput {
+            location: Some(format!("/{}", req.input.bucket)),
+        }))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn delete_bucket(
+        &self,
+        req: S3Request<DeleteBucketInput>,
+    ) -> S3Result<S3Response<DeleteBucketOutput>> {
+        self.svc.delete_bucket(&req.input.bucket).await?;
+        Ok(S3Response::new(DeleteBucketOutput {}))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn head_bucket(
+        &self,
+        req: S3Request<HeadBucketInput>,
+    ) -> S3Result<S3Response<HeadBucketOutput>> {
+        self.svc.bucket(&req.input.bucket).await?;
+        Ok(S3Response::new(HeadBucketOutput {
+            bucket_region: Some(self.region.clone()),
+            ..Default::default()
+        }))
+    }
+
+    #[instrument(skip_all)]
+    async fn list_buckets(
+        &self,
+        req: S3Request<ListBucketsInput>,
+    ) -> S3Result<S3Response<ListBucketsOutput>> {
+        let me = owner_of(req.credentials.as_ref());
+        let buckets = self
+            .svc
+            .list_buckets()
+            .await?
+            .into_iter()
+            .filter(|(n, _)| req.input.prefix.as_deref().is_none_or(|p| n.starts_with(p)))
+            .map(|(name, r)| Bucket {
+                name: Some(name),
+                creation_date: Some(ts(r.created_ms)),
+                bucket_region: Some(self.region.clone()),
+            })
+            .collect();
+        Ok(S3Response::new(ListBucketsOutput {
+            buckets: Some(buckets),
+            owner: Some(owner(&me)),
+            ..Default::default()
+        }))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn get_bucket_location(
+        &self,
+        req: S3Request<GetBucketLocationInput>,
+    ) -> S3Result<S3Response<GetBucketLocationOutput>> {
+        self.svc.bucket(&req.input.bucket).await?;
+        let loc = (self.region != "us-east-1")
+            .then(|| BucketLocationConstraint::from(self.region.clone()));
+        Ok(S3Response::new(GetBucketLocationOutput {
+            location_constraint: loc,
+        }))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket, key = %req.input.key))]
+    async fn put_object(
+        &self,
+        mut req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        let body = req.input.body.take();
+        let i = &req.input;
+        if i.write_offset_bytes.is_some() {
+            return Err(ObjError::NotImplemented(
+                "PutObject with x-amz-write-offset-bytes (append)".into(),
+            )
+            .into());
+        }
+        let expected = ChecksumSet::from_fields(
+            i.checksum_crc32.clone(),
+            i.checksum_crc32c.clone(),
+            i.checksum_crc64nvme.clone(),
+            i.checksum_sha1.clone(),
+            i.checksum_sha256.clone(),
+        );
+        let integ = integrity(
+            &req,
+            i.content_md5.clone(),
+            i.checksum_algorithm.as_ref(),
+            expected,
+        )?;
+        let i = req.input;
+        let meta = object_meta(
+            i.content_type,
+            i.cache_control,
+            i.content_disposition,
+            i.content_encoding,
+            i.content_language,
+            i.expires,
+            i.metadata,
+        );
+        let cond = WriteCond {
+            if_match: i.if_match.as_ref().map(|c| match c {
+                ETagCondition::Any => "*".to_owned(),
+                ETagCondition::ETag(e) => e.value().to_owned(),
+            }),
+            if_none_match_any: i.if_none_match.as_ref().is_some_and(ETagCondition::is_any),
+        };
+        let body = body.unwrap_or_else(|| StreamingBlob::from(s3s::Body::empty()));
+        let r = self
+            .svc
+            .put_object(&i.bucket, &i.key, meta, body, i.content_length, integ, cond)
+            .await?;
+        let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) = checksum_fields(&r.checksums);
+        Ok(S3Response::new(PutObjectOutput {
+            e_tag: Some(etag(&r.etag)),
+            size: Some(r.size as i64),
+            checksum_crc32: crc32,
+            checksum_crc32c: crc32c,
+            checksum_crc64nvme: crc64nvme,
+            checksum_sha1: sha1,
+            checksum_sha256: sha256,
+            checksum_type: ctype,
+            ..Default::default()
+        }))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket, key = %req.input.key))]
+    async fn get_object(
+        &self,
+        req: S3Request<GetObjectInput>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
+        let i = req.input;
+        let h = self.svc.open_object(&i.bucket, &i.key).await?;
+        let rec = h.record.clone();
+        check_read_conditions(
+            &rec,
+            i.if_match.as_ref(),
+            i.if_none_match.as_ref(),
+            i.if_modified_since.as_ref(),
+            i.if_unmodified_since.as_ref(),
+        )?;
+        let (mut start, mut end) = (0, rec.size);
+        let mut content_range = None;
+        let mut parts_count = None;
+        let mut part_sums = None;
+        if let Some(n) = i.part_number {
+            if i.range.is_some() {
+                return Err(s3_error!(
+                    InvalidRequest,
+                    "Cannot specify both Range header and partNumber query parameter"
+                ));
+            }
+            let (s, e, count) = part_range(&rec, n)?;
+            (start, end) = (s, e);
+            parts_count = (!rec.parts.is_empty()).then_some(count as i32);
+            part_sums = rec.parts.get(n as usize - 1).map(|p| p.checksums.clone());
+            if !rec.parts.is_empty() {
+                content_range = Some(format!("bytes {}-{}/{}", s, e.saturating_sub(1), rec.size));
+            }
+        } else if let Some(r) = i.range {
+            let rr = r.check(rec.size).map_err(|_| ObjError::InvalidRange)?;
+            (start, end) = (rr.start, rr.end);
+            content_range = Some(format!("bytes {}-{}/{}", start, end - 1, rec.size));
+        }
+        let whole = start == 0 && end == rec.size;
+        let want_sums = i
+            .checksum_mode
+            .as_ref()
+            .is_some_and(|m| m.as_str() == ChecksumMode::ENABLED);
+        let sums = match (&part_sums, want_sums) {
+            (Some(p), true) => p.clone(),
+            (None, true) if whole => rec.checksums.clone(),
+            _ => Checksums::default(),
+        };
+        let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) = checksum_fields(&sums);
+        let stream = self.svc.read_range(h, start, end);
+        let m = &rec.meta;
+        let out = GetObjectOutput {
+            body: Some(StreamingBlob::wrap(sync_wrapper::SyncStream::new(
+                Box::pin(stream),
+            ))),
+            content_length: Some((end - start) as i64),
+            content_range,
+            accept_ranges: Some("bytes".into()),
+            e_tag: Some(etag(&rec.etag)),
+            last_modified: Some(ts(rec.last_modified_ms)),
+            metadata: user_meta(m),
+            content_type: i.response_content_type.or_else(|| m.content_type.clone()),
+            cache_control: i.response_cache_control.or_else(|| m.cache_control.clone()),
+            content_disposition: i
+                .response_content_disposition
+                .or_else(|| m.content_disposition.clone()),
+            content_encoding: i
+                .response_content_encoding
+                .or_else(|| m.content_encoding.clone()),
+            content_language: i
+                .response_content_language
+                .or_else(|| m.content_language.clone()),
+            expires: i
+                .response_expires
+                .or_else(|| m.expires.as_deref().and_then(parse_http_date)),
+            parts_count,
+            checksum_crc32: crc32,
+            checksum_crc32c: crc32c,
+            checksum_crc64nvme: crc64nvme,
+            checksum_sha1: sha1,
+            checksum_sha256: sha256,
+            checksum_type: ctype,
+            ..Default::default()
+        };
+        let mut resp = S3Response::new(out);
+        if resp.output.content_range.is_some() {
+            resp.status = Some(http::StatusCode::PARTIAL_CONTENT);
+        }
+        Ok(resp)
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket, key = %req.input.key))]
+    async fn head_object(
+        &self,
+        req: S3Request<HeadObjectInput>,
+    ) -> S3Result<S3Response<HeadObjectOutput>> {
+        let i = req.input;
+        let h = self.svc.open_object(&i.bucket, &i.key).await?;
+        let rec = &h.record;
+        check_read_conditions(
+            rec,
+            i.if_match.as_ref(),
+            i.if_none_match.as_ref(),
+            i.if_modified_since.as_ref(),
+            i.if_unmodified_since.as_ref(),
+        )?;
+        let mut len = rec.size;
+        let mut parts_count = None;
+        let mut content_range = None;
+        let mut part_sums = None;
+        if let Some(n) = i.part_number {
+            let (s, e, count) = part_range(rec, n)?;
+            len = e - s;
+            parts_count = (!rec.parts.is_empty()).then_some(count as i32);
+            part_sums = rec.parts.get(n as usize - 1).map(|p| p.checksums.clone());
+            if !rec.parts.is_empty() {
+                content_range = Some(format!("bytes {}-{}/{}", s, e.saturating_sub(1), rec.size));
+            }
+        } else if let Some(r) = i.range {
+            let rr = r.check(rec.size).map_err(|_| ObjError::InvalidRange)?;
+            len = rr.end - rr.start;
+            content_range = Some(format!("bytes {}-{}/{}", rr.start, rr.end - 1, rec.size));
+        }
+        let want_sums = i
+            .checksum_mode
+            .as_ref()
+            .is_some_and(|m| m.as_str() == ChecksumMode::ENABLED);
+        let sums = match (part_sums, want_sums) {
+            (Some(p), true) => p,
+            (None, true) if content_range.is_none() => rec.checksums.clone(),
+            _ => Checksums::default(),
+        };
+        let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) = checksum_fields(&sums);
+        let m = &rec.meta;
+        let partial = content_range.is_some();
+        let out = HeadObjectOutput {
+            content_length: Some(len as i64),
+            content_range,
+            accept_ranges: Some("bytes".into()),
+            e_tag: Some(etag(&rec.etag)),
+            last_modified: Some(ts(rec.last_modified_ms)),
+            metadata: user_meta(m),
+            content_type: m.content_type.clone(),
+            cache_control: m.cache_control.clone(),
+            content_disposition: m.content_disposition.clone(),
+            content_encoding: m.content_encoding.clone(),
+            content_language: m.content_language.clone(),
+            expires: m.expires.as_deref().and_then(parse_http_date),
+            parts_count,
+            checksum_crc32: crc32,
+            checksum_crc32c: crc32c,
+            checksum_crc64nvme: crc64nvme,
+            checksum_sha1: sha1,
+            checksum_sha256: sha256,
+            checksum_type: ctype,
+            ..Default::default()
+        };
+        let mut resp = S3Response::new(out);
+        if partial {
+            resp.status = Some(http::StatusCode::PARTIAL_CONTENT);
+        }
+        Ok(resp)
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket, key = %req.input.key))]
+    async fn delete_object(
+        &self,
+        req: S3Request<DeleteObjectInput>,
+    ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        self.svc
+            .delete_object(&req.input.bucket, &req.input.key)
+            .await?;
+        Ok(S3Response::new(DeleteObjectOutput::default()))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn delete_objects(
+        &self,
+        req: S3Request<DeleteObjectsInput>,
+    ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        let i = req.input;
+        self.svc.bucket(&i.bucket).await?;
+        if i.delete.objects.len() > 1000 {
+            return Err(s3_error!(
+                MalformedXML,
+                "At most 1000 keys can be deleted in one request"
+            ));
+        }
+        let quiet = i.delete.quiet.unwrap_or(false);
+        let mut deleted = vec![];
+        let mut errors = vec![];
+        for o in i.delete.objects {
+            match self.svc.delete_object(&i.bucket, &o.key).await {
+                Ok(()) => {
+                    if !quiet {
+                        deleted.push(DeletedObject {
+                            key: Some(o.key),
+                            ..Default::default()
+                        })
+                    }
+                }
+                Err(e) => {
+                    let s3e = s3s::S3Error::from(e);
+                    errors.push(Error {
+                        code: Some(s3e.code().as_str().to_owned()),
+                        key: Some(o.key),
+                        message: s3e.message().map(str::to_owned),
+                        version_id: None,
+                    });
+                }
+            }
+        }
+        Ok(S3Response::new(DeleteObjectsOutput {
+            deleted: Some(deleted),
+            errors: (!errors.is_empty()).then_some(errors),
+            ..Default::default()
+        }))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket, key = %req.input.key))]
+    async fn copy_object(
+        &self,
+        req: S3Request<CopyObjectInput>,
+    ) -> S3Result<S3Response<CopyObjectOutput>> {
+        let i = req.input;
+        let CopySource::Bucket {
+            bucket: sb,
+            key: sk,
+            ..
+        } = &i.copy_source
+        else {
+            return Err(ObjError::NotImplemented("CopyObject from an access point".into()).into());
+        };
+        let replace = i
+            .metadata_directive
+            .as_ref()
+            .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+        let new_meta = replace.then(|| {
+            object_meta(
+                i.content_type.clone(),
+                i.cache_control.clone(),
+                i.content_disposition.clone(),
+                i.content_encoding.clone(),
+                i.content_language.clone(),
+                i.expires.clone(),
+                i.metadata.clone(),
+            )
+        });
+        let (im, inm, ims, ius) = (
+            i.copy_source_if_match.clone(),
+            i.copy_source_if_none_match.clone(),
+            i.copy_source_if_modified_since.clone(),
+            i.copy_source_if_unmodified_since.clone(),
+        );
+        let check = move |rec: &ObjectRecord| {
+            check_read_conditions(rec, im.as_ref(), inm.as_ref(), ims.as_ref(), ius.as_ref())
+                .map_err(|e| match e {
+                    // For copies every failed source condition is a 412.
+                    ObjError::NotModified => ObjError::PreconditionFailed,
+                    e => e,
+                })
+        };
+        let rec = self
+            .svc
+            .copy_object((sb, sk), (&i.bucket, &i.key), new_meta, check)
+            .await?;
+        let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) = checksum_fields(&rec.checksums);
+        Ok(S3Response::new(CopyObjectOutput {
+            copy_object_result: Some(CopyObjectResult {
+                e_tag: Some(etag(&rec.etag)),
+                last_modified: Some(ts(rec.last_modified_ms)),
+                checksum_crc32: crc32,
+                checksum_crc32c: crc32c,
+                checksum_crc64nvme: crc64nvme,
+                checksum_sha1: sha1,
+                checksum_sha256: sha256,
+                checksum_type: ctype,
+            }),
+            ..Default::default()
+        }))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn list_objects_v2(
+        &self,
+        req: S3Request<ListObjectsV2Input>,
+    ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        let i = req.input;
+        let max = max_keys(i.max_keys)?;
+        let enc = match i.encoding_type.as_ref().map(EncodingType::as_str) {
+            None => false,
+            Some("url") => true,
+            Some(_) => {
+                return Err(s3_error!(
+                    InvalidArgument,
+                    "Invalid Encoding Method specified in Request"
+                ));
+            }
+        };
+        let after = match &i.continuation_token {
+            Some(t) => Some(parse_token(t)?),
+            None => i.start_after.clone(),
+        };
+        let prefix = i.prefix.clone().unwrap_or_default();
+        let page = self
+            .svc
+            .list_objects(&i.bucket, prefix, i.delimiter.clone(), after, max)
+            .await?;
+        let (contents, prefixes) = list_entries(&page, i.fetch_owner.unwrap_or(false), enc);
+        let e = |s: Option<String>| if enc { s.map(|s| url_encode(&s)) } else { s };
+        Ok(S3Response::new(ListObjectsV2Output {
+            name: Some(i.bucket),
+            prefix: Some(e(i.prefix).unwrap_or_default()),
+            delimiter: e(i.delimiter),
+            start_after: e(i.start_after),
+            max_keys: Some(max as i32),
+            key_count: Some((contents.len() + prefixes.len()) as i32),
+            is_truncated: Some(page.truncated),
+            continuation_token: i.continuation_token,
+            next_continuation_token: if page.truncated {
+                page.last.as_deref().map(list_token)
+            } else {
+                None
+            },
+            contents: Some(contents),
+            common_prefixes: Some(prefixes),
+            encoding_type: i.encoding_type,
+            ..Default::default()
+        }))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn list_objects(
+        &self,
+        req: S3Request<ListObjectsInput>,
+    ) -> S3Result<S3Response<ListObjectsOutput>> {
+        let i = req.input;
+        let max = max_keys(i.max_keys)?;
+        let enc = match i.encoding_type.as_ref().map(EncodingType::as_str) {
+            None => false,
+            Some("url") => true,
+            Some(_) => {
+                return Err(s3_error!(
+                    InvalidArgument,
+                    "Invalid Encoding Method specified in Request"
+                ));
+            }
+        };
+        let prefix = i.prefix.clone().unwrap_or_default();
+        let page = self
+            .svc
+            .list_objects(
+                &i.bucket,
+                prefix,
+                i.delimiter.clone(),
+                i.marker.clone(),
+                max,
+            )
+            .await?;
+        let (contents, prefixes) = list_entries(&page, true, enc);
+        let e = |s: Option<String>| if enc { s.map(|s| url_encode(&s)) } else { s };
+        Ok(S3Response::new(ListObjectsOutput {
+            name: Some(i.bucket),
+            prefix: Some(e(i.prefix).unwrap_or_default()),
+            delimiter: e(i.delimiter),
+            marker: Some(e(i.marker).unwrap_or_default()),
+            next_marker: if page.truncated {
+                e(page.last.clone())
+            } else {
+                None
+            },
+            max_keys: Some(max as i32),
+            is_truncated: Some(page.truncated),
+            contents: Some(contents),
+            common_prefixes: Some(prefixes),
+            encoding_type: i.encoding_type,
+            ..Default::default()
+        }))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket, key = %req.input.key))]
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        let owner = owner_of(req.credentials.as_ref());
+        let i = req.input;
+        if let Some(a) = &i.checksum_algorithm
+            && Algo::parse(a.as_str()).is_none()
+        {
+            return Err(s3_error!(InvalidArgument, "Unsupported checksum algorithm"));
+        }
+        if let (Some(t), Some(a)) = (&i.checksum_type, &i.checksum_algorithm)
+            && t.as_str() == ChecksumType::FULL_OBJECT
+            && matches!(Algo::parse(a.as_str()), Some(Algo::Sha1 | Algo::Sha256))
+        {
+            return Err(s3_error!(
+                InvalidRequest,
+                "The FULL_OBJECT checksum type cannot be used with the SHA1 or SHA256 algorithms"
+            ));
+        }
+        let meta = object_meta(
+            i.content_type,
+            i.cache_control,
+            i.content_disposition,
+            i.content_encoding,
+            i.content_language,
+            i.expires,
+            i.metadata,
+        );
+        let rec = UploadRecord {
+            initiated_ms: crate::objects::now_ms(),
+            meta,
+            checksum_algorithm: i.checksum_algorithm.as_ref().map(|a| a.as_str().to_owned()),
+            checksum_type: i.checksum_type.as_ref().map(|t| t.as_str().to_owned()),
+            owner,
+        };
+        let (algo, ctype) = (rec.checksum_algorithm.clone(), rec.checksum_type.clone());
+        let id = self.svc.create_upload(&i.bucket, &i.key, rec).await?;
+        Ok(S3Response::new(CreateMultipartUploadOutput {
+            bucket: Some(i.bucket),
+            key: Some(i.key),
+            upload_id: Some(id),
+            checksum_algorithm: algo.map(ChecksumAlgorithm::from),
+            checksum_type: ctype.map(ChecksumType::from),
+            ..Default::default()
+        }))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket, key = %req.input.key))]
+    async fn upload_part(
+        &self,
+        mut req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        let body = req.input.body.take();
+        let i = &req.input;
+        let expected = ChecksumSet::from_fields(
+            i.checksum_crc32.clone(),
+            i.checksum_crc32c.clone(),
+            i.checksum_crc64nvme.clone(),
+            i.checksum_sha1.clone(),
+            i.checksum_sha256.clone(),
+        );
+        let integ = integrity(
+            &req,
+            i.content_md5.clone(),
+            i.checksum_algorithm.as_ref(),
+            expected,
+        )?;
+        let i = req.input;
+        let body = body.unwrap_or_else(|| StreamingBlob::from(s3s::Body::empty()));
+        let p = self
+            .svc
+            .upload_part(
+                &i.bucket,
+                &i.key,
+                &i.upload_id,
+                i.part_number,
+                body,
+                i.content_length,
+                integ,
+            )
+            .await?;
+        let (crc32, crc32c, crc64nvme, sha1, sha256, _) = checksum_fields(&p.checksums);
+        Ok(S3Response::new(UploadPartOutput {
+            e_tag: Some(etag(&p.etag)),
+            checksum_crc32: crc32,
+            checksum_crc32c: crc32c,
+            checksum_crc64nvme: crc64nvme,
+            checksum_sha1: sha1,
+            checksum_sha256: sha256,
+            ..Default::default()
+        }))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket, key = %req.input.key))]
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        let i = req.input;
+        let CopySource::Bucket {
+            bucket: sb,
+            key: sk,
+            ..
+        } = &i.copy_source
+        else {
+            return Err(
+                ObjError::NotImplemented("UploadPartCopy from an access point".into()).into(),
+            );
+        };
+        self.svc.upload(&i.bucket, &i.key, &i.upload_id).await?;
+        let h = self.svc.open_object(sb, sk).await?;
+        check_read_conditions(
+            &h.record,
+            i.copy_source_if_match.as_ref(),
+            i.copy_source_if_none_match.as_ref(),
+            i.copy_source_if_modified_since.as_ref(),
+            i.copy_source_if_unmodified_since.as_ref(),
+        )
+        .map_err(|e| match e {
+            ObjError::NotModified => ObjError::PreconditionFailed,
+            e => e,
+        })?;
+        let size = h.record.size;
+        let range = match &i.copy_source_range {
+            None => (0, size),
+            Some(r) => {
+                let parsed = Range::parse(r).map_err(|_| {
+                    s3_error!(
+                        InvalidArgument,
+                        "The x-amz-copy-source-range value must be of the form bytes=first-last"
+                    )
+                })?;
+                let Range::Int {
+                    first,
+                    last: Some(last),
+                } = parsed
+                else {
+                    return Err(s3_error!(
+                        InvalidArgument,
+                        "The x-amz-copy-source-range value must be of the form bytes=first-last"
+                    ));
+                };
+                if last >= size {
+                    return Err(ObjError::InvalidRange.into());
+                }
+                (first, last + 1)
+            }
+        };
+        let p = self
+            .svc
+            .upload_part_copy((&i.bucket, &i.key, &i.upload_id, i.part_number), h, range)
+            .await?;
+        Ok(S3Response::new(UploadPartCopyOutput {
+            copy_part_result: Some(CopyPartResult {
+                e_tag: Some(etag(&p.etag)),
+                last_modified: Some(ts(p.last_modified_ms)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket, key = %req.input.key))]
+    async fn list_parts(
+        &self,
+        req: S3Request<ListPartsInput>,
+    ) -> S3Result<S3Response<ListPartsOutput>> {
+        let i = req.input;
+        let up = self.svc.upload(&i.bucket, &i.key, &i.upload_id).await?;
+        let max = i.max_parts.unwrap_or(1000).clamp(0, 1000) as usize;
+        let marker = i.part_number_marker.unwrap_or(0).max(0) as u32;
+        let (parts, truncated) = self.svc.list_parts(&i.upload_id, marker, max).await?;
+        let next = parts.last().map(|(n, _)| *n as i32);
+        let parts = parts
+            .into_iter()
+            .map(|(n, p)| {
+                let (crc32, crc32c, crc64nvme, sha1, sha256, _) = checksum_fields(&p.checksums);
+                Part {
+                    part_number: Some(n as i32),
+                    e_tag: Some(etag(&p.etag)),
+                    size: Some(p.size as i64),
+                    last_modified: Some(ts(p.last_modified_ms)),
+                    checksum_crc32: crc32,
+                    checksum_crc32c: crc32c,
+                    checksum_crc64nvme: crc64nvme,
+                    checksum_sha1: sha1,
+                    checksum_sha256: sha256,
+                }
+            })
+            .collect();
+        Ok(S3Response::new(ListPartsOutput {
+            bucket: Some(i.bucket),
+            key: Some(i.key),
+            upload_id: Some(i.upload_id),
+            max_parts: Some(max as i32),
+            part_number_marker: i.part_number_marker,
+            next_part_number_marker: next,
+            is_truncated: Some(truncated),
+            parts: Some(parts),
+            owner: Some(owner(&up.owner)),
+            initiator: Some(Initiator {
+                display_name: Some(up.owner.clone()),
+                id: Some(up.owner.clone()),
+            }),
+            storage_class: Some(StorageClass::from_static(StorageClass::STANDARD)),
+            checksum_algorithm: up.checksum_algorithm.map(ChecksumAlgorithm::from),
+            checksum_type: up.checksum_type.map(ChecksumType::from),
+            ..Default::default()
+        }))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        let i = req.input;
+        if i.delimiter.as_deref().is_some_and(|d| !d.is_empty()) {
+            return Err(
+                ObjError::NotImplemented("ListMultipartUploads with a delimiter".into()).into(),
+            );
+        }
+        let max = i.max_uploads.unwrap_or(1000).clamp(0, 1000) as usize;
+        let (ups, truncated) = self
+            .svc
+            .list_uploads(
+                &i.bucket,
+                i.prefix.clone().unwrap_or_default(),
+                i.key_marker.clone(),
+                i.upload_id_marker.clone(),
+                max,
+            )
+            .await?;
+        let (nk, nu) = ups.last().map(|(k, u, _)| (k.clone(), u.clone())).unzip();
+        let uploads = ups
+            .into_iter()
+            .map(|(key, id, r)| MultipartUpload {
+                key: Some(key),
+                upload_id: Some(id),
+                initiated: Some(ts(r.initiated_ms)),
+                owner: Some(owner(&r.owner)),
+                initiator: Some(Initiator {
+                    display_name: Some(r.owner.clone()),
+                    id: Some(r.owner.clone()),
+                }),
+                storage_class: Some(StorageClass::from_static(StorageClass::STANDARD)),
+                checksum_algorithm: r.checksum_algorithm.map(ChecksumAlgorithm::from),
+                checksum_type: r.checksum_type.map(ChecksumType::from),
+            })
+            .collect();
+        Ok(S3Response::new(ListMultipartUploadsOutput {
+            bucket: Some(i.bucket),
+            prefix: i.prefix,
+            key_marker: i.key_marker,
+            upload_id_marker: i.upload_id_marker,
+            next_key_marker: if truncated { nk } else { None },
+            next_upload_id_marker: if truncated { nu } else { None },
+            max_uploads: Some(max as i32),
+            is_truncated: Some(truncated),
+            uploads: Some(uploads),
+            ..Default::default()
+        }))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket, key = %req.input.key))]
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        let i = req.input;
+        let parts: Vec<(i32, String, ChecksumSet)> = i
+            .multipart_upload
+            .and_then(|m| m.parts)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| {
+                let n = p
+                    .part_number
+                    .ok_or_else(|| s3_error!(MalformedXML, "PartNumber is required"))?;
+                let e = p
+                    .e_tag
+                    .ok_or_else(|| s3_error!(MalformedXML, "ETag is required"))?;
+                let sums = ChecksumSet::from_fields(
+                    p.checksum_crc32,
+                    p.checksum_crc32c,
+                    p.checksum_crc64nvme,
+                    p.checksum_sha1,
+                    p.checksum_sha256,
+                );
+                Ok((n, e.value().to_owned(), sums))
+            })
+            .collect::<S3Result<_>>()?;
+        let whole = ChecksumSet::from_fields(
+            i.checksum_crc32,
+            i.checksum_crc32c,
+            i.checksum_crc64nvme,
+            i.checksum_sha1,
+            i.checksum_sha256,
+        );
+        let cond = WriteCond {
+            if_match: i.if_match.as_ref().map(|c| match c {
+                ETagCondition::Any => "*".to_owned(),
+                ETagCondition::ETag(e) => e.value().to_owned(),
+            }),
+            if_none_match_any: i.if_none_match.as_ref().is_some_and(ETagCondition::is_any),
+        };
+        let rec = self
+            .svc
+            .complete_upload(&i.bucket, &i.key, &i.upload_id, parts, whole, cond)
+            .await?;
+        let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) = checksum_fields(&rec.checksums);
+        Ok(S3Response::new(CompleteMultipartUploadOutput {
+            bucket: Some(i.bucket.clone()),
+            key: Some(i.key.clone()),
+            e_tag: Some(etag(&rec.etag)),
+            location: Some(format!("/{}/{}", i.bucket, i.key)),
+            checksum_crc32: crc32,
+            checksum_crc32c: crc32c,
+            checksum_crc64nvme: crc64nvme,
+            checksum_sha1: sha1,
+            checksum_sha256: sha256,
+            checksum_type: ctype,
+            ..Default::default()
+        }))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket, key = %req.input.key))]
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        let i = req.input;
+        self.svc
+            .abort_upload(&i.bucket, &i.key, &i.upload_id)
+            .await?;
+        Ok(S3Response::new(AbortMultipartUploadOutput::default()))
+    }
+}

@@ -1,0 +1,235 @@
+//! Wiring: config -> metadata store + chunk store -> object service -> S3 door on hyper.
+//! The only module that picks concrete backends.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use lode_config::{Durability, IoBackend, LodeConfig};
+use lode_datapath::{Backend, Datapath};
+use lode_metadata::{RocksConfig, RocksMetadataStore};
+use s3s::service::S3ServiceBuilder;
+use tokio::net::TcpListener;
+
+use crate::auth::{Credentials, KeyStore};
+use crate::objects::{ObjectService, ServiceConfig};
+
+/// What a started server tells its caller (and prints in the banner).
+pub struct Started {
+    pub addr: SocketAddr,
+    pub data_dir: PathBuf,
+    pub creds: Credentials,
+    pub generated: bool,
+    pub backend: &'static str,
+    pub free_bytes: u64,
+    pub total_bytes: u64,
+    pub devices: usize,
+}
+
+impl Started {
+    pub fn banner(&self, region: &str) -> String {
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        format!(
+            "Lode {ver} is serving S3\n\
+             \x20 S3 endpoint : http://{addr}\n\
+             \x20 data dir    : {dir}\n\
+             \x20 datapath    : {backend}, {devs} device(s), {total:.1} GiB ({free:.1} GiB free)\n\
+             \x20 credentials : {how}\n\
+             \n\
+             Paste into a shell to use aws-cli / boto3:\n\
+             \x20 export AWS_ACCESS_KEY_ID={ak}\n\
+             \x20 export AWS_SECRET_ACCESS_KEY={sk}\n\
+             \x20 export AWS_ENDPOINT_URL=http://{addr}\n\
+             \x20 export AWS_DEFAULT_REGION={region}\n",
+            ver = env!("CARGO_PKG_VERSION"),
+            addr = self.addr,
+            dir = self.data_dir.display(),
+            backend = self.backend,
+            devs = self.devices,
+            total = gib(self.total_bytes),
+            free = gib(self.free_bytes),
+            how = if self.generated {
+                format!(
+                    "generated on first start, kept in {}",
+                    self.data_dir.join("credentials").display()
+                )
+            } else {
+                "as configured (or kept from the first start)".to_owned()
+            },
+            ak = self.creds.access_key,
+            sk = self.creds.secret_key,
+        )
+    }
+}
+
+/// Opens everything, binds the listener, and serves until `shutdown` resolves.
+pub async fn serve(
+    cfg: LodeConfig,
+    on_start: impl FnOnce(&Started),
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    cfg.validate()?;
+    std::fs::create_dir_all(&cfg.data_dir)
+        .with_context(|| format!("creating data dir {}", cfg.data_dir.display()))?;
+    let data_dir = std::fs::canonicalize(&cfg.data_dir)?;
+    let sync = cfg.datapath.durability == Durability::Sync;
+
+    let mut rc = RocksConfig::new(cfg.resolve(&cfg.metadata.path));
+    rc.sync = sync;
+    rc.block_cache_bytes = cfg.metadata.block_cache.0 as usize;
+    let meta = RocksMetadataStore::open(&rc).context("opening the metadata store")?;
+
+    let devices: Vec<(PathBuf, u64)> = cfg
+        .datapath
+        .devices
+        .iter()
+        .map(|d| (cfg.resolve(&d.path), d.size.0))
+        .collect();
+    let backend = match cfg.datapath.io_backend {
+        IoBackend::Auto => Backend::Auto,
+        IoBackend::Uring => Backend::Uring,
+        IoBackend::File => Backend::File,
+    };
+    let store = lode_datapath::open_store(&devices, backend, cfg.datapath.queue_depth)
+        .context("opening the datapath devices")?;
+    let backend_name = store.backend_name();
+    let ndev = store.devices().len();
+    let dp = Arc::new(Datapath::new(store, sync));
+    let svc = Arc::new(ObjectService::open(
+        Arc::new(meta),
+        dp,
+        ServiceConfig {
+            inline_threshold: cfg.datapath.inline_threshold.0 as usize,
+            chunk_size: cfg.datapath.chunk_size.0 as usize,
+            max_object_size: cfg.server.max_object_size.0,
+            write_depth: 4,
+        },
+    )?);
+
+    let given = (!cfg.auth.access_key.is_empty()).then(|| Credentials {
+        access_key: cfg.auth.access_key.clone(),
+        secret_key: cfg.auth.secret_key.clone(),
+    });
+    let (creds, generated) = Credentials::load_or_create(&data_dir, given)?;
+
+    let mut builder = S3ServiceBuilder::new(crate::s3::LodeS3::new(
+        Arc::clone(&svc),
+        cfg.server.region.clone(),
+    ));
+    builder.set_auth(KeyStore::new(std::slice::from_ref(&creds)));
+    if !cfg.server.domain.is_empty() {
+        builder.set_host(crate::host::VirtualHosts::new(&cfg.server.domain));
+    }
+    let s3 = builder.build();
+
+    let listener = TcpListener::bind(&cfg.server.listen)
+        .await
+        .with_context(|| format!("binding {}", cfg.server.listen))?;
+    let addr = listener.local_addr()?;
+    let (free, total) = svc.datapath().space();
+    on_start(&Started {
+        addr,
+        data_dir: data_dir.clone(),
+        creds,
+        generated,
+        backend: backend_name,
+        free_bytes: free,
+        total_bytes: total,
+        devices: ndev,
+    });
+    tracing::info!(%addr, backend = backend_name, "serving S3");
+
+    let conns = Arc::new(tokio::sync::Semaphore::new(cfg.server.max_connections));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let max_header = (cfg.server.max_header_size.0 as usize).max(8192);
+    let ids = Arc::new(AtomicU64::new(rand::random::<u32>() as u64));
+    tokio::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            p = Arc::clone(&conns).acquire_owned() => p?,
+            _ = &mut shutdown => break,
+        };
+        let (stream, _peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        // Without this, Nagle + delayed ACK add ~40 ms to small responses.
+        let _ = stream.set_nodelay(true);
+        let s3 = s3.clone();
+        let ids = Arc::clone(&ids);
+        let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+            let s3 = s3.clone();
+            let req = req.map(s3s::Body::from);
+            let id = ids.fetch_add(1, Ordering::Relaxed);
+            async move {
+                let mut resp = s3.call(req).await?;
+                let rid = format!("{id:016X}");
+                if let Ok(v) = http::HeaderValue::from_str(&rid) {
+                    resp.headers_mut().insert("x-amz-request-id", v.clone());
+                    resp.headers_mut().insert("x-amz-id-2", v);
+                }
+                resp.headers_mut()
+                    .insert(http::header::SERVER, http::HeaderValue::from_static("Lode"));
+                Ok::<_, s3s::HttpError>(resp)
+            }
+        });
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(TokioTimer::new())
+            .header_read_timeout(Duration::from_secs(30))
+            .max_buf_size(max_header.max(64 * 1024))
+            .keep_alive(true);
+        let conn = http.serve_connection(TokioIo::new(stream), svc);
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    tracing::info!("shutting down: finishing requests in flight");
+    if tokio::time::timeout(Duration::from_secs(10), graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("requests still running after 10s; stopping anyway");
+    }
+    let _ = TokioExecutor::new();
+    Ok(())
+}
+
+/// Resolves when SIGINT or SIGTERM arrives.
+pub async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term => {},
+    }
+}
+
+/// Fails unless `cfg` can start (used by `lode check-config`).
+pub fn check(cfg: &LodeConfig) -> anyhow::Result<()> {
+    if let Err(e) = cfg.validate() {
+        bail!("{e}");
+    }
+    Ok(())
+}
