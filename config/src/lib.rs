@@ -82,7 +82,7 @@ impl fmt::Display for ByteSize {
             ("MiB", Self::MIB),
             ("KiB", Self::KIB),
         ] {
-            if v >= size && v % size == 0 {
+            if v >= size && v.is_multiple_of(size) {
                 return write!(f, "{}{unit}", v / size);
             }
         }
@@ -340,7 +340,7 @@ impl LodeConfig {
                     "must not be empty",
                 ));
             }
-            if dev.size.0 < 16 * ByteSize::MIB || dev.size.0 % 4096 != 0 {
+            if dev.size.0 < 16 * ByteSize::MIB || !dev.size.0.is_multiple_of(4096) {
                 return Err(invalid(
                     &format!("datapath.devices[{i}].size"),
                     "must be at least 16MiB and a multiple of 4KiB",
@@ -348,7 +348,7 @@ impl LodeConfig {
             }
         }
         let cs = dp.chunk_size.0;
-        if !(64 * ByteSize::KIB..=64 * ByteSize::MIB).contains(&cs) || cs % 4096 != 0 {
+        if !(64 * ByteSize::KIB..=64 * ByteSize::MIB).contains(&cs) || !cs.is_multiple_of(4096) {
             return Err(invalid(
                 "datapath.chunk_size",
                 "must be a multiple of 4KiB between 64KiB and 64MiB",

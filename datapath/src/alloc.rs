@@ -235,7 +235,7 @@ mod tests {
             seed ^= seed << 13;
             seed ^= seed >> 7;
             seed ^= seed << 17;
-            if seed % 3 != 0 || live.is_empty() {
+            if !seed.is_multiple_of(3) || live.is_empty() {
                 if let Ok(e) = a.allocate((seed >> 8) % (8 * 4096) + 1) {
                     for l in &live {
                         let overlap = l.offset < e.offset + u64::from(e.len)

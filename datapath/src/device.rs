@@ -80,7 +80,7 @@ pub(crate) fn check_bounds(
     let dev = infos.get(e.dev as usize).ok_or(ChunkError::BadExtent(e))?;
     if len > e.len as usize
         || e.offset + e.len as u64 > dev.size
-        || e.offset % crate::ALIGN as u64 != 0
+        || !e.offset.is_multiple_of(crate::ALIGN as u64)
     {
         return Err(ChunkError::BadExtent(e));
     }

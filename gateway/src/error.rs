@@ -52,6 +52,10 @@ pub enum ObjError {
     NotImplemented(String),
     #[error("reading the request body failed: {0}")]
     Body(String),
+    #[error(
+        "The request signature we calculated does not match the signature you provided (aws-chunked chunk or trailer signature)."
+    )]
+    ChunkSignature,
     #[error(transparent)]
     Chunk(#[from] ChunkError),
     #[error(transparent)]
@@ -61,6 +65,21 @@ pub enum ObjError {
 }
 
 pub type ObjResult<T> = Result<T, ObjError>;
+
+impl ObjError {
+    /// Classifies an error from the request body stream (hyper or s3s's aws-chunked decoder,
+    /// whose error type is not exported, hence the match on its text).
+    pub fn from_body(msg: String) -> Self {
+        if msg.contains("SignatureMismatch") {
+            ObjError::ChunkSignature
+        } else if msg.contains("FormatError") || msg.contains("TooLarge") || msg.contains("TooMany")
+        {
+            ObjError::InvalidRequest(format!("Malformed aws-chunked request body: {msg}"))
+        } else {
+            ObjError::Body(msg)
+        }
+    }
+}
 
 fn with_status(code: S3ErrorCode, msg: String, status: http::StatusCode) -> S3Error {
     let mut e = S3Error::with_message(code, msg);
@@ -106,6 +125,7 @@ impl From<ObjError> for S3Error {
             ObjError::InvalidRequest(_) => C::InvalidRequest,
             ObjError::IncompleteBody => C::IncompleteBody,
             ObjError::NotImplemented(_) => C::NotImplemented,
+            ObjError::ChunkSignature => C::SignatureDoesNotMatch,
             ObjError::Body(_) => {
                 tracing::debug!(error = %msg, "request body failed");
                 C::IncompleteBody

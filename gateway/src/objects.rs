@@ -454,7 +454,7 @@ impl ObjectService {
         let mut cur: Option<AlignedBuf> = None;
         let chunk_size = self.cfg.chunk_size;
         while let Some(piece) = body.next().await {
-            let piece = piece.map_err(|e| ObjError::Body(e.to_string()))?;
+            let piece = piece.map_err(|e| ObjError::from_body(e.to_string()))?;
             size += piece.len() as u64;
             if size > max {
                 return Err(ObjError::EntityTooLarge);

@@ -151,16 +151,17 @@ fn integrity<T>(
     })
 }
 
-fn checksum_fields(
-    c: &Checksums,
-) -> (
+/// (crc32, crc32c, crc64nvme, sha1, sha256, type), in the order of the DTO fields.
+type ChecksumFields = (
     Option<String>,
     Option<String>,
     Option<String>,
     Option<String>,
     Option<String>,
     Option<ChecksumType>,
-) {
+);
+
+fn checksum_fields(c: &Checksums) -> ChecksumFields {
     (
         c.crc32.clone(),
         c.crc32c.clone(),

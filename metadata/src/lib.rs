@@ -76,6 +76,9 @@ pub enum MetaError {
     Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
+/// One key-value pair.
+pub type Entry = (Vec<u8>, Vec<u8>);
+
 /// A positioned, forward-only view of one table at one point in time (a snapshot).
 pub trait Cursor {
     /// Positions at the first key `>= key`.
@@ -113,7 +116,7 @@ pub trait MetadataStore: Send + Sync + 'static {
         start: &[u8],
         end: Option<&[u8]>,
         limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, MetaError> {
+    ) -> Result<Vec<Entry>, MetaError> {
         let mut c = self.cursor(table)?;
         c.seek(start);
         let mut out = vec![];

@@ -51,8 +51,7 @@ pub fn list_objects(
         _ => full_prefix.clone(),
     };
     cur.seek(&start);
-    loop {
-        let Some((k, v)) = cur.current() else { break };
+    while let Some((k, v)) = cur.current() {
         if !k.starts_with(&full_prefix) {
             break;
         }

@@ -1,0 +1,153 @@
+"""Fixtures: a real `lode serve` process on a free port with a fresh data dir, and real clients
+(boto3 and aws-cli from PyPI) in their default configuration pointed at it."""
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+
+import boto3
+import pytest
+from botocore.config import Config
+
+ACCESS_KEY = "LODETESTACCESSKEY01"
+SECRET_KEY = "lode-test-secret-key-0123456789abcdefghij"
+REGION = "us-east-1"
+
+
+def lode_bin():
+    b = os.environ.get("LODE_BIN")
+    if b:
+        return b
+    target = os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/lode-target"))
+    return os.path.join(target, "release", "lode")
+
+
+class Lode:
+    """One lode process. `restart()` stops it (SIGTERM, or SIGKILL with hard=True) and starts it
+    again on the same data dir and port."""
+
+    def __init__(self, data_dir, extra_env=None, extra_args=None):
+        self.data_dir = data_dir
+        self.extra_env = extra_env or {}
+        self.extra_args = extra_args or []
+        self.port = None
+        self.proc = None
+        self.log_path = data_dir.rstrip("/") + ".log"
+
+    def start(self):
+        listen = f"127.0.0.1:{self.port or 0}"
+        env = dict(os.environ)
+        env.update({"LODE_ACCESS_KEY": ACCESS_KEY, "LODE_SECRET_KEY": SECRET_KEY, "LODE_LOG": "info"})
+        env.update(self.extra_env)
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [lode_bin(), "serve", "--listen", listen, "--data-dir", self.data_dir, *self.extra_args],
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            env=env,
+        )
+        deadline = time.time() + 60
+        banner = []
+        while time.time() < deadline:
+            line = self.proc.stdout.readline().decode()
+            if not line:
+                break
+            banner.append(line)
+            m = re.search(r"S3 endpoint : http://127\.0\.0\.1:(\d+)", line)
+            if m:
+                self.port = int(m.group(1))
+                self.banner = banner
+                # keep reading the rest of the banner in the background is unnecessary: it's small
+                return self
+        self.proc.kill()
+        raise RuntimeError("lode did not start: " + "".join(banner) + open(self.log_path).read()[-3000:])
+
+    @property
+    def endpoint(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self, hard=False):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL if hard else signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc:
+            self.proc.stdout.close()
+        self.log.close()
+
+    def restart(self, hard=False):
+        self.stop(hard=hard)
+        return self.start()
+
+
+@pytest.fixture(scope="session")
+def lode_server(tmp_path_factory):
+    d = tmp_path_factory.mktemp("lode")
+    srv = Lode(str(d / "data"), extra_env={"LODE_DOMAIN": "localhost"})
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def make_client(endpoint, addressing="path", **cfg):
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY,
+        region_name=REGION,
+        config=Config(s3={"addressing_style": addressing}, retries={"max_attempts": 1}, **cfg),
+    )
+
+
+@pytest.fixture(scope="session")
+def s3(lode_server):
+    return make_client(lode_server.endpoint)
+
+
+@pytest.fixture
+def bucket(s3):
+    name = "t-" + uuid.uuid4().hex[:12]
+    s3.create_bucket(Bucket=name)
+    yield name
+    # Empty and remove it (also checks that cleanup works).
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=name):
+        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+        if keys:
+            s3.delete_objects(Bucket=name, Delete={"Objects": keys, "Quiet": True})
+    for u in s3.list_multipart_uploads(Bucket=name).get("Uploads", []):
+        s3.abort_multipart_upload(Bucket=name, Key=u["Key"], UploadId=u["UploadId"])
+    s3.delete_bucket(Bucket=name)
+
+
+@pytest.fixture
+def aws(lode_server, tmp_path):
+    """Runs the real aws-cli (from the venv) against lode, with default settings."""
+    env = dict(os.environ)
+    env.update(
+        {
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_ENDPOINT_URL": lode_server.endpoint,
+            "AWS_CONFIG_FILE": str(tmp_path / "nonexistent-config"),
+            "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "nonexistent-creds"),
+        }
+    )
+    exe = os.path.join(os.path.dirname(__import__("sys").executable), "aws")
+
+    def run(*args, check=True, input=None):
+        p = subprocess.run([exe, *args], env=env, capture_output=True, input=input, timeout=600)
+        if check and p.returncode != 0:
+            raise AssertionError(f"aws {' '.join(args)} failed ({p.returncode}):\n{p.stdout.decode()}\n{p.stderr.decode()}")
+        return p
+
+    return run

@@ -1,0 +1,68 @@
+"""Bucket operations with boto3 in its default configuration."""
+
+import uuid
+
+import pytest
+from botocore.exceptions import ClientError
+
+
+def code(e):
+    return e.value.response["Error"]["Code"]
+
+
+def status(e):
+    return e.value.response["ResponseMetadata"]["HTTPStatusCode"]
+
+
+def test_create_head_list_location_delete(s3):
+    name = "b-" + uuid.uuid4().hex[:10]
+    s3.create_bucket(Bucket=name)
+    assert s3.head_bucket(Bucket=name)["ResponseMetadata"]["HTTPStatusCode"] == 200
+    names = [b["Name"] for b in s3.list_buckets()["Buckets"]]
+    assert name in names
+    assert s3.get_bucket_location(Bucket=name).get("LocationConstraint") in (None, "")
+    with pytest.raises(ClientError) as e:
+        s3.create_bucket(Bucket=name)
+    assert code(e) == "BucketAlreadyOwnedByYou" and status(e) == 409
+    s3.delete_bucket(Bucket=name)
+    with pytest.raises(ClientError) as e:
+        s3.head_bucket(Bucket=name)
+    assert status(e) == 404
+    with pytest.raises(ClientError) as e:
+        s3.delete_bucket(Bucket=name)
+    assert code(e) == "NoSuchBucket"
+
+
+@pytest.mark.parametrize(
+    "bad", ["ab", "a" * 64, "Upper", "under_score", "-dash", "dash-", "a..b", "192.168.1.1", "xn--abc", "a.-b"]
+)
+def test_bucket_naming_rules(s3, bad):
+    with pytest.raises(ClientError) as e:
+        s3.create_bucket(Bucket=bad)
+    assert code(e) == "InvalidBucketName" and status(e) == 400
+
+
+def test_delete_non_empty_bucket_refused(s3, bucket):
+    s3.put_object(Bucket=bucket, Key="x", Body=b"1")
+    with pytest.raises(ClientError) as e:
+        s3.delete_bucket(Bucket=bucket)
+    assert code(e) == "BucketNotEmpty" and status(e) == 409
+    # An open multipart upload also keeps the bucket non-empty.
+    s3.delete_object(Bucket=bucket, Key="x")
+    up = s3.create_multipart_upload(Bucket=bucket, Key="m")
+    with pytest.raises(ClientError) as e:
+        s3.delete_bucket(Bucket=bucket)
+    assert code(e) == "BucketNotEmpty"
+    s3.abort_multipart_upload(Bucket=bucket, Key="m", UploadId=up["UploadId"])
+
+
+def test_object_ops_on_missing_bucket(s3):
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket="no-such-bucket-xyz", Key="k", Body=b"x")
+    assert code(e) == "NoSuchBucket" and status(e) == 404
+    with pytest.raises(ClientError) as e:
+        s3.list_objects_v2(Bucket="no-such-bucket-xyz")
+    assert code(e) == "NoSuchBucket"
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket="no-such-bucket-xyz", Key="k")
+    assert code(e) == "NoSuchBucket"

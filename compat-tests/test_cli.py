@@ -1,0 +1,95 @@
+"""The real aws-cli (latest from PyPI), default configuration: mb, cp, sync, ls, rm, rb, presign."""
+
+import hashlib
+import os
+import uuid
+
+import pytest
+import requests
+
+MiB = 1024 * 1024
+
+
+def digest(p):
+    h = hashlib.md5()
+    with open(p, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""):
+            h.update(b)
+    return h.hexdigest()
+
+
+@pytest.fixture
+def cli_bucket(aws):
+    name = "cli-" + uuid.uuid4().hex[:10]
+    aws("s3", "mb", f"s3://{name}")
+    yield name
+    aws("s3", "rb", f"s3://{name}", "--force")
+
+
+@pytest.mark.parametrize("size", [0, 1, 1000, 5 * MiB, 8 * MiB + 1, 33 * MiB, 200 * MiB])
+def test_cp_roundtrip(aws, cli_bucket, tmp_path, size):
+    src = tmp_path / "src.bin"
+    with open(src, "wb") as f:
+        left = size
+        while left:
+            n = min(left, 8 * MiB)
+            f.write(os.urandom(n))
+            left -= n
+    aws("s3", "cp", str(src), f"s3://{cli_bucket}/f.bin")
+    dst = tmp_path / "dst.bin"
+    aws("s3", "cp", f"s3://{cli_bucket}/f.bin", str(dst))
+    assert os.path.getsize(dst) == size
+    assert digest(dst) == digest(src)
+    out = aws("s3api", "head-object", "--bucket", cli_bucket, "--key", "f.bin").stdout.decode()
+    assert f'"ContentLength": {size}' in out
+
+
+def test_sync_ls_rm_rb(aws, tmp_path):
+    name = "sync-" + uuid.uuid4().hex[:10]
+    aws("s3", "mb", f"s3://{name}")
+    tree = tmp_path / "tree"
+    files = {}
+    for i in range(30):
+        p = tree / f"d{i % 3}" / f"f{i}.txt"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        data = os.urandom(100 + i * 1000)
+        p.write_bytes(data)
+        files[f"d{i % 3}/f{i}.txt"] = data
+    aws("s3", "sync", str(tree), f"s3://{name}/data")
+    ls = aws("s3", "ls", f"s3://{name}/data/").stdout.decode()
+    assert "PRE d0/" in ls and "PRE d1/" in ls and "PRE d2/" in ls
+    rec = aws("s3", "ls", "--recursive", f"s3://{name}/").stdout.decode()
+    assert len([l for l in rec.splitlines() if l.strip()]) == 30
+    # A second sync uploads nothing; a changed file is re-uploaded.
+    again = aws("s3", "sync", str(tree), f"s3://{name}/data").stdout.decode()
+    assert "upload:" not in again
+    (tree / "d0" / "f0.txt").write_bytes(b"changed and longer than before" * 10)
+    again = aws("s3", "sync", str(tree), f"s3://{name}/data").stdout.decode()
+    assert "d0/f0.txt" in again
+    back = tmp_path / "back"
+    aws("s3", "sync", f"s3://{name}/data", str(back))
+    for rel, data in files.items():
+        if rel != "d0/f0.txt":
+            assert (back / rel).read_bytes() == data
+    assert (back / "d0" / "f0.txt").read_bytes() == b"changed and longer than before" * 10
+    aws("s3", "rm", f"s3://{name}/data/d1", "--recursive")
+    rec = aws("s3", "ls", "--recursive", f"s3://{name}/").stdout.decode()
+    assert "d1/" not in rec and len([l for l in rec.splitlines() if l.strip()]) == 20
+    p = aws("s3", "rb", f"s3://{name}", check=False)
+    assert p.returncode != 0 and b"BucketNotEmpty" in p.stderr
+    aws("s3", "rb", f"s3://{name}", "--force")
+    assert f"{name}" not in aws("s3", "ls").stdout.decode()
+
+
+def test_presign_fetched_with_plain_http(aws, cli_bucket, tmp_path):
+    src = tmp_path / "p.txt"
+    src.write_bytes(b"fetched by a plain HTTP client")
+    aws("s3", "cp", str(src), f"s3://{cli_bucket}/p.txt")
+    url = aws("s3", "presign", f"s3://{cli_bucket}/p.txt", "--expires-in", "120").stdout.decode().strip()
+    r = requests.get(url)
+    assert r.status_code == 200 and r.content == b"fetched by a plain HTTP client"
+
+
+def test_cli_error_for_missing_key(aws, cli_bucket, tmp_path):
+    p = aws("s3", "cp", f"s3://{cli_bucket}/nope", str(tmp_path / "x"), check=False)
+    assert p.returncode != 0 and (b"404" in p.stderr or b"Not Found" in p.stderr)

@@ -1,0 +1,284 @@
+"""Object operations with boto3 in its default configuration (CRC checksums, aws-chunked
+trailers on uploads, checksum validation on downloads)."""
+
+import base64
+import datetime
+import hashlib
+import os
+import zlib
+
+import pytest
+from botocore.exceptions import ClientError
+
+
+def code(e):
+    return e.value.response["Error"]["Code"]
+
+
+def status(e):
+    return e.value.response["ResponseMetadata"]["HTTPStatusCode"]
+
+
+def md5(b):
+    return hashlib.md5(b).hexdigest()
+
+
+INLINE = 16 * 1024
+CHUNK = 4 * 1024 * 1024
+
+
+@pytest.mark.parametrize(
+    "size", [0, 1, 99, INLINE, INLINE + 1, 300_000, CHUNK - 1, CHUNK, CHUNK + 1, 2 * CHUNK + 12345]
+)
+def test_put_get_roundtrip_sizes(s3, bucket, size):
+    body = os.urandom(size)
+    r = s3.put_object(Bucket=bucket, Key=f"obj-{size}", Body=body)
+    assert r["ETag"] == f'"{md5(body)}"'
+    g = s3.get_object(Bucket=bucket, Key=f"obj-{size}")
+    data = g["Body"].read()
+    assert len(data) == size and data == body, "trailer or framing bytes must never end up in the object"
+    assert g["ContentLength"] == size
+    assert g["ETag"] == f'"{md5(body)}"'
+    h = s3.head_object(Bucket=bucket, Key=f"obj-{size}")
+    assert h["ContentLength"] == size and h["ETag"] == r["ETag"]
+
+
+def test_overwrite_replaces_content(s3, bucket):
+    s3.put_object(Bucket=bucket, Key="k", Body=b"a" * 100_000)
+    s3.put_object(Bucket=bucket, Key="k", Body=b"short")
+    assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"short"
+
+
+def test_metadata_and_standard_headers(s3, bucket):
+    exp = datetime.datetime(2030, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+    s3.put_object(
+        Bucket=bucket,
+        Key="meta",
+        Body=b"hello",
+        ContentType="text/x-lode",
+        CacheControl="max-age=60",
+        ContentDisposition='attachment; filename="h.txt"',
+        ContentEncoding="identity",
+        ContentLanguage="de-DE",
+        Expires=exp,
+        Metadata={"Owner": "Team-A", "purpose": "test"},
+    )
+    for r in (s3.head_object(Bucket=bucket, Key="meta"), s3.get_object(Bucket=bucket, Key="meta")):
+        assert r["ContentType"] == "text/x-lode"
+        assert r["CacheControl"] == "max-age=60"
+        assert r["ContentDisposition"] == 'attachment; filename="h.txt"'
+        assert r["ContentEncoding"] == "identity"
+        assert r["ContentLanguage"] == "de-DE"
+        assert r["Expires"] == exp
+        assert r["Metadata"] == {"owner": "Team-A", "purpose": "test"}
+
+
+def test_response_overrides(s3, bucket):
+    s3.put_object(Bucket=bucket, Key="o", Body=b"x", ContentType="text/plain")
+    r = s3.get_object(
+        Bucket=bucket,
+        Key="o",
+        ResponseContentType="application/json",
+        ResponseContentDisposition="inline",
+        ResponseCacheControl="no-cache",
+        ResponseContentLanguage="fr",
+        ResponseContentEncoding="gzip",
+    )
+    assert r["ContentType"] == "application/json"
+    assert r["ContentDisposition"] == "inline"
+    assert r["CacheControl"] == "no-cache"
+    assert r["ContentLanguage"] == "fr"
+    assert r["ContentEncoding"] == "gzip"
+
+
+def test_ranges(s3, bucket):
+    body = os.urandom(CHUNK + 5000)  # spans two chunks
+    s3.put_object(Bucket=bucket, Key="r", Body=body)
+    cases = {
+        "bytes=0-0": body[0:1],
+        "bytes=10-19": body[10:20],
+        f"bytes={CHUNK - 10}-{CHUNK + 10}": body[CHUNK - 10 : CHUNK + 11],
+        "bytes=100-": body[100:],
+        "bytes=-50": body[-50:],
+        f"bytes=5-{len(body) + 100}": body[5:],
+    }
+    for rng, want in cases.items():
+        r = s3.get_object(Bucket=bucket, Key="r", Range=rng)
+        assert r["Body"].read() == want, rng
+        assert r["ResponseMetadata"]["HTTPStatusCode"] == 206
+        assert r["ContentRange"].endswith(f"/{len(body)}")
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="r", Range=f"bytes={len(body)}-")
+    assert code(e) == "InvalidRange" and status(e) == 416
+    s3.put_object(Bucket=bucket, Key="inline", Body=b"0123456789")
+    assert s3.get_object(Bucket=bucket, Key="inline", Range="bytes=3-5")["Body"].read() == b"345"
+
+
+def test_conditional_reads(s3, bucket):
+    r = s3.put_object(Bucket=bucket, Key="c", Body=b"cond")
+    et = r["ETag"]
+    past = datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc)
+    future = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=1)
+    assert s3.get_object(Bucket=bucket, Key="c", IfMatch=et)["Body"].read() == b"cond"
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="c", IfMatch='"0000"')
+    assert status(e) == 412
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="c", IfNoneMatch=et)
+    assert status(e) == 304
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="c", IfModifiedSince=future)
+    assert status(e) == 304
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="c", IfUnmodifiedSince=past)
+    assert status(e) == 412
+    assert s3.get_object(Bucket=bucket, Key="c", IfModifiedSince=past)["Body"].read() == b"cond"
+    # If-Match true wins over a failing If-Unmodified-Since (RFC 7232, as S3 does).
+    assert s3.get_object(Bucket=bucket, Key="c", IfMatch=et, IfUnmodifiedSince=past)["Body"].read() == b"cond"
+    with pytest.raises(ClientError) as e:
+        s3.head_object(Bucket=bucket, Key="c", IfMatch='"0000"')
+    assert status(e) == 412
+
+
+def test_conditional_writes(s3, bucket):
+    s3.put_object(Bucket=bucket, Key="w", Body=b"v1", IfNoneMatch="*")
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="w", Body=b"v2", IfNoneMatch="*")
+    assert code(e) == "PreconditionFailed" and status(e) == 412
+    et = s3.head_object(Bucket=bucket, Key="w")["ETag"]
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="w", Body=b"v2", IfMatch='"ffff"')
+    assert status(e) == 412
+    s3.put_object(Bucket=bucket, Key="w", Body=b"v3", IfMatch=et)
+    assert s3.get_object(Bucket=bucket, Key="w")["Body"].read() == b"v3"
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="absent", Body=b"v", IfMatch=et)
+    assert status(e) == 404
+
+
+def test_delete_is_idempotent_and_missing_key_errors(s3, bucket):
+    s3.put_object(Bucket=bucket, Key="d", Body=b"x")
+    assert s3.delete_object(Bucket=bucket, Key="d")["ResponseMetadata"]["HTTPStatusCode"] == 204
+    assert s3.delete_object(Bucket=bucket, Key="d")["ResponseMetadata"]["HTTPStatusCode"] == 204
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="d")
+    assert code(e) == "NoSuchKey" and status(e) == 404
+    with pytest.raises(ClientError) as e:
+        s3.head_object(Bucket=bucket, Key="d")
+    assert status(e) == 404
+
+
+def test_delete_objects_quiet_and_verbose(s3, bucket):
+    for i in range(5):
+        s3.put_object(Bucket=bucket, Key=f"m/{i}", Body=b"x")
+    # Newer boto3 sends a CRC32 checksum and no Content-MD5 here.
+    r = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "m/0"}, {"Key": "m/1"}, {"Key": "nope"}]})
+    assert sorted(d["Key"] for d in r["Deleted"]) == ["m/0", "m/1", "nope"]
+    r = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "m/2"}, {"Key": "m/3"}], "Quiet": True})
+    assert not r.get("Deleted") and not r.get("Errors")
+    left = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
+    assert left == ["m/4"]
+
+
+def test_copy_object_copy_and_replace(s3, bucket):
+    body = os.urandom(CHUNK + 10)
+    src = s3.put_object(Bucket=bucket, Key="src", Body=body, ContentType="a/b", Metadata={"k": "v"})
+    r = s3.copy_object(Bucket=bucket, Key="dst", CopySource={"Bucket": bucket, "Key": "src"})
+    assert r["CopyObjectResult"]["ETag"] == src["ETag"]
+    h = s3.head_object(Bucket=bucket, Key="dst")
+    assert h["ContentType"] == "a/b" and h["Metadata"] == {"k": "v"}
+    s3.copy_object(
+        Bucket=bucket,
+        Key="dst2",
+        CopySource={"Bucket": bucket, "Key": "src"},
+        MetadataDirective="REPLACE",
+        ContentType="c/d",
+        Metadata={"n": "m"},
+    )
+    h = s3.head_object(Bucket=bucket, Key="dst2")
+    assert h["ContentType"] == "c/d" and h["Metadata"] == {"n": "m"}
+    # Deleting the source leaves the shared bytes of the copies intact.
+    s3.delete_object(Bucket=bucket, Key="src")
+    assert s3.get_object(Bucket=bucket, Key="dst")["Body"].read() == body
+    assert s3.get_object(Bucket=bucket, Key="dst2")["Body"].read() == body
+
+
+def test_copy_object_conditions_and_errors(s3, bucket):
+    r = s3.put_object(Bucket=bucket, Key="s", Body=b"abc")
+    with pytest.raises(ClientError) as e:
+        s3.copy_object(Bucket=bucket, Key="t", CopySource={"Bucket": bucket, "Key": "s"}, CopySourceIfMatch='"00"')
+    assert status(e) == 412
+    with pytest.raises(ClientError) as e:
+        s3.copy_object(Bucket=bucket, Key="t", CopySource={"Bucket": bucket, "Key": "s"}, CopySourceIfNoneMatch=r["ETag"])
+    assert status(e) == 412
+    s3.copy_object(Bucket=bucket, Key="t", CopySource={"Bucket": bucket, "Key": "s"}, CopySourceIfMatch=r["ETag"])
+    with pytest.raises(ClientError) as e:
+        s3.copy_object(Bucket=bucket, Key="t", CopySource={"Bucket": bucket, "Key": "missing"})
+    assert code(e) == "NoSuchKey"
+    with pytest.raises(ClientError) as e:
+        s3.copy_object(Bucket=bucket, Key="s", CopySource={"Bucket": bucket, "Key": "s"})
+    assert code(e) == "InvalidRequest"
+    # Copy onto itself with REPLACE is how metadata is changed in place.
+    s3.copy_object(Bucket=bucket, Key="s", CopySource={"Bucket": bucket, "Key": "s"}, MetadataDirective="REPLACE", Metadata={"x": "y"})
+    assert s3.head_object(Bucket=bucket, Key="s")["Metadata"] == {"x": "y"}
+    assert s3.get_object(Bucket=bucket, Key="s")["Body"].read() == b"abc"
+
+
+@pytest.mark.parametrize("algo", ["CRC32", "CRC32C", "CRC64NVME", "SHA1", "SHA256"])
+@pytest.mark.parametrize("size", [10, 6 * 1024 * 1024])
+def test_flexible_checksums_stored_and_returned(s3, bucket, algo, size):
+    body = os.urandom(size)
+    r = s3.put_object(Bucket=bucket, Key=f"ck-{algo}", Body=body, ChecksumAlgorithm=algo)
+    sent = r[f"Checksum{algo}"]
+    g = s3.get_object(Bucket=bucket, Key=f"ck-{algo}", ChecksumMode="ENABLED")
+    assert g["Body"].read() == body
+    assert g[f"Checksum{algo}"] == sent
+    h = s3.head_object(Bucket=bucket, Key=f"ck-{algo}", ChecksumMode="ENABLED")
+    assert h[f"Checksum{algo}"] == sent
+    if algo == "CRC32":
+        assert base64.b64decode(sent) == (zlib.crc32(body) & 0xFFFFFFFF).to_bytes(4, "big")
+    if algo == "SHA256":
+        assert base64.b64decode(sent) == hashlib.sha256(body).digest()
+
+
+def test_wrong_checksum_is_bad_digest_and_leaves_nothing(s3, bucket):
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="bad", Body=b"hello", ChecksumCRC32="AAAAAA==")
+    assert code(e) == "BadDigest" and status(e) == 400
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="bad", Body=b"hello", ChecksumSHA256=base64.b64encode(b"x" * 32).decode())
+    assert code(e) == "BadDigest"
+    with pytest.raises(ClientError) as e:
+        s3.head_object(Bucket=bucket, Key="bad")
+    assert status(e) == 404
+
+
+def test_content_md5_verified(s3, bucket):
+    body = b"payload"
+    good = base64.b64encode(hashlib.md5(body).digest()).decode()
+    s3.put_object(Bucket=bucket, Key="md5", Body=body, ContentMD5=good)
+    bad = base64.b64encode(hashlib.md5(b"other").digest()).decode()
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="md5", Body=body, ContentMD5=bad)
+    assert code(e) == "BadDigest"
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="md5", Body=body, ContentMD5="notbase64!!")
+    assert code(e) == "InvalidDigest"
+
+
+def test_key_limits(s3, bucket):
+    k = "k" * 1024
+    s3.put_object(Bucket=bucket, Key=k, Body=b"max")
+    assert s3.get_object(Bucket=bucket, Key=k)["Body"].read() == b"max"
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="k" * 1025, Body=b"x")
+    assert code(e) == "KeyTooLongError" and status(e) == 400
+    for odd in ["../../etc/passwd", "a/./b", "a//b", "sp ace/ü/日本", "%2F%00", "trailing/"]:
+        s3.put_object(Bucket=bucket, Key=odd, Body=odd.encode())
+        assert s3.get_object(Bucket=bucket, Key=odd)["Body"].read() == odd.encode()
+
+
+def test_unimplemented_operation_says_so(s3, bucket):
+    with pytest.raises(ClientError) as e:
+        s3.get_bucket_versioning(Bucket=bucket)
+    assert code(e) == "NotImplemented" and status(e) == 501

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs every test: the Rust workspace (unit, conformance and integration tests; real RocksDB and
+# the real io_uring datapath) and the compat suite (real aws-cli and boto3 from PyPI against a
+# real `lode serve` process). Installs what it needs first.
+source "$(dirname "$0")/scripts/setup.sh"
+build_lode
+
+echo "==> Rust tests"
+(cd "$ROOT" && cargo test --release --locked --workspace 2>&1) | tee "$CARGO_TARGET_DIR/rust-tests.log" | grep -E "^(test result|running|error|failures:|---- )|panicked|FAILED" || true
+rust_rc=${PIPESTATUS[0]}
+if [ "$rust_rc" != 0 ]; then
+    echo "Rust tests failed (full log: $CARGO_TARGET_DIR/rust-tests.log)" >&2
+    tail -60 "$CARGO_TARGET_DIR/rust-tests.log" >&2
+    exit "$rust_rc"
+fi
+passed=$(grep -Eo "test result: ok. [0-9]+ passed" "$CARGO_TARGET_DIR/rust-tests.log" | awk '{s+=$4} END {print s+0}')
+echo "Rust: $passed passed, 0 failed"
+
+echo "==> compat tests (aws-cli, boto3)"
+VENV="${LODE_VENV:-$HOME/.cache/lode-venv}"
+if [ ! -x "$VENV/bin/pytest" ]; then
+    python3 -m venv "$VENV"
+    "$VENV/bin/pip" install -q --upgrade pip
+fi
+"$VENV/bin/pip" install -q --upgrade -r "$ROOT/compat-tests/requirements.txt"
+"$VENV/bin/python" -c "import boto3, botocore, awscli; print('boto3', boto3.__version__, 'botocore', botocore.__version__, 'awscli', awscli.__version__)"
+cd "$ROOT/compat-tests"
+exec "$VENV/bin/pytest" -q -p no:cacheprovider "$@"
