@@ -7,9 +7,11 @@ LODE_BIN="$CARGO_TARGET_DIR/release/lode"
 export LODE_BIN
 
 need_apt=()
-for pkg in libclang-dev clang build-essential pkg-config python3-venv; do
+for pkg in libclang-dev build-essential pkg-config; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
+# A Python with venv support (Debian's python3 lacks it without python3-venv).
+python3 -m venv --help >/dev/null 2>&1 || need_apt+=(python3-venv)
 if ((${#need_apt[@]})); then
     echo "==> installing Debian packages: ${need_apt[*]}"
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"

@@ -166,3 +166,79 @@ impl From<ObjError> for S3Error {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(e: ObjError) -> (String, u16) {
+        let s = S3Error::from(e);
+        let st = s
+            .status_code()
+            .unwrap_or_else(|| s.code().status_code().expect("status"))
+            .as_u16();
+        (s.code().as_str().to_owned(), st)
+    }
+
+    #[test]
+    fn mapping_codes_and_statuses() {
+        let cases = [
+            (ObjError::NoSuchKey, "NoSuchKey", 404),
+            (ObjError::NoSuchBucket, "NoSuchBucket", 404),
+            (ObjError::NoSuchUpload, "NoSuchUpload", 404),
+            (ObjError::BucketNotEmpty, "BucketNotEmpty", 409),
+            (
+                ObjError::BucketAlreadyOwnedByYou,
+                "BucketAlreadyOwnedByYou",
+                409,
+            ),
+            (ObjError::KeyTooLong, "KeyTooLongError", 400),
+            (ObjError::PreconditionFailed, "PreconditionFailed", 412),
+            (ObjError::NotModified, "NotModified", 304),
+            (ObjError::InvalidRange, "InvalidRange", 416),
+            (ObjError::InvalidPartNumber, "InvalidPartNumber", 416),
+            (ObjError::EntityTooSmall, "EntityTooSmall", 400),
+            (ObjError::EntityTooLarge, "EntityTooLarge", 400),
+            (ObjError::BadDigest("x".into()), "BadDigest", 400),
+            (ObjError::ChunkSignature, "SignatureDoesNotMatch", 403),
+            (ObjError::NotImplemented("x".into()), "NotImplemented", 501),
+            (
+                ObjError::Chunk(ChunkError::NoSpace),
+                "InsufficientStorage",
+                507,
+            ),
+            (
+                ObjError::Chunk(ChunkError::Poisoned),
+                "ServiceUnavailable",
+                503,
+            ),
+            (ObjError::Meta(MetaError::Conflict), "SlowDown", 503),
+            (ObjError::Internal("boom".into()), "InternalError", 500),
+        ];
+        for (e, code, st) in cases {
+            assert_eq!(status(e), (code.to_owned(), st));
+        }
+    }
+
+    #[test]
+    fn internal_errors_do_not_leak_details() {
+        let s = S3Error::from(ObjError::Internal("secret path /var/x".into()));
+        assert!(!s.message().unwrap_or_default().contains("secret"));
+    }
+
+    #[test]
+    fn body_errors_are_classified() {
+        assert!(matches!(
+            ObjError::from_body("AwsChunkedStreamError: SignatureMismatch".into()),
+            ObjError::ChunkSignature
+        ));
+        assert!(matches!(
+            ObjError::from_body("AwsChunkedStreamError: FormatError".into()),
+            ObjError::InvalidRequest(_)
+        ));
+        assert!(matches!(
+            ObjError::from_body("connection reset".into()),
+            ObjError::Body(_)
+        ));
+    }
+}

@@ -266,7 +266,7 @@ fn max_keys(m: Option<i32>) -> S3Result<usize> {
 
 fn list_entries(
     page: &lode_metadata::list::ListPage,
-    fetch_owner: bool,
+    fetch_owner: Option<&str>,
     enc: bool,
 ) -> (Vec<Object>, Vec<CommonPrefix>) {
     let e = |s: &str| if enc { url_encode(s) } else { s.to_owned() };
@@ -281,7 +281,7 @@ fn list_entries(
             storage_class: Some(ObjectStorageClass::from_static(
                 ObjectStorageClass::STANDARD,
             )),
-            owner: fetch_owner.then(|| owner("lode")),
+            owner: fetch_owner.map(owner),
             checksum_algorithm: None,
             checksum_type: None,
             restore_status: None,
@@ -303,6 +303,24 @@ impl S3 for LodeS3 {
         req: S3Request<CreateBucketInput>,
     ) -> S3Result<S3Response<CreateBucketOutput>> {
         let owner = owner_of(req.credentials.as_ref());
+        if let Some(lc) = req
+            .input
+            .create_bucket_configuration
+            .as_ref()
+            .and_then(|c| c.location_constraint.as_ref())
+            && lc.as_str() != self.region
+            && !lc.as_str().is_empty()
+        {
+            return Err(s3_error!(
+                IllegalLocationConstraintException,
+                "The {} location constraint is incompatible for the region specific endpoint this request was sent to ({}).",
+                lc.as_str(),
+                self.region
+            ));
+        }
+        if req.input.object_lock_enabled_for_bucket == Some(true) {
+            return Err(ObjError::NotImplemented("Object lock".into()).into());
+        }
         self.svc.create_bucket(&req.input.bucket, &owner).await?;
         Ok(S3Response::new(CreateBucketOutput {
             location: Some(format!("/{}", req.input.bucket)),
@@ -738,7 +756,12 @@ impl S3 for LodeS3 {
             .svc
             .list_objects(&i.bucket, prefix, i.delimiter.clone(), after, max)
             .await?;
-        let (contents, prefixes) = list_entries(&page, i.fetch_owner.unwrap_or(false), enc);
+        let me = owner_of(req.credentials.as_ref());
+        let (contents, prefixes) = list_entries(
+            &page,
+            i.fetch_owner.unwrap_or(false).then_some(me.as_str()),
+            enc,
+        );
         let e = |s: Option<String>| if enc { s.map(|s| url_encode(&s)) } else { s };
         Ok(S3Response::new(ListObjectsV2Output {
             name: Some(i.bucket),
@@ -789,7 +812,8 @@ impl S3 for LodeS3 {
                 max,
             )
             .await?;
-        let (contents, prefixes) = list_entries(&page, true, enc);
+        let me = owner_of(req.credentials.as_ref());
+        let (contents, prefixes) = list_entries(&page, Some(me.as_str()), enc);
         let e = |s: Option<String>| if enc { s.map(|s| url_encode(&s)) } else { s };
         Ok(S3Response::new(ListObjectsOutput {
             name: Some(i.bucket),
