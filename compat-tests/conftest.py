@@ -61,8 +61,8 @@ class Lode:
             m = re.search(r"S3 endpoint : http://127\.0\.0\.1:(\d+)", line)
             if m:
                 self.port = int(m.group(1))
+            if "AWS_DEFAULT_REGION" in line and self.port:
                 self.banner = banner
-                # keep reading the rest of the banner in the background is unnecessary: it's small
                 return self
         self.proc.kill()
         raise RuntimeError("lode did not start: " + "".join(banner) + open(self.log_path).read()[-3000:])

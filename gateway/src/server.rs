@@ -15,7 +15,7 @@ use lode_metadata::{RocksConfig, RocksMetadataStore};
 use s3s::service::S3ServiceBuilder;
 use tokio::net::TcpListener;
 
-use crate::auth::{Credentials, KeyStore};
+use crate::auth::{Credentials, KeyStore, Source};
 use crate::objects::{ObjectService, ServiceConfig};
 
 /// What a started server tells its caller (and prints in the banner).
@@ -23,7 +23,7 @@ pub struct Started {
     pub addr: SocketAddr,
     pub data_dir: PathBuf,
     pub creds: Credentials,
-    pub generated: bool,
+    pub creds_source: Source,
     pub backend: &'static str,
     pub free_bytes: u64,
     pub total_bytes: u64,
@@ -32,12 +32,18 @@ pub struct Started {
 
 impl Started {
     pub fn banner(&self, region: &str) -> String {
-        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        let size = |b: u64| {
+            if b >= 1 << 30 {
+                format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)
+            } else {
+                format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
+            }
+        };
         format!(
             "Lode {ver} is serving S3\n\
              \x20 S3 endpoint : http://{addr}\n\
              \x20 data dir    : {dir}\n\
-             \x20 datapath    : {backend}, {devs} device(s), {total:.1} GiB ({free:.1} GiB free)\n\
+             \x20 datapath    : {backend}, {devs} device(s), {total} ({free} free)\n\
              \x20 credentials : {how}\n\
              \n\
              Paste into a shell to use aws-cli / boto3:\n\
@@ -50,15 +56,17 @@ impl Started {
             dir = self.data_dir.display(),
             backend = self.backend,
             devs = self.devices,
-            total = gib(self.total_bytes),
-            free = gib(self.free_bytes),
-            how = if self.generated {
-                format!(
+            total = size(self.total_bytes),
+            free = size(self.free_bytes),
+            how = match self.creds_source {
+                Source::Generated => format!(
                     "generated on first start, kept in {}",
                     self.data_dir.join("credentials").display()
-                )
-            } else {
-                "as configured (or kept from the first start)".to_owned()
+                ),
+                Source::Stored =>
+                    format!("kept in {}", self.data_dir.join("credentials").display()),
+                Source::Given =>
+                    "from LODE_ACCESS_KEY/LODE_SECRET_KEY or [auth] in the config".to_owned(),
             },
             ak = self.creds.access_key,
             sk = self.creds.secret_key,
@@ -114,7 +122,7 @@ pub async fn serve(
         access_key: cfg.auth.access_key.clone(),
         secret_key: cfg.auth.secret_key.clone(),
     });
-    let (creds, generated) = Credentials::load_or_create(&data_dir, given)?;
+    let (creds, creds_source) = Credentials::load_or_create(&data_dir, given)?;
 
     let mut builder = S3ServiceBuilder::new(crate::s3::LodeS3::new(
         Arc::clone(&svc),
@@ -135,7 +143,7 @@ pub async fn serve(
         addr,
         data_dir: data_dir.clone(),
         creds,
-        generated,
+        creds_source,
         backend: backend_name,
         free_bytes: free,
         total_bytes: total,

@@ -1,0 +1,139 @@
+"""`lode serve` configuration as a user meets it: generated credentials that persist, a config
+file with several devices and non-default sizes, flags over env over file, and bad config
+refused with a message that names the key (never a panic)."""
+
+import os
+import re
+import subprocess
+import textwrap
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from conftest import Lode, lode_bin
+
+
+def client(endpoint, ak, sk):
+    return boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=ak, aws_secret_access_key=sk,
+                        region_name="us-east-1", config=Config(retries={"max_attempts": 1}))
+
+
+def test_generated_credentials_are_printed_stored_and_kept(tmp_path):
+    data = tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LODE_")}
+    p = subprocess.Popen([lode_bin(), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data)],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    try:
+        banner = ""
+        while "AWS_DEFAULT_REGION" not in banner:
+            line = p.stdout.readline().decode()
+            assert line, "lode exited before printing its banner"
+            banner += line
+        assert f"data dir    : {data}" in banner
+        ak = re.search(r"export AWS_ACCESS_KEY_ID=(\S+)", banner).group(1)
+        sk = re.search(r"export AWS_SECRET_ACCESS_KEY=(\S+)", banner).group(1)
+        ep = re.search(r"export AWS_ENDPOINT_URL=(\S+)", banner).group(1)
+        c = client(ep, ak, sk)
+        c.create_bucket(Bucket="gen-creds")
+        assert (data / "credentials").exists()
+        assert oct((data / "credentials").stat().st_mode & 0o777) == "0o600"
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+    # Second start: the same keys (nothing new generated) and the same data.
+    p = subprocess.Popen([lode_bin(), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data)],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    try:
+        banner = ""
+        while "AWS_DEFAULT_REGION" not in banner:
+            banner += p.stdout.readline().decode()
+        assert f"AWS_ACCESS_KEY_ID={ak}" in banner and "generated on first start" not in banner
+        assert "credentials : kept in" in banner
+        ep = re.search(r"export AWS_ENDPOINT_URL=(\S+)", banner).group(1)
+        assert [b["Name"] for b in client(ep, ak, sk).list_buckets()["Buckets"]] == ["gen-creds"]
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+
+
+def test_config_file_devices_sizes_and_limits(tmp_path):
+    data = tmp_path / "data"
+    cfg = tmp_path / "lode.toml"
+    cfg.write_text(textwrap.dedent(f"""
+        data_dir = "{data}"
+        [server]
+        listen = "127.0.0.1:1"          # overridden by --listen below
+        max_object_size = "3MiB"
+        [datapath]
+        inline_threshold = "1KiB"
+        chunk_size = "256KiB"
+        durability = "async"
+        [[datapath.devices]]
+        path = "d0.img"
+        size = "64MiB"
+        [[datapath.devices]]
+        path = "{tmp_path}/elsewhere/d1.img"
+        size = "32MiB"
+    """))
+    srv = Lode(str(data), extra_args=["--config", str(cfg)])
+    srv.start()
+    try:
+        assert any("2 device(s), 96.0 MiB" in l for l in srv.banner), srv.banner
+        from conftest import make_client
+
+        s3 = make_client(srv.endpoint)
+        s3.create_bucket(Bucket="cfg")
+        body = os.urandom(2 * 1024 * 1024 + 5)
+        s3.put_object(Bucket="cfg", Key="striped", Body=body)
+        assert s3.get_object(Bucket="cfg", Key="striped")["Body"].read() == body
+        # Chunks went to both devices (striping): both files hold non-zero data.
+        for dev in (data / "d0.img", tmp_path / "elsewhere" / "d1.img"):
+            assert dev.stat().st_size in (64 << 20, 32 << 20)
+            with open(dev, "rb") as f:
+                assert any(f.read(1 << 20)), f"{dev} got no chunk"
+        with pytest.raises(ClientError) as e:
+            s3.put_object(Bucket="cfg", Key="too-big", Body=b"x" * (3 * 1024 * 1024 + 1))
+        assert e.value.response["Error"]["Code"] == "EntityTooLarge"
+    finally:
+        srv.stop()
+
+
+@pytest.mark.parametrize(
+    "text,key",
+    [
+        ('[server]\nlisten = "not-an-address"\n', "server.listen"),
+        ('[datapath]\nchunk_size = "5KiB"\n', "datapath.chunk_size"),
+        ('[datapath]\ndurability = "sometimes"\n', "durability"),
+        ('[server]\nlisen = "127.0.0.1:9000"\n', "lisen"),
+        ('[[datapath.devices]]\npath = "d"\nsize = "1MiB"\n', "datapath.devices[0].size"),
+        ("this is not toml", "invalid"),
+    ],
+)
+def test_bad_config_names_the_key(tmp_path, text, key):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(text)
+    p = subprocess.run([lode_bin(), "serve", "--config", str(cfg), "--data-dir", str(tmp_path / "d")],
+                       capture_output=True, timeout=60)
+    err = p.stderr.decode()
+    assert p.returncode != 0
+    assert key in err, err
+    assert "panicked" not in err
+
+
+def test_flag_beats_env(tmp_path):
+    env = dict(os.environ, LODE_LISTEN="not-valid")
+    p = subprocess.run([lode_bin(), "check-config", "--listen", "127.0.0.1:9999", "--data-dir", str(tmp_path)],
+                       capture_output=True, timeout=60, env=env)
+    assert p.returncode == 0, p.stderr.decode()
+    assert 'listen = "127.0.0.1:9999"' in p.stdout.decode()
+    p = subprocess.run([lode_bin(), "check-config", "--data-dir", str(tmp_path)], capture_output=True, timeout=60, env=env)
+    assert p.returncode != 0 and "server.listen" in p.stderr.decode()
+
+
+def test_oversized_headers_are_refused(lode_server):
+    import requests
+
+    r = requests.get(lode_server.endpoint + "/", headers={"x-big": "a" * (200 * 1024)})
+    assert r.status_code == 431
