@@ -7,6 +7,7 @@
 //! * [`error`]: the one mapping of failures onto S3 error codes and statuses.
 
 pub mod auth;
+pub mod bench;
 pub mod checksum;
 pub mod error;
 pub mod host;

@@ -26,6 +26,8 @@ enum Cmd {
     CheckConfig(ServeArgs),
     /// Print the commented config template (all defaults).
     ConfigTemplate,
+    /// Run a benchmark workload against any S3 endpoint (see `lode bench --help`).
+    Bench(lode_gateway::bench::BenchArgs),
 }
 
 #[derive(clap::Args)]
@@ -83,6 +85,13 @@ fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match cli.cmd {
+        Cmd::Bench(args) => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(lode_gateway::bench::run(args))?;
+            Ok(())
+        }
         Cmd::ConfigTemplate => {
             print!("{}", lode_config::TEMPLATE);
             Ok(())
