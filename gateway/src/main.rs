@@ -26,6 +26,8 @@ enum Cmd {
     CheckConfig(ServeArgs),
     /// Print the commented config template (all defaults).
     ConfigTemplate,
+    /// Check (offline) that used extents match what objects reference; exit 1 on problems.
+    Fsck(FsckArgs),
     /// Run a benchmark workload against any S3 endpoint (see `lode bench --help`).
     Bench(lode_gateway::bench::BenchArgs),
 }
@@ -44,6 +46,18 @@ struct ServeArgs {
     /// Base domain for virtual-hosted-style requests.
     #[arg(long, env = "LODE_DOMAIN")]
     domain: Option<String>,
+}
+
+#[derive(clap::Args)]
+struct FsckArgs {
+    #[command(flatten)]
+    serve: ServeArgs,
+    /// Fix reference counts and release leaked extents.
+    #[arg(long)]
+    repair: bool,
+    /// Also read every chunk and check its crc32c.
+    #[arg(long)]
+    verify_data: bool,
 }
 
 fn load(args: &ServeArgs) -> anyhow::Result<LodeConfig> {
@@ -85,6 +99,25 @@ fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match cli.cmd {
+        Cmd::Fsck(args) => {
+            let cfg = load(&args.serve)?;
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            let rep = rt.block_on(lode_gateway::server::fsck(
+                &cfg,
+                args.repair,
+                args.verify_data,
+            ))?;
+            println!("{}", serde_json::to_string_pretty(&rep)?);
+            if rep.is_clean()
+                || rep.repaired && rep.bad_extents.is_empty() && rep.corrupt.is_empty()
+            {
+                Ok(())
+            } else {
+                std::process::exit(1)
+            }
+        }
         Cmd::Bench(args) => {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use lode_config::{Durability, IoBackend, LodeConfig};
 use lode_datapath::{Backend, Datapath};
-use lode_metadata::{RocksConfig, RocksMetadataStore};
+use lode_metadata::{MetadataStore, RocksConfig, RocksMetadataStore};
 use s3s::service::S3ServiceBuilder;
 use tokio::net::TcpListener;
 
@@ -74,23 +74,15 @@ impl Started {
     }
 }
 
-/// Opens everything, binds the listener, and serves until `shutdown` resolves.
-pub async fn serve(
-    cfg: LodeConfig,
-    on_start: impl FnOnce(&Started),
-    shutdown: impl std::future::Future<Output = ()>,
-) -> anyhow::Result<()> {
-    cfg.validate()?;
-    std::fs::create_dir_all(&cfg.data_dir)
-        .with_context(|| format!("creating data dir {}", cfg.data_dir.display()))?;
-    let data_dir = std::fs::canonicalize(&cfg.data_dir)?;
+/// Opens the metadata store and the datapath as configured (the only place that picks
+/// concrete backends).
+pub fn open_stores(cfg: &LodeConfig) -> anyhow::Result<(Arc<dyn MetadataStore>, Arc<Datapath>)> {
     let sync = cfg.datapath.durability == Durability::Sync;
-
     let mut rc = RocksConfig::new(cfg.resolve(&cfg.metadata.path));
     rc.sync = sync;
     rc.block_cache_bytes = cfg.metadata.block_cache.0 as usize;
-    let meta = RocksMetadataStore::open(&rc).context("opening the metadata store")?;
-
+    let meta = RocksMetadataStore::open(&rc)
+        .context("opening the metadata store (is another lode process using this data dir?)")?;
     let devices: Vec<(PathBuf, u64)> = cfg
         .datapath
         .devices
@@ -104,11 +96,36 @@ pub async fn serve(
     };
     let store = lode_datapath::open_store(&devices, backend, cfg.datapath.queue_depth)
         .context("opening the datapath devices")?;
-    let backend_name = store.backend_name();
-    let ndev = store.devices().len();
-    let dp = Arc::new(Datapath::new(store, sync));
+    Ok((Arc::new(meta), Arc::new(Datapath::new(store, sync))))
+}
+
+/// `lode fsck`: offline consistency check (and repair) of metadata against the allocator.
+pub async fn fsck(
+    cfg: &LodeConfig,
+    repair: bool,
+    verify_data: bool,
+) -> anyhow::Result<crate::fsck::Report> {
+    let (meta, dp) = open_stores(cfg)?;
+    let sizes: Vec<u64> = dp.store().devices().iter().map(|d| d.size).collect();
+    let rep = crate::fsck::run(meta, &sizes, verify_data.then_some(dp), repair).await?;
+    Ok(rep)
+}
+
+/// Opens everything, binds the listener, and serves until `shutdown` resolves.
+pub async fn serve(
+    cfg: LodeConfig,
+    on_start: impl FnOnce(&Started),
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    cfg.validate()?;
+    std::fs::create_dir_all(&cfg.data_dir)
+        .with_context(|| format!("creating data dir {}", cfg.data_dir.display()))?;
+    let data_dir = std::fs::canonicalize(&cfg.data_dir)?;
+    let (meta, dp) = open_stores(&cfg)?;
+    let backend_name = dp.store().backend_name();
+    let ndev = dp.store().devices().len();
     let svc = Arc::new(ObjectService::open(
-        Arc::new(meta),
+        meta,
         dp,
         ServiceConfig {
             inline_threshold: cfg.datapath.inline_threshold.0 as usize,
