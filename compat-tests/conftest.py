@@ -3,6 +3,7 @@
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -27,14 +28,28 @@ def lode_bin():
     return os.path.join(target, "release", "lode")
 
 
+def small_config(directory, device_size="1GiB"):
+    """A lode.toml whose one device is small: the default 8 GiB device file is preallocated for
+    real, and a test run starts many servers."""
+    path = os.path.join(directory, "test-lode.toml")
+    with open(path, "w") as f:
+        f.write(f'[[datapath.devices]]\npath = "dev0.img"\nsize = "{device_size}"\n')
+    return path
+
+
 class Lode:
     """One lode process. `restart()` stops it (SIGTERM, or SIGKILL with hard=True) and starts it
-    again on the same data dir and port."""
+    again on the same data dir and port. Unless `extra_args` names a config, the device is
+    `device_size` (1 GiB)."""
 
-    def __init__(self, data_dir, extra_env=None, extra_args=None):
+    def __init__(self, data_dir, extra_env=None, extra_args=None, device_size="1GiB"):
         self.data_dir = data_dir
         self.extra_env = extra_env or {}
-        self.extra_args = extra_args or []
+        self.extra_args = list(extra_args or [])
+        if "--config" not in self.extra_args:
+            parent = os.path.dirname(data_dir.rstrip("/"))
+            os.makedirs(parent, exist_ok=True)
+            self.extra_args += ["--config", small_config(parent, device_size)]
         self.port = None
         self.proc = None
         self.log_path = data_dir.rstrip("/") + ".log"
@@ -83,6 +98,11 @@ class Lode:
             self.proc.stdout.close()
         self.log.close()
 
+    def remove(self):
+        """Stops the server and deletes its data dir (device files are large)."""
+        self.stop()
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
     def restart(self, hard=False):
         self.stop(hard=hard)
         return self.start()
@@ -91,10 +111,10 @@ class Lode:
 @pytest.fixture(scope="session")
 def lode_server(tmp_path_factory):
     d = tmp_path_factory.mktemp("lode")
-    srv = Lode(str(d / "data"), extra_env={"LODE_DOMAIN": "localhost"})
+    srv = Lode(str(d / "data"), extra_env={"LODE_DOMAIN": "localhost"}, device_size="3GiB")
     srv.start()
     yield srv
-    srv.stop()
+    srv.remove()
 
 
 def make_client(endpoint, addressing="path", **cfg):

@@ -12,7 +12,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from conftest import Lode, lode_bin
+from conftest import Lode, lode_bin, small_config
 
 
 def client(endpoint, ak, sk):
@@ -23,6 +23,7 @@ def client(endpoint, ak, sk):
 def test_generated_credentials_are_printed_stored_and_kept(tmp_path):
     data = tmp_path / "data"
     env = {k: v for k, v in os.environ.items() if not k.startswith("LODE_")}
+    env["LODE_CONFIG"] = small_config(str(tmp_path))
     p = subprocess.Popen([lode_bin(), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data)],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     try:
@@ -97,7 +98,7 @@ def test_config_file_devices_sizes_and_limits(tmp_path):
             s3.put_object(Bucket="cfg", Key="too-big", Body=b"x" * (3 * 1024 * 1024 + 1))
         assert e.value.response["Error"]["Code"] == "EntityTooLarge"
     finally:
-        srv.stop()
+        srv.remove()
 
 
 @pytest.mark.parametrize(
@@ -137,3 +138,43 @@ def test_oversized_headers_are_refused(lode_server):
 
     r = requests.get(lode_server.endpoint + "/", headers={"x-big": "a" * (200 * 1024)})
     assert r.status_code == 431
+
+
+def test_slow_clients_time_out(tmp_path):
+    """A body that stops mid-way gets 400 RequestTimeout and leaves nothing; a client that never
+    finishes its headers is disconnected (slowloris)."""
+    import socket
+    import time as _time
+
+    from conftest import make_client
+
+    cfg = tmp_path / "lode.toml"
+    cfg.write_text("[server]\nheader_timeout_secs = 2\nbody_idle_timeout_secs = 2\n"
+                   '[[datapath.devices]]\npath = "dev0.img"\nsize = "256MiB"\n')
+    srv = Lode(str(tmp_path / "data"), extra_args=["--config", str(cfg)])
+    srv.start()
+    try:
+        s3 = make_client(srv.endpoint)
+        s3.create_bucket(Bucket="slow")
+        url = s3.generate_presigned_url("put_object", Params={"Bucket": "slow", "Key": "half"}, ExpiresIn=60)
+        path = url.split(str(srv.port), 1)[1]
+        sock = socket.create_connection(("127.0.0.1", srv.port))
+        sock.sendall(f"PUT {path} HTTP/1.1\r\nHost: 127.0.0.1:{srv.port}\r\nContent-Length: 100000\r\n\r\n".encode() + b"x" * 1000)
+        sock.settimeout(20)
+        t0 = _time.time()
+        resp = sock.recv(65536).decode(errors="replace")
+        assert "400" in resp.split("\r\n")[0] and "RequestTimeout" in resp, resp
+        assert 1.5 < _time.time() - t0 < 15
+        sock.close()
+        with pytest.raises(ClientError):
+            s3.head_object(Bucket="slow", Key="half")
+        sock = socket.create_connection(("127.0.0.1", srv.port))
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")  # never finishes the headers
+        sock.settimeout(20)
+        t0 = _time.time()
+        data = sock.recv(65536)
+        assert _time.time() - t0 < 15
+        assert data == b"" or b"408" in data.split(b"\r\n")[0]
+        sock.close()
+    finally:
+        srv.remove()

@@ -117,4 +117,4 @@ def test_kill_9_under_load_loses_no_acknowledged_write(tmp_path):
         print(f"crash iterations={iterations} acked={counters['acked']} checked={counters['checked']}")
         assert counters["acked"] > 0
     finally:
-        srv.stop()
+        srv.remove()

@@ -51,11 +51,25 @@ pub(crate) fn open_devices(
             let cur = file.metadata().map_err(ChunkError::Io)?.len();
             if cur < *want {
                 // Preallocate so O_DIRECT writes never allocate filesystem blocks on the hot path.
-                if let Err(e) =
-                    rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), 0, *want)
-                {
-                    tracing::warn!(path = %path.display(), error = %e, "fallocate failed; extending sparsely");
-                    file.set_len(*want).map_err(ChunkError::Io)?;
+                match rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), 0, *want) {
+                    Ok(()) => {}
+                    Err(e) if e == rustix::io::Errno::NOSPC => {
+                        // Never start on a device that cannot hold its configured size: writes
+                        // would fail later, on the hot path, instead.
+                        let _ = file.set_len(cur);
+                        return Err(ChunkError::Io(std::io::Error::new(
+                            std::io::ErrorKind::StorageFull,
+                            format!(
+                                "not enough free disk space to preallocate {want} bytes for device {} \
+                                 (lower its size in [[datapath.devices]])",
+                                path.display()
+                            ),
+                        )));
+                    }
+                    Err(e) => {
+                        tracing::warn!(path = %path.display(), error = %e, "fallocate unsupported here; extending sparsely");
+                        file.set_len(*want).map_err(ChunkError::Io)?;
+                    }
                 }
                 file.sync_all().map_err(ChunkError::Io)?;
             }

@@ -50,6 +50,10 @@ pub enum ObjError {
     IncompleteBody,
     #[error("{0} is not implemented by Lode")]
     NotImplemented(String),
+    #[error(
+        "Your socket connection to the server was not read from or written to within the timeout period."
+    )]
+    RequestTimeout,
     #[error("reading the request body failed: {0}")]
     Body(String),
     #[error(
@@ -126,6 +130,7 @@ impl From<ObjError> for S3Error {
             ObjError::IncompleteBody => C::IncompleteBody,
             ObjError::NotImplemented(_) => C::NotImplemented,
             ObjError::ChunkSignature => C::SignatureDoesNotMatch,
+            ObjError::RequestTimeout => C::RequestTimeout,
             ObjError::Body(_) => {
                 tracing::debug!(error = %msg, "request body failed");
                 C::IncompleteBody
@@ -201,6 +206,7 @@ mod tests {
             (ObjError::EntityTooLarge, "EntityTooLarge", 400),
             (ObjError::BadDigest("x".into()), "BadDigest", 400),
             (ObjError::ChunkSignature, "SignatureDoesNotMatch", 403),
+            (ObjError::RequestTimeout, "RequestTimeout", 400),
             (ObjError::NotImplemented("x".into()), "NotImplemented", 501),
             (
                 ObjError::Chunk(ChunkError::NoSpace),

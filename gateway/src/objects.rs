@@ -36,6 +36,8 @@ pub struct ServiceConfig {
     pub max_object_size: u64,
     /// Chunk writes in flight per upload.
     pub write_depth: usize,
+    /// A body that sends nothing for this long fails the request (RequestTimeout).
+    pub body_idle_timeout: std::time::Duration,
 }
 
 impl Default for ServiceConfig {
@@ -45,6 +47,7 @@ impl Default for ServiceConfig {
             chunk_size: 4 << 20,
             max_object_size: 5 << 30,
             write_depth: 4,
+            body_idle_timeout: std::time::Duration::from_secs(60),
         }
     }
 }
@@ -453,7 +456,12 @@ impl ObjectService {
         let mut writer: Option<ChunkWriter> = None;
         let mut cur: Option<AlignedBuf> = None;
         let chunk_size = self.cfg.chunk_size;
-        while let Some(piece) = body.next().await {
+        loop {
+            let piece = match tokio::time::timeout(self.cfg.body_idle_timeout, body.next()).await {
+                Ok(Some(p)) => p,
+                Ok(None) => break,
+                Err(_) => return Err(ObjError::RequestTimeout),
+            };
             let piece = piece.map_err(|e| ObjError::from_body(e.to_string()))?;
             size += piece.len() as u64;
             if size > max {

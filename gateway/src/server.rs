@@ -132,6 +132,7 @@ pub async fn serve(
             chunk_size: cfg.datapath.chunk_size.0 as usize,
             max_object_size: cfg.server.max_object_size.0,
             write_depth: 4,
+            body_idle_timeout: Duration::from_secs(cfg.server.body_idle_timeout_secs),
         },
     )?);
 
@@ -171,6 +172,7 @@ pub async fn serve(
     let conns = Arc::new(tokio::sync::Semaphore::new(cfg.server.max_connections));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let max_header = (cfg.server.max_header_size.0 as usize).max(8192);
+    let header_timeout = cfg.server.header_timeout_secs;
     let ids = Arc::new(AtomicU64::new(rand::random::<u32>() as u64));
     tokio::pin!(shutdown);
     loop {
@@ -211,7 +213,7 @@ pub async fn serve(
         });
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(TokioTimer::new())
-            .header_read_timeout(Duration::from_secs(30))
+            .header_read_timeout(Duration::from_secs(header_timeout))
             .max_buf_size(max_header.max(64 * 1024))
             .keep_alive(true);
         let conn = http.serve_connection(TokioIo::new(stream), svc);
