@@ -118,3 +118,50 @@ def test_kill_9_under_load_loses_no_acknowledged_write(tmp_path):
         assert counters["acked"] > 0
     finally:
         srv.remove()
+
+
+def test_client_vanishing_mid_upload_leaves_nothing(tmp_path):
+    """Clients that disconnect mid-body (small and chunked objects, and mid-part) leave no object,
+    no part and, per fsck, no leaked extent."""
+    import socket
+
+    srv = Lode(str(tmp_path / "data"))
+    srv.start()
+    try:
+        s3 = make_client(srv.endpoint)
+        s3.create_bucket(Bucket="gone")
+        uid = s3.create_multipart_upload(Bucket="gone", Key="mp")["UploadId"]
+        targets = [
+            ("PUT", "gone", "small", {}, 1_000, 10_000),
+            ("PUT", "gone", "big", {}, 9 * MiB, 20 * MiB),
+            ("PUT", "gone", "mp", {"PartNumber": 1, "UploadId": uid}, 6 * MiB, 10 * MiB),
+        ]
+        for method, b, k, params, send, declared in targets:
+            op = "upload_part" if params else "put_object"
+            url = s3.generate_presigned_url(op, Params={"Bucket": b, "Key": k, **params}, ExpiresIn=60)
+            path = url.split(str(srv.port), 1)[1]
+            sock = socket.create_connection(("127.0.0.1", srv.port))
+            head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{srv.port}\r\nContent-Length: {declared}\r\n\r\n"
+            sock.sendall(head.encode())
+            sent = 0
+            while sent < send:
+                n = min(1 << 20, send - sent)
+                sock.sendall(_BLOCK[:n])
+                sent += n
+            sock.close()  # vanish
+        time.sleep(0.5)
+        for k in ("small", "big"):
+            try:
+                s3.head_object(Bucket="gone", Key=k)
+                raise AssertionError(f"{k} became visible")
+            except ClientError as e:
+                assert e.response["Error"]["Code"] in ("404", "NoSuchKey")
+        assert s3.list_parts(Bucket="gone", Key="mp", UploadId=uid).get("Parts", []) == []
+        s3.abort_multipart_upload(Bucket="gone", Key="mp", UploadId=uid)
+        srv.stop()
+        p = subprocess.run([lode_bin(), "fsck", "--data-dir", srv.data_dir], capture_output=True, timeout=300)
+        assert p.returncode == 0, p.stdout.decode() + p.stderr.decode()
+        rep = json.loads(p.stdout)
+        assert rep["extents_recorded"] == 0 and not rep["leaked"]
+    finally:
+        srv.remove()

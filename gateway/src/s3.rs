@@ -172,6 +172,20 @@ fn checksum_fields(c: &Checksums) -> ChecksumFields {
     )
 }
 
+/// `If-Match` / `If-None-Match: *` of PutObject and CompleteMultipartUpload.
+fn write_cond(
+    if_match: Option<&ETagCondition>,
+    if_none_match: Option<&ETagCondition>,
+) -> WriteCond {
+    WriteCond {
+        if_match: if_match.map(|c| match c {
+            ETagCondition::Any => "*".to_owned(),
+            ETagCondition::ETag(e) => e.value().to_owned(),
+        }),
+        if_none_match_any: if_none_match.is_some_and(ETagCondition::is_any),
+    }
+}
+
 /// GET/HEAD preconditions (RFC 7232 order, as S3 applies them).
 fn check_read_conditions(
     rec: &ObjectRecord,
@@ -204,6 +218,59 @@ fn check_read_conditions(
         return Err(ObjError::NotModified);
     }
     Ok(())
+}
+
+/// What a GET or HEAD returns: the byte range, Content-Range, part count and checksums.
+struct ReadPlan {
+    start: u64,
+    end: u64,
+    content_range: Option<String>,
+    parts_count: Option<i32>,
+    sums: Checksums,
+}
+
+fn plan_read(
+    rec: &ObjectRecord,
+    part_number: Option<i32>,
+    range: Option<Range>,
+    checksum_mode: Option<&ChecksumMode>,
+) -> S3Result<ReadPlan> {
+    let mut plan = ReadPlan {
+        start: 0,
+        end: rec.size,
+        content_range: None,
+        parts_count: None,
+        sums: Checksums::default(),
+    };
+    let mut part_sums = None;
+    if let Some(n) = part_number {
+        if range.is_some() {
+            return Err(s3_error!(
+                InvalidRequest,
+                "Cannot specify both Range header and partNumber query parameter"
+            ));
+        }
+        let (s, e, count) = part_range(rec, n)?;
+        (plan.start, plan.end) = (s, e);
+        if !rec.parts.is_empty() {
+            plan.parts_count = Some(count as i32);
+            plan.content_range = Some(format!("bytes {}-{}/{}", s, e.saturating_sub(1), rec.size));
+            part_sums = rec.parts.get(n as usize - 1).map(|p| p.checksums.clone());
+        }
+    } else if let Some(r) = range {
+        let rr = r.check(rec.size).map_err(|_| ObjError::InvalidRange)?;
+        (plan.start, plan.end) = (rr.start, rr.end);
+        plan.content_range = Some(format!("bytes {}-{}/{}", rr.start, rr.end - 1, rec.size));
+    }
+    // Checksums only on request, and only for the whole object or a whole part.
+    if checksum_mode.is_some_and(|m| m.as_str() == ChecksumMode::ENABLED) {
+        if let Some(p) = part_sums {
+            plan.sums = p;
+        } else if plan.content_range.is_none() {
+            plan.sums = rec.checksums.clone();
+        }
+    }
+    Ok(plan)
 }
 
 /// The byte range of part `n` of an object (1-based), and the part count.
@@ -254,6 +321,18 @@ fn url_encode(s: &str) -> String {
         }
     }
     out
+}
+
+/// `encoding-type`: only `url` exists.
+fn url_encoding(e: Option<&EncodingType>) -> S3Result<bool> {
+    match e.map(EncodingType::as_str) {
+        None => Ok(false),
+        Some("url") => Ok(true),
+        Some(_) => Err(s3_error!(
+            InvalidArgument,
+            "Invalid Encoding Method specified in Request"
+        )),
+    }
 }
 
 fn max_keys(m: Option<i32>) -> S3Result<usize> {
@@ -422,13 +501,7 @@ impl S3 for LodeS3 {
             i.expires,
             i.metadata,
         );
-        let cond = WriteCond {
-            if_match: i.if_match.as_ref().map(|c| match c {
-                ETagCondition::Any => "*".to_owned(),
-                ETagCondition::ETag(e) => e.value().to_owned(),
-            }),
-            if_none_match_any: i.if_none_match.as_ref().is_some_and(ETagCondition::is_any),
-        };
+        let cond = write_cond(i.if_match.as_ref(), i.if_none_match.as_ref());
         let body = body.unwrap_or_else(|| StreamingBlob::from(s3s::Body::empty()));
         let r = self
             .svc
@@ -463,40 +536,9 @@ impl S3 for LodeS3 {
             i.if_modified_since.as_ref(),
             i.if_unmodified_since.as_ref(),
         )?;
-        let (mut start, mut end) = (0, rec.size);
-        let mut content_range = None;
-        let mut parts_count = None;
-        let mut part_sums = None;
-        if let Some(n) = i.part_number {
-            if i.range.is_some() {
-                return Err(s3_error!(
-                    InvalidRequest,
-                    "Cannot specify both Range header and partNumber query parameter"
-                ));
-            }
-            let (s, e, count) = part_range(&rec, n)?;
-            (start, end) = (s, e);
-            parts_count = (!rec.parts.is_empty()).then_some(count as i32);
-            part_sums = rec.parts.get(n as usize - 1).map(|p| p.checksums.clone());
-            if !rec.parts.is_empty() {
-                content_range = Some(format!("bytes {}-{}/{}", s, e.saturating_sub(1), rec.size));
-            }
-        } else if let Some(r) = i.range {
-            let rr = r.check(rec.size).map_err(|_| ObjError::InvalidRange)?;
-            (start, end) = (rr.start, rr.end);
-            content_range = Some(format!("bytes {}-{}/{}", start, end - 1, rec.size));
-        }
-        let whole = start == 0 && end == rec.size;
-        let want_sums = i
-            .checksum_mode
-            .as_ref()
-            .is_some_and(|m| m.as_str() == ChecksumMode::ENABLED);
-        let sums = match (&part_sums, want_sums) {
-            (Some(p), true) => p.clone(),
-            (None, true) if whole => rec.checksums.clone(),
-            _ => Checksums::default(),
-        };
-        let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) = checksum_fields(&sums);
+        let plan = plan_read(&rec, i.part_number, i.range, i.checksum_mode.as_ref())?;
+        let (start, end) = (plan.start, plan.end);
+        let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) = checksum_fields(&plan.sums);
         let stream = self.svc.read_range(h, start, end);
         let m = &rec.meta;
         let out = GetObjectOutput {
@@ -504,7 +546,7 @@ impl S3 for LodeS3 {
                 Box::pin(stream),
             ))),
             content_length: Some((end - start) as i64),
-            content_range,
+            content_range: plan.content_range,
             accept_ranges: Some("bytes".into()),
             e_tag: Some(etag(&rec.etag)),
             last_modified: Some(ts(rec.last_modified_ms)),
@@ -523,7 +565,7 @@ impl S3 for LodeS3 {
             expires: i
                 .response_expires
                 .or_else(|| m.expires.as_deref().and_then(parse_http_date)),
-            parts_count,
+            parts_count: plan.parts_count,
             checksum_crc32: crc32,
             checksum_crc32c: crc32c,
             checksum_crc64nvme: crc64nvme,
@@ -554,38 +596,13 @@ impl S3 for LodeS3 {
             i.if_modified_since.as_ref(),
             i.if_unmodified_since.as_ref(),
         )?;
-        let mut len = rec.size;
-        let mut parts_count = None;
-        let mut content_range = None;
-        let mut part_sums = None;
-        if let Some(n) = i.part_number {
-            let (s, e, count) = part_range(rec, n)?;
-            len = e - s;
-            parts_count = (!rec.parts.is_empty()).then_some(count as i32);
-            part_sums = rec.parts.get(n as usize - 1).map(|p| p.checksums.clone());
-            if !rec.parts.is_empty() {
-                content_range = Some(format!("bytes {}-{}/{}", s, e.saturating_sub(1), rec.size));
-            }
-        } else if let Some(r) = i.range {
-            let rr = r.check(rec.size).map_err(|_| ObjError::InvalidRange)?;
-            len = rr.end - rr.start;
-            content_range = Some(format!("bytes {}-{}/{}", rr.start, rr.end - 1, rec.size));
-        }
-        let want_sums = i
-            .checksum_mode
-            .as_ref()
-            .is_some_and(|m| m.as_str() == ChecksumMode::ENABLED);
-        let sums = match (part_sums, want_sums) {
-            (Some(p), true) => p,
-            (None, true) if content_range.is_none() => rec.checksums.clone(),
-            _ => Checksums::default(),
-        };
-        let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) = checksum_fields(&sums);
+        let plan = plan_read(rec, i.part_number, i.range, i.checksum_mode.as_ref())?;
+        let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) = checksum_fields(&plan.sums);
         let m = &rec.meta;
-        let partial = content_range.is_some();
+        let partial = plan.content_range.is_some();
         let out = HeadObjectOutput {
-            content_length: Some(len as i64),
-            content_range,
+            content_length: Some((plan.end - plan.start) as i64),
+            content_range: plan.content_range,
             accept_ranges: Some("bytes".into()),
             e_tag: Some(etag(&rec.etag)),
             last_modified: Some(ts(rec.last_modified_ms)),
@@ -596,7 +613,7 @@ impl S3 for LodeS3 {
             content_encoding: m.content_encoding.clone(),
             content_language: m.content_language.clone(),
             expires: m.expires.as_deref().and_then(parse_http_date),
-            parts_count,
+            parts_count: plan.parts_count,
             checksum_crc32: crc32,
             checksum_crc32c: crc32c,
             checksum_crc64nvme: crc64nvme,
@@ -737,16 +754,7 @@ impl S3 for LodeS3 {
     ) -> S3Result<S3Response<ListObjectsV2Output>> {
         let i = req.input;
         let max = max_keys(i.max_keys)?;
-        let enc = match i.encoding_type.as_ref().map(EncodingType::as_str) {
-            None => false,
-            Some("url") => true,
-            Some(_) => {
-                return Err(s3_error!(
-                    InvalidArgument,
-                    "Invalid Encoding Method specified in Request"
-                ));
-            }
-        };
+        let enc = url_encoding(i.encoding_type.as_ref())?;
         let after = match &i.continuation_token {
             Some(t) => Some(parse_token(t)?),
             None => i.start_after.clone(),
@@ -791,16 +799,7 @@ impl S3 for LodeS3 {
     ) -> S3Result<S3Response<ListObjectsOutput>> {
         let i = req.input;
         let max = max_keys(i.max_keys)?;
-        let enc = match i.encoding_type.as_ref().map(EncodingType::as_str) {
-            None => false,
-            Some("url") => true,
-            Some(_) => {
-                return Err(s3_error!(
-                    InvalidArgument,
-                    "Invalid Encoding Method specified in Request"
-                ));
-            }
-        };
+        let enc = url_encoding(i.encoding_type.as_ref())?;
         let prefix = i.prefix.clone().unwrap_or_default();
         let page = self
             .svc
@@ -1135,13 +1134,7 @@ impl S3 for LodeS3 {
             i.checksum_sha1,
             i.checksum_sha256,
         );
-        let cond = WriteCond {
-            if_match: i.if_match.as_ref().map(|c| match c {
-                ETagCondition::Any => "*".to_owned(),
-                ETagCondition::ETag(e) => e.value().to_owned(),
-            }),
-            if_none_match_any: i.if_none_match.as_ref().is_some_and(ETagCondition::is_any),
-        };
+        let cond = write_cond(i.if_match.as_ref(), i.if_none_match.as_ref());
         let rec = self
             .svc
             .complete_upload(&i.bucket, &i.key, &i.upload_id, parts, whole, cond)
