@@ -61,7 +61,10 @@ pub struct ObjectService {
     dp: Arc<Datapath>,
     cfg: ServiceConfig,
     /// Writers into a bucket hold it shared while they commit; DeleteBucket holds it exclusive,
-    /// so no object can be committed into a bucket that is being deleted.
+    /// so no object can be committed into a bucket that is being deleted. (Commits therefore read
+    /// the bucket record without tracking it: a tracked read would take the bucket key's
+    /// optimistic-commit lock and serialize every commit into the bucket, WAL sync included,
+    /// defeating RocksDB's group commit.)
     bucket_gate: Arc<RwLock<()>>,
 }
 
@@ -610,9 +613,7 @@ impl ObjectService {
             let okey = keys::object(&bucket, &key);
             let value = records::encode(&record);
             let freed = transact(m, |t| {
-                if t.get_for_update(Table::Buckets, bucket.as_bytes())?
-                    .is_none()
-                {
+                if m.get(Table::Buckets, bucket.as_bytes())?.is_none() {
                     return Err(ObjError::NoSuchBucket);
                 }
                 let old: Option<ObjectRecord> = get_rec(t, Table::Objects, &okey)?;
@@ -706,7 +707,7 @@ impl ObjectService {
         self.blocking(move |m| {
             let okey = keys::object(&b, &k);
             let freed = transact(m, |t| {
-                if t.get_for_update(Table::Buckets, b.as_bytes())?.is_none() {
+                if m.get(Table::Buckets, b.as_bytes())?.is_none() {
                     return Err(ObjError::NoSuchBucket);
                 }
                 let mut freed = vec![];
@@ -751,11 +752,11 @@ impl ObjectService {
             let _shared = gate.read().expect("bucket gate");
             let (skey, dkey) = (keys::object(&sb, &sk), keys::object(&db, &dk));
             let (rec, freed) = transact(m, |t| {
-                if t.get_for_update(Table::Buckets, db.as_bytes())?.is_none() {
+                if m.get(Table::Buckets, db.as_bytes())?.is_none() {
                     return Err(ObjError::NoSuchBucket);
                 }
                 let Some(src) = get_rec::<ObjectRecord>(t, Table::Objects, &skey)? else {
-                    if t.get_for_update(Table::Buckets, sb.as_bytes())?.is_none() {
+                    if m.get(Table::Buckets, sb.as_bytes())?.is_none() {
                         return Err(ObjError::NoSuchBucket);
                     }
                     return Err(ObjError::NoSuchKey);
@@ -817,9 +818,11 @@ impl ObjectService {
         check_key(key)?;
         let id = new_upload_id();
         let (b, k, i) = (bucket.to_owned(), key.to_owned(), id.clone());
+        let gate = Arc::clone(&self.bucket_gate);
         self.blocking(move |m| {
+            let _shared = gate.read().expect("bucket gate");
             transact(m, |t| {
-                if t.get_for_update(Table::Buckets, b.as_bytes())?.is_none() {
+                if m.get(Table::Buckets, b.as_bytes())?.is_none() {
                     return Err(ObjError::NoSuchBucket);
                 }
                 t.put(
@@ -1083,7 +1086,7 @@ impl ObjectService {
             let prefix = keys::part_prefix(&id);
             let end = keys::prefix_successor(&prefix);
             let (rec, freed) = transact(m, |t| {
-                if t.get_for_update(Table::Buckets, b.as_bytes())?.is_none() {
+                if m.get(Table::Buckets, b.as_bytes())?.is_none() {
                     return Err(ObjError::NoSuchBucket);
                 }
                 let Some(up) = get_rec::<UploadRecord>(t, Table::Uploads, &uk)? else {
