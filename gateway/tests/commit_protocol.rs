@@ -377,3 +377,44 @@ async fn reopen_rebuilds_the_allocator_from_metadata() {
     svc.delete_object("bk1", "k2").await.unwrap();
     assert_eq!(free(&svc), DEV);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_metadata_commit_leaves_nothing_and_returns_the_space() {
+    use lode_metadata::FaultyMetadataStore;
+    use std::sync::atomic::Ordering;
+
+    let dir = tempfile::tempdir().unwrap();
+    let meta = Arc::new(FaultyMetadataStore::new(
+        RocksMetadataStore::open(&RocksConfig::new(dir.path().join("meta"))).unwrap(),
+    ));
+    let store =
+        lode_datapath::open_store(&[(dir.path().join("dev0.img"), DEV)], Backend::Uring, 32)
+            .unwrap();
+    let dp = Arc::new(Datapath::new(store, true));
+    let svc = ObjectService::open(
+        meta.clone(),
+        dp,
+        ServiceConfig {
+            chunk_size: 1 << 20,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    svc.create_bucket("bk1", "me").await.unwrap();
+    put(&svc, "bk1", "old", &data(2 << 20, 1)).await.unwrap();
+    let before = free(&svc);
+    meta.fail_commits.store(true, Ordering::SeqCst);
+    // The data is written and synced, then the commit fails: the client gets an error...
+    let r = put(&svc, "bk1", "new", &data(3 << 20, 2)).await;
+    assert!(matches!(r, Err(ObjError::Meta(_))), "{r:?}");
+    let r = put(&svc, "bk1", "old", &data(3 << 20, 3)).await;
+    assert!(r.is_err());
+    meta.fail_commits.store(false, Ordering::SeqCst);
+    // ...nothing new is visible, the old version is intact, and no space leaked.
+    assert!(matches!(
+        svc.open_object("bk1", "new").await,
+        Err(ObjError::NoSuchKey)
+    ));
+    assert_eq!(get(&svc, "bk1", "old").await.unwrap(), data(2 << 20, 1));
+    assert_eq!(free(&svc), before);
+}

@@ -4,18 +4,21 @@
 //! tables, snapshot cursors and atomic multi-key commits with conflict detection. It names no
 //! RocksDB type, so a distributed ordered-KV engine can implement it later. Backends:
 //! [`RocksMetadataStore`] (production) and [`MemMetadataStore`] (tests); both pass the same
-//! conformance suite (`tests/conformance.rs`).
+//! conformance suite (`tests/conformance.rs`). [`FaultyMetadataStore`] wraps either to inject
+//! failures.
 //!
 //! On top of the trait this crate owns the key encoding ([`keys`]), whose byte order equals S3
 //! listing order, the versioned records ([`records`]) and listing ([`list`]), which costs
 //! O(page) seeks whatever the number of keys. It must never depend on the datapath or gateway.
 
+pub mod fault;
 pub mod keys;
 pub mod list;
 pub mod mem;
 pub mod records;
 pub mod rocks;
 
+pub use fault::FaultyMetadataStore;
 pub use mem::MemMetadataStore;
 pub use rocks::{RocksConfig, RocksMetadataStore};
 

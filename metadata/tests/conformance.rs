@@ -5,8 +5,8 @@ use std::sync::Arc;
 use lode_metadata::list::{ListQuery, list_objects};
 use lode_metadata::records::{Checksums, ObjectMeta, ObjectRecord, encode};
 use lode_metadata::{
-    MemMetadataStore, MetaError, MetadataStore, RocksConfig, RocksMetadataStore, Table, keys,
-    transact,
+    FaultyMetadataStore, MemMetadataStore, MetaError, MetadataStore, RocksConfig,
+    RocksMetadataStore, Table, keys, transact,
 };
 
 fn rocks() -> (tempfile::TempDir, Arc<dyn MetadataStore>) {
@@ -24,6 +24,12 @@ fn backends() -> Vec<(
     vec![
         ("mem", None, Arc::new(MemMetadataStore::new())),
         ("rocks", Some(d), r),
+        // The fault-injecting wrapper, with no fault armed, behaves exactly like its inner store.
+        (
+            "faulty(mem)",
+            None,
+            Arc::new(FaultyMetadataStore::new(MemMetadataStore::new())),
+        ),
     ]
 }
 
