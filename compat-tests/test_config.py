@@ -178,3 +178,47 @@ def test_slow_clients_time_out(tmp_path):
         sock.close()
     finally:
         srv.remove()
+
+
+def test_overload_answers_503_slowdown(tmp_path):
+    """Past `server.max_requests` requests in flight, Lode answers 503 SlowDown at once (which
+    SDKs retry) instead of queueing without bound; capacity returns when requests finish."""
+    import socket
+
+    from conftest import make_client
+
+    cfg = tmp_path / "lode.toml"
+    cfg.write_text("[server]\nmax_requests = 2\nbody_idle_timeout_secs = 30\n"
+                   '[[datapath.devices]]\npath = "dev0.img"\nsize = "256MiB"\n')
+    srv = Lode(str(tmp_path / "data"), extra_args=["--config", str(cfg)])
+    srv.start()
+    try:
+        s3 = make_client(srv.endpoint)
+        s3.create_bucket(Bucket="busy")
+        holders = []
+        for i in range(2):  # two uploads that stall mid-body hold both slots
+            url = s3.generate_presigned_url("put_object", Params={"Bucket": "busy", "Key": f"h{i}"}, ExpiresIn=60)
+            sock = socket.create_connection(("127.0.0.1", srv.port))
+            sock.sendall(f"PUT {url.split(str(srv.port), 1)[1]} HTTP/1.1\r\nHost: 127.0.0.1:{srv.port}\r\nContent-Length: 100\r\n\r\nxx".encode())
+            holders.append(sock)
+        import time as _time
+
+        _time.sleep(0.5)
+        with pytest.raises(ClientError) as e:
+            s3.head_bucket(Bucket="busy")
+        assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503
+        with pytest.raises(ClientError) as e:
+            s3.list_objects_v2(Bucket="busy")
+        assert e.value.response["Error"]["Code"] == "SlowDown"
+        for sock in holders:
+            sock.close()
+        deadline = _time.time() + 10
+        while True:
+            try:
+                s3.list_objects_v2(Bucket="busy")
+                break
+            except ClientError:
+                assert _time.time() < deadline, "capacity never came back"
+                _time.sleep(0.1)
+    finally:
+        srv.remove()

@@ -145,6 +145,8 @@ pub struct ServerConfig {
     pub max_header_size: ByteSize,
     /// Most connections served at once; further connections wait in the accept queue.
     pub max_connections: usize,
+    /// Most requests handled at once; beyond it requests get `503 SlowDown` at once.
+    pub max_requests: usize,
     /// Seconds a request may take to send its headers.
     pub header_timeout_secs: u64,
     /// Seconds a request body may stay silent before the request fails with RequestTimeout.
@@ -160,6 +162,7 @@ impl Default for ServerConfig {
             max_object_size: ByteSize(5 * ByteSize::GIB),
             max_header_size: ByteSize(64 * ByteSize::KIB),
             max_connections: 1024,
+            max_requests: 512,
             header_timeout_secs: 30,
             body_idle_timeout_secs: 60,
         }
@@ -313,6 +316,9 @@ impl LodeConfig {
         }
         if self.server.max_header_size.0 < 8 * ByteSize::KIB {
             return Err(invalid("server.max_header_size", "must be at least 8KiB"));
+        }
+        if self.server.max_requests == 0 {
+            return Err(invalid("server.max_requests", "must be above 0"));
         }
         if self.server.header_timeout_secs == 0 {
             return Err(invalid("server.header_timeout_secs", "must be above 0"));

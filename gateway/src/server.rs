@@ -173,6 +173,7 @@ pub async fn serve(
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let max_header = (cfg.server.max_header_size.0 as usize).max(8192);
     let header_timeout = cfg.server.header_timeout_secs;
+    let inflight = Arc::new(tokio::sync::Semaphore::new(cfg.server.max_requests));
     let ids = Arc::new(AtomicU64::new(rand::random::<u32>() as u64));
     tokio::pin!(shutdown);
     loop {
@@ -195,13 +196,18 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let s3 = s3.clone();
         let ids = Arc::clone(&ids);
+        let inflight = Arc::clone(&inflight);
         let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
             let s3 = s3.clone();
             let req = req.map(s3s::Body::from);
             let id = ids.fetch_add(1, Ordering::Relaxed);
+            let permit = Arc::clone(&inflight).try_acquire_owned();
             async move {
-                let mut resp = s3.call(req).await?;
                 let rid = format!("{id:016X}");
+                let mut resp = match permit {
+                    Ok(_permit) => s3.call(req).await?,
+                    Err(_) => slow_down(&rid),
+                };
                 if let Ok(v) = http::HeaderValue::from_str(&rid) {
                     resp.headers_mut().insert("x-amz-request-id", v.clone());
                     resp.headers_mut().insert("x-amz-id-2", v);
@@ -235,6 +241,23 @@ pub async fn serve(
     }
     let _ = TokioExecutor::new();
     Ok(())
+}
+
+/// The answer to a request over `server.max_requests`: S3's `503 SlowDown`, which every SDK
+/// retries with backoff.
+fn slow_down(request_id: &str) -> http::Response<s3s::Body> {
+    tracing::warn!("request limit reached: answering 503 SlowDown");
+    let xml = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>SlowDown</Code>\
+         <Message>Please reduce your request rate.</Message><RequestId>{request_id}</RequestId></Error>"
+    );
+    let mut r = http::Response::new(s3s::Body::from(xml));
+    *r.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/xml"),
+    );
+    r
 }
 
 /// Resolves when SIGINT or SIGTERM arrives.
