@@ -182,3 +182,29 @@ def test_transfer_manager_upload_download(s3, bucket, tmp_path):
     assert out.read_bytes() == body
     h = s3.head_object(Bucket=bucket, Key="big.bin")
     assert h["ETag"].endswith('-6"') and h["ContentLength"] == len(body)
+
+
+def test_list_uploads_prefix_delimiter_and_paging(s3, bucket):
+    keys = ["a/1", "a/2", "b/x/1", "c", "c", "d/1"]
+    ids = [(k, s3.create_multipart_upload(Bucket=bucket, Key=k)["UploadId"]) for k in keys]
+    r = s3.list_multipart_uploads(Bucket=bucket, Delimiter="/")
+    assert [p["Prefix"] for p in r["CommonPrefixes"]] == ["a/", "b/", "d/"]
+    assert sorted(u["UploadId"] for u in r["Uploads"]) == sorted(i for k, i in ids if k == "c")
+    r = s3.list_multipart_uploads(Bucket=bucket, Prefix="b/", Delimiter="/")
+    assert [p["Prefix"] for p in r["CommonPrefixes"]] == ["b/x/"] and not r.get("Uploads")
+    # Paging one entry at a time visits every upload and prefix exactly once.
+    seen, km, um = [], None, None
+    while True:
+        kw = {"Bucket": bucket, "MaxUploads": 1, "Delimiter": "/"}
+        if km:
+            kw["KeyMarker"] = km
+        if um:
+            kw["UploadIdMarker"] = um
+        r = s3.list_multipart_uploads(**kw)
+        seen += [p["Prefix"] for p in r.get("CommonPrefixes", [])] + [u["Key"] for u in r.get("Uploads", [])]
+        if not r["IsTruncated"]:
+            break
+        km, um = r.get("NextKeyMarker"), r.get("NextUploadIdMarker")
+    assert sorted(seen) == ["a/", "b/", "c", "c", "d/"]
+    for k, i in ids:
+        s3.abort_multipart_upload(Bucket=bucket, Key=k, UploadId=i)

@@ -42,12 +42,6 @@ def test_owner_is_the_access_key(s3, bucket):
     assert o["Owner"]["ID"] == ACCESS_KEY
 
 
-def test_list_uploads_with_delimiter_not_implemented(s3, bucket):
-    with pytest.raises(ClientError) as e:
-        s3.list_multipart_uploads(Bucket=bucket, Delimiter="/")
-    assert code(e) == "NotImplemented"
-
-
 def test_start_after_inside_a_common_prefix_skips_it(s3, bucket):
     for k in ["a/1", "a/2", "b"]:
         s3.put_object(Bucket=bucket, Key=k, Body=b"x")

@@ -179,6 +179,16 @@ pub struct ObjectHandle {
     guard: ReadGuard,
 }
 
+/// One page of ListMultipartUploads.
+#[derive(Default)]
+pub struct UploadPage {
+    pub uploads: Vec<(String, String, UploadRecord)>,
+    pub prefixes: Vec<String>,
+    pub truncated: bool,
+    /// (key marker, upload id marker) to continue after.
+    pub last: Option<(String, String)>,
+}
+
 pub struct PutResult {
     pub etag: String,
     pub size: u64,
@@ -975,15 +985,17 @@ impl ObjectService {
         Ok((parts, truncated))
     }
 
-    /// Uploads in a bucket: (key, upload id, record), from after `(key_marker, id_marker)`.
+    /// Uploads in a bucket: (key, upload id, record) and common prefixes, from after
+    /// `(key_marker, id_marker)`. With a delimiter, each common prefix costs one seek.
     pub async fn list_uploads(
         &self,
         bucket: &str,
         prefix: String,
+        delimiter: Option<String>,
         key_marker: Option<String>,
         id_marker: Option<String>,
         max: usize,
-    ) -> ObjResult<(Vec<(String, String, UploadRecord)>, bool)> {
+    ) -> ObjResult<UploadPage> {
         let b = bucket.to_owned();
         self.blocking(move |m| {
             if m.get(Table::Buckets, b.as_bytes())?.is_none() {
@@ -998,8 +1010,8 @@ impl ObjectService {
                 _ => full.clone(),
             };
             c.seek(&start);
-            let mut out = vec![];
-            let mut truncated = false;
+            let mut page = UploadPage::default();
+            let delim = delimiter.filter(|d| !d.is_empty());
             while let Some((k, v)) = c.current() {
                 if !k.starts_with(&full) {
                     break;
@@ -1010,22 +1022,47 @@ impl ObjectService {
                 };
                 let key = String::from_utf8_lossy(key).into_owned();
                 let id = String::from_utf8_lossy(id).into_owned();
+                let cp = delim.as_deref().and_then(|d| {
+                    key[prefix.len()..]
+                        .find(d)
+                        .map(|i| key[..prefix.len() + i + d.len()].to_owned())
+                });
+                if let Some(cp) = cp {
+                    if key_marker.as_deref().is_none_or(|km| cp.as_str() > km) {
+                        if page.uploads.len() + page.prefixes.len() >= max {
+                            page.truncated = true;
+                            break;
+                        }
+                        page.prefixes.push(cp.clone());
+                        page.last = Some((cp.clone(), String::new()));
+                    }
+                    match keys::prefix_successor(cp.as_bytes()) {
+                        Some(next) => {
+                            let mut k = base.clone();
+                            k.extend_from_slice(&next);
+                            c.seek(&k);
+                            continue;
+                        }
+                        None => break,
+                    }
+                }
                 let skip = match (&key_marker, &id_marker) {
                     (Some(km), Some(im)) => key < *km || (key == *km && id <= *im),
                     (Some(km), None) => key <= *km,
                     _ => false,
                 };
                 if !skip {
-                    if out.len() >= max {
-                        truncated = true;
+                    if page.uploads.len() + page.prefixes.len() >= max {
+                        page.truncated = true;
                         break;
                     }
-                    out.push((key, id, records::decode(v)?));
+                    page.last = Some((key.clone(), id.clone()));
+                    page.uploads.push((key, id, records::decode(v)?));
                 }
                 c.next();
             }
             c.status()?;
-            Ok((out, truncated))
+            Ok(page)
         })
         .await
     }

@@ -1052,24 +1052,30 @@ impl S3 for LodeS3 {
         req: S3Request<ListMultipartUploadsInput>,
     ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
         let i = req.input;
-        if i.delimiter.as_deref().is_some_and(|d| !d.is_empty()) {
-            return Err(
-                ObjError::NotImplemented("ListMultipartUploads with a delimiter".into()).into(),
-            );
-        }
         let max = i.max_uploads.unwrap_or(1000).clamp(0, 1000) as usize;
-        let (ups, truncated) = self
+        let page = self
             .svc
             .list_uploads(
                 &i.bucket,
                 i.prefix.clone().unwrap_or_default(),
+                i.delimiter.clone(),
                 i.key_marker.clone(),
                 i.upload_id_marker.clone(),
                 max,
             )
             .await?;
-        let (nk, nu) = ups.last().map(|(k, u, _)| (k.clone(), u.clone())).unzip();
-        let uploads = ups
+        let (nk, nu) = page.last.clone().unzip();
+        let nu = nu.filter(|u| !u.is_empty()); // the page ended on a common prefix
+        let truncated = page.truncated;
+        let prefixes: Vec<CommonPrefix> = page
+            .prefixes
+            .iter()
+            .map(|p| CommonPrefix {
+                prefix: Some(p.clone()),
+            })
+            .collect();
+        let uploads = page
+            .uploads
             .into_iter()
             .map(|(key, id, r)| MultipartUpload {
                 key: Some(key),
@@ -1095,6 +1101,8 @@ impl S3 for LodeS3 {
             max_uploads: Some(max as i32),
             is_truncated: Some(truncated),
             uploads: Some(uploads),
+            common_prefixes: Some(prefixes),
+            delimiter: i.delimiter,
             ..Default::default()
         }))
     }
