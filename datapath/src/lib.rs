@@ -396,12 +396,18 @@ impl ChunkWriter {
         Ok(())
     }
 
-    /// Waits for every write, makes them durable, and returns the chunks in order with the
-    /// allocation (commit it once metadata names the chunks).
-    pub async fn finish(mut self) -> Result<(Vec<ChunkRef>, Allocation), ChunkError> {
+    /// Waits until every queued chunk is written (not yet durable).
+    pub async fn drain(&mut self) -> Result<(), ChunkError> {
         while !self.inflight.is_empty() {
             self.reap_one().await?;
         }
+        Ok(())
+    }
+
+    /// Waits for every write, makes them durable, and returns the chunks in order with the
+    /// allocation (commit it once metadata names the chunks).
+    pub async fn finish(mut self) -> Result<(Vec<ChunkRef>, Allocation), ChunkError> {
+        self.drain().await?;
         let devs: Vec<u32> = self.done.iter().map(|c| c.extent.dev).collect();
         self.dp.sync(devs).await?;
         let alloc = self.alloc.take().expect("allocation");

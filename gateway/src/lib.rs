@@ -10,6 +10,7 @@ pub mod auth;
 pub mod bench;
 pub mod checksum;
 pub mod error;
+pub mod failpoint;
 pub mod fsck;
 pub mod host;
 pub mod objects;

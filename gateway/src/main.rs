@@ -142,8 +142,15 @@ fn main() -> anyhow::Result<()> {
                 .enable_all()
                 .thread_name("lode")
                 .build()?;
+            // Crash-test failpoints (see gateway/src/failpoint.rs); never set in production.
+            let failpoints = match std::env::var("LODE_FAILPOINTS") {
+                Ok(spec) => lode_gateway::failpoint::Failpoints::parse(&spec)
+                    .map_err(|e| anyhow::anyhow!("LODE_FAILPOINTS: {e}"))?,
+                Err(_) => Default::default(),
+            };
             rt.block_on(lode_gateway::server::serve(
                 cfg,
+                failpoints,
                 |s| {
                     use std::io::Write;
                     print!("{}", s.banner(&region));

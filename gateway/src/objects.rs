@@ -38,6 +38,8 @@ pub struct ServiceConfig {
     pub write_depth: usize,
     /// A body that sends nothing for this long fails the request (RequestTimeout).
     pub body_idle_timeout: std::time::Duration,
+    /// Crash-test failpoints (unarmed unless the binary arms them).
+    pub failpoints: crate::failpoint::Failpoints,
 }
 
 impl Default for ServiceConfig {
@@ -48,6 +50,7 @@ impl Default for ServiceConfig {
             max_object_size: 5 << 30,
             write_depth: 4,
             body_idle_timeout: std::time::Duration::from_secs(60),
+            failpoints: Default::default(),
         }
     }
 }
@@ -545,7 +548,10 @@ impl ObjectService {
                 {
                     w.push(b).await?;
                 }
+                w.drain().await?;
+                self.cfg.failpoints.hit("put.after_data_write");
                 let (refs, alloc) = w.finish().await?;
+                self.cfg.failpoints.hit("put.after_data_sync");
                 (
                     refs.iter().map(|c| Segment::Chunk(chunk_loc(c))).collect(),
                     Some(alloc),
@@ -601,6 +607,7 @@ impl ObjectService {
         };
         self.commit_object(bucket, key, record, ing.alloc, cond, true)
             .await?;
+        self.cfg.failpoints.hit("put.after_commit");
         Ok(result)
     }
 

@@ -114,6 +114,7 @@ pub async fn fsck(
 /// Opens everything, binds the listener, and serves until `shutdown` resolves.
 pub async fn serve(
     cfg: LodeConfig,
+    failpoints: crate::failpoint::Failpoints,
     on_start: impl FnOnce(&Started),
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
@@ -133,6 +134,7 @@ pub async fn serve(
             max_object_size: cfg.server.max_object_size.0,
             write_depth: 4,
             body_idle_timeout: Duration::from_secs(cfg.server.body_idle_timeout_secs),
+            failpoints,
         },
     )?);
 

@@ -25,6 +25,7 @@ fn open(dir: &std::path::Path, dev_size: u64) -> Arc<ObjectService> {
         max_object_size: 1 << 30,
         write_depth: 4,
         body_idle_timeout: std::time::Duration::from_secs(5),
+        ..Default::default()
     };
     Arc::new(ObjectService::open(Arc::new(meta), dp, cfg).unwrap())
 }
