@@ -138,6 +138,57 @@ struct Ingested {
     alloc: Option<Allocation>,
 }
 
+/// MD5 of a body: inline for small bodies; once a body turns out large, on a blocking thread fed
+/// through a bounded channel, so hashing overlaps receiving and the device writes.
+enum Md5Pipe {
+    Inline(Md5),
+    Offloaded {
+        tx: tokio::sync::mpsc::Sender<Bytes>,
+        done: tokio::task::JoinHandle<[u8; 16]>,
+    },
+    Moving,
+}
+
+impl Md5Pipe {
+    fn offload(&mut self) {
+        if let Md5Pipe::Inline(h) = std::mem::replace(self, Md5Pipe::Moving) {
+            let mut h = h;
+            let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(32);
+            let done = tokio::task::spawn_blocking(move || {
+                while let Some(b) = rx.blocking_recv() {
+                    h.update(&b);
+                }
+                h.finalize().into()
+            });
+            *self = Md5Pipe::Offloaded { tx, done };
+        }
+    }
+
+    async fn update(&mut self, b: &Bytes) -> ObjResult<()> {
+        match self {
+            Md5Pipe::Inline(h) => h.update(b),
+            Md5Pipe::Offloaded { tx, .. } => tx
+                .send(b.clone())
+                .await
+                .map_err(|_| ObjError::Internal("the MD5 thread stopped".into()))?,
+            Md5Pipe::Moving => unreachable!("offload always leaves a state"),
+        }
+        Ok(())
+    }
+
+    async fn finish(self) -> ObjResult<[u8; 16]> {
+        match self {
+            Md5Pipe::Inline(h) => Ok(h.finalize().into()),
+            Md5Pipe::Offloaded { tx, done } => {
+                drop(tx);
+                done.await
+                    .map_err(|e| ObjError::Internal(format!("the MD5 thread failed: {e}")))
+            }
+            Md5Pipe::Moving => unreachable!("offload always leaves a state"),
+        }
+    }
+}
+
 /// Expected digests and the algorithms to compute for one upload.
 #[derive(Default)]
 pub struct Integrity {
@@ -465,7 +516,7 @@ impl ObjectService {
         if content_length.is_some_and(|l| l as u64 > max) {
             return Err(ObjError::EntityTooLarge);
         }
-        let mut md5 = Md5::new();
+        let mut md5 = Md5Pipe::Inline(Md5::new());
         let mut sums = crate::checksum::Hasher::new(&integrity.algos);
         let mut size = 0u64;
         let mut head = BytesMut::new();
@@ -483,14 +534,16 @@ impl ObjectService {
             if size > max {
                 return Err(ObjError::EntityTooLarge);
             }
-            md5.update(&piece);
+            md5.update(&piece).await?;
             sums.update(&piece);
             if writer.is_none() {
                 if head.len() + piece.len() <= self.cfg.inline_threshold {
                     head.extend_from_slice(&piece);
                     continue;
                 }
-                // Too big to inline: switch to chunks, starting with what was buffered.
+                // Too big to inline: switch to chunks, starting with what was buffered, and
+                // hash MD5 on its own thread from here on.
+                md5.offload();
                 writer = Some(ChunkWriter::new(&self.dp, self.cfg.write_depth));
                 let mut b = AlignedBuf::with_capacity(chunk_size);
                 b.extend_from_slice(&head);
@@ -513,7 +566,7 @@ impl ObjectService {
         {
             return Err(ObjError::IncompleteBody);
         }
-        let md5: [u8; 16] = md5.finalize().into();
+        let md5 = md5.finish().await?;
         // Content-MD5
         if let Some(cm) = &integrity.content_md5 {
             use base64::Engine;
