@@ -15,7 +15,7 @@ WORK="$(mktemp -d /var/tmp/lode-bench.XXXXXX)"
 AK=benchaccesskey SK=benchsecretkey123
 cleanup() { kill "${PIDS[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"; }
 PIDS=(); trap cleanup EXIT
-LODE_ACCESS_KEY=$AK LODE_SECRET_KEY=$SK "$LODE" serve --listen 127.0.0.1:19301 --data-dir "$WORK/lode" >"$WORK/lode.log" 2>&1 & PIDS+=($!)
+LODE_ACCESS_KEY=$AK LODE_SECRET_KEY=$SK "$LODE" serve --listen 127.0.0.1:19301 --admin-listen "" --data-dir "$WORK/lode" >"$WORK/lode.log" 2>&1 & PIDS+=($!)
 mkdir -p "$WORK/s3sfs"; "$S3SFS" --host 127.0.0.1 --port 19302 --access-key $AK --secret-key $SK "$WORK/s3sfs" >"$WORK/s3sfs.log" 2>&1 & PIDS+=($!)
 for port in 19301 19302; do
     for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done

@@ -60,8 +60,9 @@ class Lode:
         env.update({"LODE_ACCESS_KEY": ACCESS_KEY, "LODE_SECRET_KEY": SECRET_KEY, "LODE_LOG": "info"})
         env.update(self.extra_env)
         self.log = open(self.log_path, "ab")
+        admin = [] if "--admin-listen" in self.extra_args else ["--admin-listen", "127.0.0.1:0"]
         self.proc = subprocess.Popen(
-            [lode_bin(), "serve", "--listen", listen, "--data-dir", self.data_dir, *self.extra_args],
+            [lode_bin(), "serve", "--listen", listen, "--data-dir", self.data_dir, *admin, *self.extra_args],
             stdout=subprocess.PIPE,
             stderr=self.log,
             env=env,
@@ -76,6 +77,9 @@ class Lode:
             m = re.search(r"S3 endpoint : http://127\.0\.0\.1:(\d+)", line)
             if m:
                 self.port = int(m.group(1))
+            a = re.search(r"admin       : http://127\.0\.0\.1:(\d+)/healthz", line)
+            if a:
+                self.admin = f"http://127.0.0.1:{a.group(1)}"
             if "AWS_DEFAULT_REGION" in line and self.port:
                 self.banner = banner
                 return self

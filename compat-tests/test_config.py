@@ -24,6 +24,7 @@ def test_generated_credentials_are_printed_stored_and_kept(tmp_path):
     data = tmp_path / "data"
     env = {k: v for k, v in os.environ.items() if not k.startswith("LODE_")}
     env["LODE_CONFIG"] = small_config(str(tmp_path))
+    env["LODE_ADMIN_LISTEN"] = "127.0.0.1:0"
     p = subprocess.Popen([lode_bin(), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data)],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     try:
@@ -222,3 +223,21 @@ def test_overload_answers_503_slowdown(tmp_path):
                 _time.sleep(0.1)
     finally:
         srv.remove()
+
+
+def test_admin_healthz_and_metrics(lode_server, s3, bucket):
+    import requests
+
+    h = requests.get(lode_server.admin + "/healthz")
+    assert h.status_code == 200
+    j = h.json()
+    assert j["status"] == "ok" and j["datapath_backend"] == "io_uring" and j["total_bytes"] == 3 << 30
+    m = requests.get(lode_server.admin + "/metrics").text
+    free = lambda text: int(next(l.split()[1] for l in text.splitlines() if l.startswith("lode_datapath_free_bytes ")))
+    before = free(m)
+    assert "lode_up 1" in m and "lode_datapath_write_poisoned 0" in m
+    s3.put_object(Bucket=bucket, Key="space", Body=b"x" * (5 * 1024 * 1024))
+    assert free(requests.get(lode_server.admin + "/metrics").text) == before - 5 * 1024 * 1024
+    s3.delete_object(Bucket=bucket, Key="space")
+    assert free(requests.get(lode_server.admin + "/metrics").text) == before
+    assert requests.get(lode_server.admin + "/nope").status_code == 404

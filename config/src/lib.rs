@@ -135,6 +135,8 @@ impl Default for LodeConfig {
 pub struct ServerConfig {
     /// Address of the S3 endpoint.
     pub listen: String,
+    /// Address of the admin endpoint (`/healthz`, `/metrics`); empty disables it.
+    pub admin_listen: String,
     /// Region reported by GetBucketLocation and accepted in signatures.
     pub region: String,
     /// Base domain for virtual-hosted-style requests (`<bucket>.<domain>`). Empty: path-style only.
@@ -157,6 +159,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             listen: "127.0.0.1:9000".to_owned(),
+            admin_listen: "127.0.0.1:9001".to_owned(),
             region: "us-east-1".to_owned(),
             domain: String::new(),
             max_object_size: ByteSize(5 * ByteSize::GIB),
@@ -294,6 +297,21 @@ impl LodeConfig {
                 format!(
                     "`{}` is not an address like 127.0.0.1:9000",
                     self.server.listen
+                ),
+            ));
+        }
+        if !self.server.admin_listen.is_empty()
+            && self
+                .server
+                .admin_listen
+                .parse::<std::net::SocketAddr>()
+                .is_err()
+        {
+            return Err(invalid(
+                "server.admin_listen",
+                format!(
+                    "`{}` is not an address like 127.0.0.1:9001 (or empty to disable)",
+                    self.server.admin_listen
                 ),
             ));
         }

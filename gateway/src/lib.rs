@@ -6,6 +6,7 @@
 //! * [`server`]: wiring; the only module that picks concrete backends.
 //! * [`error`]: the one mapping of failures onto S3 error codes and statuses.
 
+pub mod admin;
 pub mod auth;
 pub mod bench;
 pub mod checksum;

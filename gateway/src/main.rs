@@ -40,6 +40,9 @@ struct ServeArgs {
     /// Address of the S3 endpoint.
     #[arg(long, env = "LODE_LISTEN")]
     listen: Option<String>,
+    /// Address of the admin endpoint (/healthz, /metrics); empty disables it.
+    #[arg(long, env = "LODE_ADMIN_LISTEN")]
+    admin_listen: Option<String>,
     /// Data directory (RocksDB, device files, credentials).
     #[arg(long, env = "LODE_DATA_DIR")]
     data_dir: Option<PathBuf>,
@@ -71,6 +74,9 @@ fn load(args: &ServeArgs) -> anyhow::Result<LodeConfig> {
     };
     if let Some(v) = &args.listen {
         cfg.server.listen = v.clone();
+    }
+    if let Some(v) = &args.admin_listen {
+        cfg.server.admin_listen = v.clone();
     }
     if let Some(v) = &args.data_dir {
         cfg.data_dir = v.clone();

@@ -21,6 +21,7 @@ use crate::objects::{ObjectService, ServiceConfig};
 /// What a started server tells its caller (and prints in the banner).
 pub struct Started {
     pub addr: SocketAddr,
+    pub admin_addr: Option<SocketAddr>,
     pub data_dir: PathBuf,
     pub creds: Credentials,
     pub creds_source: Source,
@@ -42,6 +43,7 @@ impl Started {
         format!(
             "Lode {ver} is serving S3\n\
              \x20 S3 endpoint : http://{addr}\n\
+             \x20 admin       : {admin}\n\
              \x20 data dir    : {dir}\n\
              \x20 datapath    : {backend}, {devs} device(s), {total} ({free} free)\n\
              \x20 credentials : {how}\n\
@@ -53,6 +55,10 @@ impl Started {
              \x20 export AWS_DEFAULT_REGION={region}\n",
             ver = env!("CARGO_PKG_VERSION"),
             addr = self.addr,
+            admin = match self.admin_addr {
+                Some(a) => format!("http://{a}/healthz, http://{a}/metrics"),
+                None => "disabled".to_owned(),
+            },
             dir = self.data_dir.display(),
             backend = self.backend,
             devs = self.devices,
@@ -158,9 +164,20 @@ pub async fn serve(
         .await
         .with_context(|| format!("binding {}", cfg.server.listen))?;
     let addr = listener.local_addr()?;
+    let admin_addr = if cfg.server.admin_listen.is_empty() {
+        None
+    } else {
+        let l = TcpListener::bind(&cfg.server.admin_listen)
+            .await
+            .with_context(|| format!("binding the admin endpoint {}", cfg.server.admin_listen))?;
+        let a = l.local_addr()?;
+        tokio::spawn(crate::admin::serve(l, Arc::clone(&svc)));
+        Some(a)
+    };
     let (free, total) = svc.datapath().space();
     on_start(&Started {
         addr,
+        admin_addr,
         data_dir: data_dir.clone(),
         creds,
         creds_source,

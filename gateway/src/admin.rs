@@ -1,0 +1,93 @@
+//! The admin endpoint: `/healthz` (JSON; 503 while the datapath refuses writes) and `/metrics`
+//! (Prometheus text). Metric names are defined once, here.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+use crate::objects::ObjectService;
+
+pub const METRIC_UP: &str = "lode_up";
+pub const METRIC_FREE_BYTES: &str = "lode_datapath_free_bytes";
+pub const METRIC_TOTAL_BYTES: &str = "lode_datapath_total_bytes";
+pub const METRIC_POISONED: &str = "lode_datapath_write_poisoned";
+
+fn health(svc: &ObjectService) -> (http::StatusCode, String) {
+    let dp = svc.datapath();
+    let (free, total) = dp.space();
+    let poisoned = dp.is_poisoned();
+    let body = serde_json::json!({
+        "status": if poisoned { "read-only" } else { "ok" },
+        "reason": if poisoned { Some("a device write or fsync failed; writes are refused until restart") } else { None },
+        "version": env!("CARGO_PKG_VERSION"),
+        "datapath_backend": dp.store().backend_name(),
+        "free_bytes": free,
+        "total_bytes": total,
+    });
+    let status = if poisoned {
+        http::StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        http::StatusCode::OK
+    };
+    (status, body.to_string())
+}
+
+fn metrics(svc: &ObjectService) -> String {
+    let dp = svc.datapath();
+    let (free, total) = dp.space();
+    format!(
+        "# HELP {METRIC_UP} 1 while the process serves.\n# TYPE {METRIC_UP} gauge\n{METRIC_UP} 1\n\
+         # HELP {METRIC_FREE_BYTES} Free space on the datapath devices.\n# TYPE {METRIC_FREE_BYTES} gauge\n{METRIC_FREE_BYTES} {free}\n\
+         # HELP {METRIC_TOTAL_BYTES} Capacity of the datapath devices.\n# TYPE {METRIC_TOTAL_BYTES} gauge\n{METRIC_TOTAL_BYTES} {total}\n\
+         # HELP {METRIC_POISONED} 1 after a device write/fsync error (writes refused).\n# TYPE {METRIC_POISONED} gauge\n{METRIC_POISONED} {}\n",
+        u8::from(dp.is_poisoned())
+    )
+}
+
+/// Serves the admin endpoint on `listener` until the process ends.
+pub async fn serve(listener: TcpListener, svc: Arc<ObjectService>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let svc = Arc::clone(&svc);
+        let service =
+            hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                let svc = Arc::clone(&svc);
+                async move {
+                    let (status, ctype, body) = match (req.method(), req.uri().path()) {
+                        (&http::Method::GET, "/healthz") => {
+                            let (s, b) = health(&svc);
+                            (s, "application/json", b)
+                        }
+                        (&http::Method::GET, "/metrics") => (
+                            http::StatusCode::OK,
+                            "text/plain; version=0.0.4",
+                            metrics(&svc),
+                        ),
+                        _ => (
+                            http::StatusCode::NOT_FOUND,
+                            "text/plain",
+                            "not found\n".to_owned(),
+                        ),
+                    };
+                    let mut r = http::Response::new(Full::new(Bytes::from(body)));
+                    *r.status_mut() = status;
+                    r.headers_mut().insert(
+                        http::header::CONTENT_TYPE,
+                        http::HeaderValue::from_static(ctype),
+                    );
+                    Ok::<_, std::convert::Infallible>(r)
+                }
+            });
+        tokio::spawn(async move {
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
