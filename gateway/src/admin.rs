@@ -91,3 +91,62 @@ pub async fn serve(listener: TcpListener, svc: Arc<ObjectService>) {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    use lode_datapath::{Datapath, FaultyChunkStore, MemChunkStore};
+    use lode_metadata::MemMetadataStore;
+    use lode_metadata::records::ObjectMeta;
+
+    use crate::objects::{Integrity, ServiceConfig, WriteCond};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn healthz_turns_503_when_a_device_write_fails_and_reads_go_on() {
+        let faulty = Arc::new(FaultyChunkStore::new(Arc::new(MemChunkStore::new(&[
+            64 << 20
+        ]))));
+        let dp = Arc::new(Datapath::new(faulty.clone(), true));
+        let svc = ObjectService::open(
+            Arc::new(MemMetadataStore::new()),
+            dp,
+            ServiceConfig::default(),
+        )
+        .unwrap();
+        svc.create_bucket("bkt", "me").await.unwrap();
+        let body = |n: usize| {
+            futures::stream::iter(vec![Ok::<_, std::io::Error>(Bytes::from(vec![7u8; n]))])
+        };
+        let put = |k: &'static str, n: usize| {
+            svc.put_object(
+                "bkt",
+                k,
+                ObjectMeta::default(),
+                body(n),
+                None,
+                Integrity::default(),
+                WriteCond::default(),
+            )
+        };
+        put("before", 1 << 20).await.unwrap();
+        assert_eq!(health(&svc).0, http::StatusCode::OK);
+        assert!(metrics(&svc).contains(&format!("{METRIC_POISONED} 0")));
+        faulty.fail_writes.store(true, Ordering::SeqCst);
+        assert!(put("fails", 1 << 20).await.is_err());
+        let (status, body_text) = health(&svc);
+        assert_eq!(status, http::StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body_text.contains("read-only"), "{body_text}");
+        assert!(metrics(&svc).contains(&format!("{METRIC_POISONED} 1")));
+        // Reads go on; writes stay refused even after the device "recovers".
+        faulty.fail_writes.store(false, Ordering::SeqCst);
+        assert!(svc.open_object("bkt", "before").await.is_ok());
+        assert!(matches!(
+            put("after", 1 << 20).await,
+            Err(crate::error::ObjError::Chunk(
+                lode_datapath::ChunkError::Poisoned
+            ))
+        ));
+    }
+}
