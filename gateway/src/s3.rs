@@ -220,6 +220,31 @@ fn check_read_conditions(
     Ok(())
 }
 
+/// The `x-amz-copy-source-if-*` conditions of CopyObject and UploadPartCopy.
+struct CopySourceConds {
+    if_match: Option<ETagCondition>,
+    if_none_match: Option<ETagCondition>,
+    if_modified_since: Option<Timestamp>,
+    if_unmodified_since: Option<Timestamp>,
+}
+
+impl CopySourceConds {
+    fn check(&self, rec: &ObjectRecord) -> Result<(), ObjError> {
+        check_read_conditions(
+            rec,
+            self.if_match.as_ref(),
+            self.if_none_match.as_ref(),
+            self.if_modified_since.as_ref(),
+            self.if_unmodified_since.as_ref(),
+        )
+        .map_err(|e| match e {
+            // For copies every failed source condition is a 412.
+            ObjError::NotModified => ObjError::PreconditionFailed,
+            e => e,
+        })
+    }
+}
+
 /// What a GET or HEAD returns: the byte range, Content-Range, part count and checksums.
 struct ReadPlan {
     start: u64,
@@ -713,20 +738,13 @@ impl S3 for LodeS3 {
                 i.metadata.clone(),
             )
         });
-        let (im, inm, ims, ius) = (
-            i.copy_source_if_match.clone(),
-            i.copy_source_if_none_match.clone(),
-            i.copy_source_if_modified_since.clone(),
-            i.copy_source_if_unmodified_since.clone(),
-        );
-        let check = move |rec: &ObjectRecord| {
-            check_read_conditions(rec, im.as_ref(), inm.as_ref(), ims.as_ref(), ius.as_ref())
-                .map_err(|e| match e {
-                    // For copies every failed source condition is a 412.
-                    ObjError::NotModified => ObjError::PreconditionFailed,
-                    e => e,
-                })
+        let conds = CopySourceConds {
+            if_match: i.copy_source_if_match.clone(),
+            if_none_match: i.copy_source_if_none_match.clone(),
+            if_modified_since: i.copy_source_if_modified_since.clone(),
+            if_unmodified_since: i.copy_source_if_unmodified_since.clone(),
         };
+        let check = move |rec: &ObjectRecord| conds.check(rec);
         let rec = self
             .svc
             .copy_object((sb, sk), (&i.bucket, &i.key), new_meta, check)
@@ -946,17 +964,13 @@ impl S3 for LodeS3 {
         };
         self.svc.upload(&i.bucket, &i.key, &i.upload_id).await?;
         let h = self.svc.open_object(sb, sk).await?;
-        check_read_conditions(
-            &h.record,
-            i.copy_source_if_match.as_ref(),
-            i.copy_source_if_none_match.as_ref(),
-            i.copy_source_if_modified_since.as_ref(),
-            i.copy_source_if_unmodified_since.as_ref(),
-        )
-        .map_err(|e| match e {
-            ObjError::NotModified => ObjError::PreconditionFailed,
-            e => e,
-        })?;
+        CopySourceConds {
+            if_match: i.copy_source_if_match.clone(),
+            if_none_match: i.copy_source_if_none_match.clone(),
+            if_modified_since: i.copy_source_if_modified_since.clone(),
+            if_unmodified_since: i.copy_source_if_unmodified_since.clone(),
+        }
+        .check(&h.record)?;
         let size = h.record.size;
         let range = match &i.copy_source_range {
             None => (0, size),
