@@ -42,3 +42,17 @@ def test_bench_reports_failures(lode_server, tmp_path):
         capture_output=True, timeout=60,
     )
     assert p.returncode != 0
+
+
+def test_bench_list_workload(lode_server, tmp_path):
+    out = tmp_path / "l.json"
+    p = subprocess.run(
+        [lode_bin(), "bench", "list", "--endpoint", lode_server.endpoint, "--access-key", ACCESS_KEY,
+         "--secret-key", SECRET_KEY, "--objects", "2500", "--ops", "20", "--bucket", "bench-list", "--json", str(out)],
+        capture_output=True, timeout=300,
+    )
+    assert p.returncode == 0, p.stderr.decode() + p.stdout.decode()
+    assert "full listing: 2500 keys" in p.stdout.decode()
+    r = json.loads(out.read_text())
+    assert set(r["classes"]) == {"first", "delim", "page"}
+    assert r["classes"]["page"]["ops"] == 3 and r["classes"]["first"]["ops"] == 20

@@ -6,6 +6,8 @@
 //! * `losf-ingest`: PUTs with 25% under 100 B and the rest log-spread over 10 KB-1 MB.
 //! * `train-read`: one shuffled epoch of GETs over 400-500 KB objects; 30% preceded by a HEAD.
 //! * `stat-storm`: HEADs of random existing keys.
+//! * `list`: `--objects` keys in directories of 1000; first-page ListObjectsV2 latency with and
+//!   without a delimiter (`--ops` repetitions, one client), then one full listing (keys/s).
 //!
 //! Output: a table (ops/s, MiB/s, p50/p99/p99.9 per op class) and `--json` in the shape
 //! `{"workload", "params", "classes": {"put": {"ops_per_sec", "mib_per_sec", "p50_ms", ...}}}`.
@@ -90,6 +92,17 @@ impl S3Client {
 
     /// One signed request; returns (status, body length).
     async fn call(&self, method: &str, path: &str, body: Bytes) -> anyhow::Result<(u16, usize)> {
+        let (s, b) = self.call_body(method, path, body).await?;
+        Ok((s, b.len()))
+    }
+
+    /// One signed request; returns (status, body).
+    async fn call_body(
+        &self,
+        method: &str,
+        path: &str,
+        body: Bytes,
+    ) -> anyhow::Result<(u16, Bytes)> {
         let uri = format!("{}{}", self.endpoint, path);
         let mut settings = SigningSettings::default();
         settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
@@ -122,7 +135,7 @@ impl S3Client {
         instr.apply_to_request_http1x(&mut req);
         let resp = self.http.request(req).await.context("request failed")?;
         let status = resp.status().as_u16();
-        let n = resp.into_body().collect().await?.to_bytes().len();
+        let n = resp.into_body().collect().await?.to_bytes();
         Ok((status, n))
     }
 }
@@ -296,7 +309,63 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<serde_json::Value> {
                 .collect();
             timed.push(("head", run_phase(&client, &rec, jobs, a.concurrency).await?));
         }
-        w => bail!("unknown workload `{w}` (small, losf-ingest, train-read, stat-storm)"),
+        "list" => {
+            // N empty objects in directories of 1000 keys: `<prefix>/dNNNNN/NNNNNNNN`.
+            let dkey = |i: usize| format!("/{}/{}/d{:05}/{:08}", a.bucket, prefix, i / 1000, i);
+            let jobs = (0..a.objects)
+                .map(|i| ("setup", "PUT", dkey(i), Bytes::new()))
+                .collect();
+            run_phase(&client, &setup, jobs, a.concurrency).await?;
+            let reps = a.ops.min(2000);
+            let first = format!(
+                "/{}?list-type=2&max-keys=1000&prefix={}%2F",
+                a.bucket, prefix
+            );
+            let jobs = (0..reps)
+                .map(|_| ("first", "GET", first.clone(), Bytes::new()))
+                .collect();
+            timed.push(("first", run_phase(&client, &rec, jobs, 1).await?));
+            let delim = format!("{first}&delimiter=%2F");
+            let jobs = (0..reps)
+                .map(|_| ("delim", "GET", delim.clone(), Bytes::new()))
+                .collect();
+            timed.push(("delim", run_phase(&client, &rec, jobs, 1).await?));
+            // One full listing, page by page: keys/s.
+            let t0 = Instant::now();
+            let mut token: Option<String> = None;
+            let mut keys = 0usize;
+            loop {
+                let mut path = first.clone();
+                if let Some(t) = &token {
+                    path.push_str(&format!("&continuation-token={t}"));
+                }
+                let t = Instant::now();
+                let (st, body) = client.call_body("GET", &path, Bytes::new()).await?;
+                let text = String::from_utf8_lossy(&body);
+                rec.add("page", t.elapsed(), body.len(), st == 200).await;
+                keys += text.matches("<Key>").count();
+                token = text
+                    .split_once("<NextContinuationToken>")
+                    .and_then(|(_, r)| r.split_once("</NextContinuationToken>"))
+                    .map(|(t, _)| t.to_owned());
+                if st != 200 || token.is_none() {
+                    break;
+                }
+            }
+            let secs = t0.elapsed().as_secs_f64();
+            timed.push(("page", t0.elapsed()));
+            println!(
+                "full listing: {keys} keys in {secs:.2} s = {:.0} keys/s",
+                keys as f64 / secs
+            );
+            if keys != a.objects {
+                bail!(
+                    "the full listing returned {keys} keys, expected {}",
+                    a.objects
+                );
+            }
+        }
+        w => bail!("unknown workload `{w}` (small, losf-ingest, train-read, stat-storm, list)"),
     }
     let setup_errors: u64 = setup.classes.lock().await.values().map(|c| c.errors).sum();
     if setup_errors > 0 {
