@@ -220,6 +220,20 @@ fn check_read_conditions(
     Ok(())
 }
 
+/// The bucket and key of `x-amz-copy-source` (access points and versions are not built).
+fn source_object<'a>(c: &'a CopySource, op: &str) -> S3Result<(&'a str, &'a str)> {
+    match c {
+        CopySource::Bucket {
+            version_id: Some(v),
+            ..
+        } if &**v != "null" => {
+            Err(ObjError::NotImplemented(format!("{op} from a version id")).into())
+        }
+        CopySource::Bucket { bucket, key, .. } => Ok((bucket, key)),
+        _ => Err(ObjError::NotImplemented(format!("{op} from an access point")).into()),
+    }
+}
+
 /// The `x-amz-copy-source-if-*` conditions of CopyObject and UploadPartCopy.
 struct CopySourceConds {
     if_match: Option<ETagCondition>,
@@ -715,14 +729,7 @@ impl S3 for LodeS3 {
         req: S3Request<CopyObjectInput>,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
         let i = req.input;
-        let CopySource::Bucket {
-            bucket: sb,
-            key: sk,
-            ..
-        } = &i.copy_source
-        else {
-            return Err(ObjError::NotImplemented("CopyObject from an access point".into()).into());
-        };
+        let (sb, sk) = source_object(&i.copy_source, "CopyObject")?;
         let replace = i
             .metadata_directive
             .as_ref()
@@ -952,16 +959,7 @@ impl S3 for LodeS3 {
         req: S3Request<UploadPartCopyInput>,
     ) -> S3Result<S3Response<UploadPartCopyOutput>> {
         let i = req.input;
-        let CopySource::Bucket {
-            bucket: sb,
-            key: sk,
-            ..
-        } = &i.copy_source
-        else {
-            return Err(
-                ObjError::NotImplemented("UploadPartCopy from an access point".into()).into(),
-            );
-        };
+        let (sb, sk) = source_object(&i.copy_source, "UploadPartCopy")?;
         self.svc.upload(&i.bucket, &i.key, &i.upload_id).await?;
         let h = self.svc.open_object(sb, sk).await?;
         CopySourceConds {
