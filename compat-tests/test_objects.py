@@ -282,3 +282,10 @@ def test_unimplemented_operation_says_so(s3, bucket):
     with pytest.raises(ClientError) as e:
         s3.get_bucket_versioning(Bucket=bucket)
     assert code(e) == "NotImplemented" and status(e) == 501
+    s3.put_object(Bucket=bucket, Key="v", Body=b"x")
+    with pytest.raises(ClientError) as e:
+        s3.copy_object(Bucket=bucket, Key="w", CopySource={"Bucket": bucket, "Key": "v", "VersionId": "abc"})
+    assert code(e) == "NotImplemented"
+    # The "null" version of an unversioned bucket is the object itself.
+    s3.copy_object(Bucket=bucket, Key="w", CopySource={"Bucket": bucket, "Key": "v", "VersionId": "null"})
+    assert s3.get_object(Bucket=bucket, Key="w")["Body"].read() == b"x"
