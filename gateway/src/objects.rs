@@ -979,9 +979,13 @@ impl ObjectService {
         self.blocking(move |m| {
             let value = records::encode(&part);
             let freed = transact(m, |t| {
-                if t.get_for_update(Table::Uploads, &uk)?.is_none() {
+                let Some(up) = t.get_for_update(Table::Uploads, &uk)? else {
                     return Err(ObjError::NoSuchUpload);
-                }
+                };
+                // Rewrite the upload record: Complete and Abort read it for update, so a part
+                // committed after their scan of the parts makes them retry and see it (otherwise
+                // the part would be orphaned, its extents leaked).
+                t.put(Table::Uploads, &uk, &up)?;
                 add_refs(t, &part.segments, true)?;
                 let mut freed = vec![];
                 if let Some(old) = get_rec::<PartRecord>(t, Table::Parts, &pk)? {

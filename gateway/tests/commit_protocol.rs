@@ -419,3 +419,93 @@ async fn a_failed_metadata_commit_leaves_nothing_and_returns_the_space() {
     assert_eq!(get(&svc, "bk1", "old").await.unwrap(), data(2 << 20, 1));
     assert_eq!(free(&svc), before);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_part_committed_during_abort_or_complete_is_never_orphaned() {
+    use lode_metadata::FaultyMetadataStore;
+
+    for complete in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = Arc::new(FaultyMetadataStore::new(
+            RocksMetadataStore::open(&RocksConfig::new(dir.path().join("meta"))).unwrap(),
+        ));
+        let store =
+            lode_datapath::open_store(&[(dir.path().join("dev0.img"), DEV)], Backend::Uring, 32)
+                .unwrap();
+        let dp = Arc::new(Datapath::new(store, true));
+        let cfg = ServiceConfig {
+            inline_threshold: 4096,
+            chunk_size: 1 << 20,
+            ..Default::default()
+        };
+        let svc = Arc::new(ObjectService::open(meta.clone(), dp, cfg).unwrap());
+        svc.create_bucket("bk1", "me").await.unwrap();
+        let empty = free(&svc);
+        let rec = lode_metadata::records::UploadRecord {
+            initiated_ms: 0,
+            meta: ObjectMeta::default(),
+            checksum_algorithm: None,
+            checksum_type: None,
+            owner: "me".into(),
+        };
+        let id = svc.create_upload("bk1", "race", rec).await.unwrap();
+        let p1 = svc
+            .upload_part(
+                "bk1",
+                "race",
+                &id,
+                1,
+                body(&data(100_000, 1), 1 << 16),
+                None,
+                Integrity::default(),
+            )
+            .await
+            .unwrap();
+        // Part 2 commits after Abort/Complete scanned the parts and before it commits.
+        let (svc2, id2, rt) = (
+            Arc::clone(&svc),
+            id.clone(),
+            tokio::runtime::Handle::current(),
+        );
+        meta.before_next_commit(move || {
+            rt.block_on(svc2.upload_part(
+                "bk1",
+                "race",
+                &id2,
+                2,
+                body(&data(200_000, 2), 1 << 16),
+                None,
+                Integrity::default(),
+            ))
+            .expect("part 2 commits while the upload still exists");
+        });
+        if complete {
+            let parts = vec![(1, p1.etag, Default::default())];
+            svc.complete_upload(
+                "bk1",
+                "race",
+                &id,
+                parts,
+                Default::default(),
+                WriteCond::default(),
+            )
+            .await
+            .unwrap();
+            svc.delete_object("bk1", "race").await.unwrap();
+        } else {
+            svc.abort_upload("bk1", "race", &id).await.unwrap();
+        }
+        assert_eq!(
+            free(&svc),
+            empty,
+            "complete={complete}: part 2 leaked its extents"
+        );
+        let rep = lode_gateway::fsck::run(Arc::clone(svc.metadata()), &[DEV], None, false)
+            .await
+            .unwrap();
+        assert!(
+            rep.is_clean() && rep.parts == 0 && rep.extents_recorded == 0,
+            "complete={complete}: {rep:?}"
+        );
+    }
+}

@@ -1,7 +1,10 @@
 //! [`FaultyMetadataStore`]: wraps any store and fails commits (or reads) on demand, for tests of
 //! the commit protocol's failure paths.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+type Hook = Box<dyn FnOnce() + Send>;
 
 use crate::{Cursor, MetaError, MetadataStore, Table, Transaction};
 
@@ -13,6 +16,7 @@ pub struct FaultyMetadataStore<S> {
     pub fail_reads: AtomicBool,
     /// Commits that went through.
     pub commits: AtomicU64,
+    before_commit: Mutex<Option<Hook>>,
 }
 
 impl<S: MetadataStore> FaultyMetadataStore<S> {
@@ -22,7 +26,14 @@ impl<S: MetadataStore> FaultyMetadataStore<S> {
             fail_commits: AtomicBool::new(false),
             fail_reads: AtomicBool::new(false),
             commits: AtomicU64::new(0),
+            before_commit: Mutex::new(None),
         }
+    }
+
+    /// Runs `f` once, at the start of the next commit (after that transaction's reads), to
+    /// interleave another writer deterministically.
+    pub fn before_next_commit(&self, f: impl FnOnce() + Send + 'static) {
+        *self.before_commit.lock().expect("hook") = Some(Box::new(f));
     }
 }
 
@@ -71,6 +82,10 @@ impl<S: MetadataStore> Transaction for FaultyTxn<'_, S> {
     fn commit(self: Box<Self>) -> Result<(), MetaError> {
         if self.store.fail_commits.load(Ordering::SeqCst) {
             return Err(injected()); // dropped: nothing applied
+        }
+        let hook = self.store.before_commit.lock().expect("hook").take();
+        if let Some(f) = hook {
+            f();
         }
         self.inner.commit()?;
         self.store.commits.fetch_add(1, Ordering::SeqCst);
