@@ -114,6 +114,18 @@ pub struct Datapath {
     poisoned: AtomicBool,
     reclaim: reclaim::Reclaim,
     sync_writes: bool,
+    group_sync: Vec<GroupSync>,
+}
+
+/// Group fdatasync for one device: concurrent uploads share one sync. A caller takes a ticket
+/// after its writes completed; a sync that started after the ticket was taken covers it.
+#[derive(Default)]
+struct GroupSync {
+    tickets: std::sync::atomic::AtomicU64,
+    /// The highest ticket covered by a completed sync. Held across the sync itself, so one
+    /// sync runs at a time per device and later callers wait for it and may be covered by it.
+    covered: tokio::sync::Mutex<u64>,
+    syncs: std::sync::atomic::AtomicU64,
 }
 
 impl Datapath {
@@ -126,6 +138,46 @@ impl Datapath {
             poisoned: AtomicBool::new(false),
             reclaim: reclaim::Reclaim::default(),
             sync_writes,
+            group_sync: sizes.iter().map(|_| GroupSync::default()).collect(),
+        }
+    }
+
+    /// How many device syncs were issued (group sync makes it fewer than the callers).
+    pub fn syncs_issued(&self) -> u64 {
+        self.group_sync
+            .iter()
+            .map(|g| g.syncs.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    async fn sync_device(&self, dev: u32) -> Result<(), ChunkError> {
+        let Some(g) = self.group_sync.get(dev as usize) else {
+            return Err(ChunkError::BadExtent(Extent {
+                dev,
+                offset: 0,
+                len: 0,
+            }));
+        };
+        let ticket = g.tickets.fetch_add(1, Ordering::AcqRel) + 1;
+        let mut covered = g.covered.lock().await;
+        if self.is_poisoned() {
+            return Err(ChunkError::Poisoned);
+        }
+        if *covered >= ticket {
+            return Ok(()); // a sync that started after our writes finished has completed
+        }
+        // Every ticket taken so far belongs to writes that completed before it was taken.
+        let upto = g.tickets.load(Ordering::Acquire);
+        g.syncs.fetch_add(1, Ordering::Relaxed);
+        match self.store.sync(dev).await {
+            Ok(()) => {
+                *covered = upto;
+                Ok(())
+            }
+            Err(e) => {
+                self.poison(&e);
+                Err(e)
+            }
         }
     }
 
@@ -203,11 +255,8 @@ impl Datapath {
         }
         let mut seen = std::collections::BTreeSet::new();
         for d in devs {
-            if seen.insert(d)
-                && let Err(e) = self.store.sync(d).await
-            {
-                self.poison(&e);
-                return Err(e);
+            if seen.insert(d) {
+                self.sync_device(d).await?;
             }
         }
         Ok(())

@@ -221,3 +221,40 @@ async fn uncommitted_allocations_and_deferred_frees_return_space() {
     drop(a);
     assert_eq!(dp.space().0, total);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_syncs_are_grouped_and_every_caller_is_covered() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn ChunkStore> =
+        Arc::new(UringChunkStore::open(&[(dir.path().join("g.img"), DEV)], 64).unwrap());
+    let dp = Arc::new(Datapath::new(store, true));
+    let mut tasks = vec![];
+    for i in 0..32u8 {
+        let dp = Arc::clone(&dp);
+        tasks.push(tokio::spawn(async move {
+            let mut a = lode_datapath::Allocation::empty(&dp);
+            let e = a.grow(4096).unwrap();
+            dp.write_chunk(e, AlignedBuf::from_slice(&[i; 100]))
+                .await
+                .unwrap();
+            dp.sync([e.dev]).await.unwrap();
+            a.commit();
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let n = dp.syncs_issued();
+    assert!(
+        (1..32).contains(&n),
+        "32 concurrent callers issued {n} syncs"
+    );
+    // A caller whose writes finished after the last sync still gets its own sync.
+    let mut a = lode_datapath::Allocation::empty(&dp);
+    let e = a.grow(4096).unwrap();
+    dp.write_chunk(e, AlignedBuf::from_slice(b"late"))
+        .await
+        .unwrap();
+    dp.sync([e.dev]).await.unwrap();
+    assert_eq!(dp.syncs_issued(), n + 1);
+}

@@ -523,6 +523,17 @@ impl ObjectService {
         let mut writer: Option<ChunkWriter> = None;
         let mut cur: Option<AlignedBuf> = None;
         let chunk_size = self.cfg.chunk_size;
+        // Buffers are sized to what is left of a declared body: a 17 KiB object must not pay for
+        // zeroing and faulting in a 4 MiB buffer.
+        let cap_for = |consumed: u64| -> usize {
+            match content_length {
+                Some(l) if l >= 0 => {
+                    ((l as u64).saturating_sub(consumed) as usize).clamp(1, chunk_size)
+                }
+                _ => chunk_size,
+            }
+        };
+        let mut consumed = 0u64;
         loop {
             let piece = match tokio::time::timeout(self.cfg.body_idle_timeout, body.next()).await {
                 Ok(Some(p)) => p,
@@ -541,11 +552,13 @@ impl ObjectService {
                     head.extend_from_slice(&piece);
                     continue;
                 }
-                // Too big to inline: switch to chunks, starting with what was buffered, and
-                // hash MD5 on its own thread from here on.
-                md5.offload();
+                // Too big to inline: switch to chunks, starting with what was buffered. Bodies
+                // of more than a chunk hash MD5 on their own thread from here on.
+                if content_length.is_none_or(|l| l as u64 > chunk_size as u64) {
+                    md5.offload();
+                }
                 writer = Some(ChunkWriter::new(&self.dp, self.cfg.write_depth));
-                let mut b = AlignedBuf::with_capacity(chunk_size);
+                let mut b = AlignedBuf::with_capacity(cap_for(0));
                 b.extend_from_slice(&head);
                 head.clear();
                 cur = Some(b);
@@ -553,10 +566,11 @@ impl ObjectService {
             let w = writer.as_mut().expect("writer");
             let mut rest: &[u8] = &piece;
             while !rest.is_empty() {
-                let b = cur.get_or_insert_with(|| AlignedBuf::with_capacity(chunk_size));
+                let b = cur.get_or_insert_with(|| AlignedBuf::with_capacity(cap_for(consumed)));
                 let n = b.extend_from_slice(rest);
                 rest = &rest[n..];
                 if b.remaining() == 0 {
+                    consumed += b.len() as u64;
                     w.push(cur.take().expect("buffer")).await?;
                 }
             }
