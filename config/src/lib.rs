@@ -115,6 +115,7 @@ pub struct LodeConfig {
     pub auth: AuthConfig,
     pub metadata: MetadataConfig,
     pub datapath: DatapathConfig,
+    pub posix: PosixConfig,
 }
 
 impl Default for LodeConfig {
@@ -125,6 +126,49 @@ impl Default for LodeConfig {
             auth: AuthConfig::default(),
             metadata: MetadataConfig::default(),
             datapath: DatapathConfig::default(),
+            posix: PosixConfig::default(),
+        }
+    }
+}
+
+/// The POSIX door: a FUSE mount of the whole namespace (`<mount>/<bucket>/<key path>`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PosixConfig {
+    /// Mount point; empty: no mount.
+    pub mount: PathBuf,
+    /// Let users other than the one running lode use the mount (FUSE `allow_other`).
+    pub allow_other: bool,
+    /// `mkdir` at the top of the mount creates a bucket, `rmdir` there deletes an empty one.
+    pub allow_bucket_create: bool,
+    /// Threads reading FUSE requests.
+    pub threads: usize,
+    /// How long the kernel may cache names and attributes (ms). Changes made through S3
+    /// invalidate the kernel's caches at once whatever this is; it only bounds staleness
+    /// for changes Lode cannot see (none today).
+    pub attr_ttl_ms: u64,
+    /// Owner, group and permission bits of objects and directories that carry none.
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub file_mode: u32,
+    pub dir_mode: u32,
+    /// Where files open for writing are staged until close/fsync; relative to data_dir.
+    pub staging_dir: PathBuf,
+}
+
+impl Default for PosixConfig {
+    fn default() -> Self {
+        Self {
+            mount: PathBuf::new(),
+            allow_other: false,
+            allow_bucket_create: true,
+            threads: 4,
+            attr_ttl_ms: 1000,
+            uid: None,
+            gid: None,
+            file_mode: 0o644,
+            dir_mode: 0o755,
+            staging_dir: PathBuf::from("staging"),
         }
     }
 }
@@ -398,6 +442,19 @@ impl LodeConfig {
                 "datapath.queue_depth",
                 "must be a power of two from 2 to 4096",
             ));
+        }
+        let px = &self.posix;
+        if !(1..=64).contains(&px.threads) {
+            return Err(invalid("posix.threads", "must be from 1 to 64"));
+        }
+        if px.file_mode > 0o7777 || px.dir_mode > 0o7777 {
+            return Err(invalid(
+                "posix.file_mode",
+                "file_mode and dir_mode are permission bits (at most 0o7777)",
+            ));
+        }
+        if px.staging_dir.as_os_str().is_empty() {
+            return Err(invalid("posix.staging_dir", "must not be empty"));
         }
         if self.metadata.block_cache.0 < ByteSize::MIB {
             return Err(invalid("metadata.block_cache", "must be at least 1MiB"));

@@ -20,6 +20,8 @@ pub enum ObjError {
     BucketNotEmpty,
     #[error("The specified bucket is not valid: {0}")]
     InvalidBucketName(String),
+    #[error("The directory is not empty")]
+    DirectoryNotEmpty,
     #[error("Your key is too long")]
     KeyTooLong,
     #[error("At least one of the pre-conditions you specified did not hold")]
@@ -85,6 +87,34 @@ impl ObjError {
     }
 }
 
+impl ObjError {
+    /// The errno the POSIX door answers with (the one mapping onto errno, as `From<ObjError> for
+    /// S3Error` is the one mapping onto S3).
+    pub fn errno(&self) -> i32 {
+        use libc::*;
+        match self {
+            ObjError::NoSuchBucket | ObjError::NoSuchKey | ObjError::NoSuchUpload => ENOENT,
+            ObjError::BucketAlreadyOwnedByYou | ObjError::PreconditionFailed => EEXIST,
+            ObjError::BucketNotEmpty | ObjError::DirectoryNotEmpty => ENOTEMPTY,
+            ObjError::KeyTooLong => ENAMETOOLONG,
+            ObjError::InvalidBucketName(_)
+            | ObjError::InvalidArgument(_)
+            | ObjError::InvalidRequest(_)
+            | ObjError::InvalidRange => EINVAL,
+            ObjError::EntityTooLarge => EFBIG,
+            ObjError::NotImplemented(_) => EOPNOTSUPP,
+            ObjError::Chunk(ChunkError::NoSpace) => ENOSPC,
+            ObjError::Meta(MetaError::Conflict) => EBUSY,
+            ObjError::RequestTimeout => ETIMEDOUT,
+            ObjError::Chunk(_) | ObjError::Meta(_) | ObjError::Internal(_) => {
+                tracing::error!(error = %self, "POSIX door: internal error, answering EIO");
+                EIO
+            }
+            _ => EIO,
+        }
+    }
+}
+
 fn with_status(code: S3ErrorCode, msg: String, status: http::StatusCode) -> S3Error {
     let mut e = S3Error::with_message(code, msg);
     e.set_status_code(status);
@@ -101,6 +131,8 @@ impl From<ObjError> for S3Error {
             ObjError::NoSuchUpload => C::NoSuchUpload,
             ObjError::BucketAlreadyOwnedByYou => C::BucketAlreadyOwnedByYou,
             ObjError::BucketNotEmpty => C::BucketNotEmpty,
+            // Only the POSIX door renames or removes directories.
+            ObjError::DirectoryNotEmpty => C::InvalidRequest,
             ObjError::InvalidBucketName(_) => C::InvalidBucketName,
             ObjError::KeyTooLong => C::KeyTooLongError,
             ObjError::PreconditionFailed => C::PreconditionFailed,
@@ -223,6 +255,25 @@ mod tests {
         ];
         for (e, code, st) in cases {
             assert_eq!(status(e), (code.to_owned(), st));
+        }
+    }
+
+    #[test]
+    fn errno_mapping() {
+        let cases = [
+            (ObjError::NoSuchKey, libc::ENOENT),
+            (ObjError::NoSuchBucket, libc::ENOENT),
+            (ObjError::BucketNotEmpty, libc::ENOTEMPTY),
+            (ObjError::KeyTooLong, libc::ENAMETOOLONG),
+            (ObjError::PreconditionFailed, libc::EEXIST),
+            (ObjError::InvalidBucketName("x".into()), libc::EINVAL),
+            (ObjError::EntityTooLarge, libc::EFBIG),
+            (ObjError::Chunk(ChunkError::NoSpace), libc::ENOSPC),
+            (ObjError::Chunk(ChunkError::Poisoned), libc::EIO),
+            (ObjError::NotImplemented("x".into()), libc::EOPNOTSUPP),
+        ];
+        for (e, want) in cases {
+            assert_eq!(e.errno(), want, "{e}");
         }
     }
 

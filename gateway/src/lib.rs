@@ -3,6 +3,7 @@
 //! * [`objects`]: the object service both doors share (chunking, inline objects, ETags,
 //!   checksums, commit protocol), written against the `MetadataStore` and `ChunkStore` traits.
 //! * [`s3`]: the S3 door (s3s over hyper).
+//! * [`posix`]: the POSIX door (FUSE), over [`namespace`]'s operations of the object service.
 //! * [`server`]: wiring; the only module that picks concrete backends.
 //! * [`error`]: the one mapping of failures onto S3 error codes and statuses.
 
@@ -14,6 +15,8 @@ pub mod error;
 pub mod failpoint;
 pub mod fsck;
 pub mod host;
+pub mod namespace;
 pub mod objects;
+pub mod posix;
 pub mod s3;
 pub mod server;

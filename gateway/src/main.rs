@@ -49,6 +49,9 @@ struct ServeArgs {
     /// Base domain for virtual-hosted-style requests.
     #[arg(long, env = "LODE_DOMAIN")]
     domain: Option<String>,
+    /// Mount the namespace here through FUSE (the POSIX door).
+    #[arg(long, env = "LODE_MOUNT")]
+    mount: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -83,6 +86,9 @@ fn load(args: &ServeArgs) -> anyhow::Result<LodeConfig> {
     }
     if let Some(v) = &args.domain {
         cfg.server.domain = v.clone();
+    }
+    if let Some(v) = &args.mount {
+        cfg.posix.mount = v.clone();
     }
     if let Ok(v) = std::env::var("LODE_ACCESS_KEY") {
         cfg.auth.access_key = v;

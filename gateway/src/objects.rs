@@ -60,15 +60,17 @@ pub const MAX_PARTS: i32 = 10_000;
 pub const MAX_KEY_LEN: usize = 1024;
 
 pub struct ObjectService {
-    meta: Arc<dyn MetadataStore>,
-    dp: Arc<Datapath>,
+    pub(crate) meta: Arc<dyn MetadataStore>,
+    pub(crate) dp: Arc<Datapath>,
     cfg: ServiceConfig,
     /// Writers into a bucket hold it shared while they commit; DeleteBucket holds it exclusive,
     /// so no object can be committed into a bucket that is being deleted. (Commits therefore read
     /// the bucket record without tracking it: a tracked read would take the bucket key's
     /// optimistic-commit lock and serialize every commit into the bucket, WAL sync included,
     /// defeating RocksDB's group commit.)
-    bucket_gate: Arc<RwLock<()>>,
+    pub(crate) bucket_gate: Arc<RwLock<()>>,
+    /// Told about every change made through the S3 door (see `crate::namespace`).
+    pub(crate) listeners: RwLock<Vec<Arc<dyn crate::namespace::ChangeListener>>>,
 }
 
 pub fn now_ms() -> i64 {
@@ -230,7 +232,7 @@ impl WriteCond {
 /// A readable object: its record and the guard that keeps its extents from reuse while read.
 pub struct ObjectHandle {
     pub record: ObjectRecord,
-    guard: ReadGuard,
+    pub(crate) guard: ReadGuard,
 }
 
 /// One page of ListMultipartUploads.
@@ -260,7 +262,7 @@ fn chunk_loc(c: &ChunkRef) -> ChunkLoc {
     }
 }
 
-fn chunk_ref(c: &ChunkLoc) -> ChunkRef {
+pub(crate) fn chunk_ref(c: &ChunkLoc) -> ChunkRef {
     ChunkRef {
         extent: Extent {
             dev: c.dev,
@@ -280,7 +282,11 @@ fn chunks(segments: &[Segment]) -> impl Iterator<Item = &ChunkLoc> {
 }
 
 /// Adds one reference to each chunk of `segments` (`fresh`: the chunks are new, refs = 1).
-fn add_refs(txn: &mut dyn Transaction, segments: &[Segment], fresh: bool) -> Result<(), MetaError> {
+pub(crate) fn add_refs(
+    txn: &mut dyn Transaction,
+    segments: &[Segment],
+    fresh: bool,
+) -> Result<(), MetaError> {
     for c in chunks(segments) {
         let k = keys::extent(c.dev, c.offset);
         let rec = if fresh {
@@ -307,7 +313,7 @@ fn add_refs(txn: &mut dyn Transaction, segments: &[Segment], fresh: bool) -> Res
 }
 
 /// Drops one reference from each chunk of `segments`; returns the extents that reached zero.
-fn drop_refs(
+pub(crate) fn drop_refs(
     txn: &mut dyn Transaction,
     segments: &[Segment],
     freed: &mut Vec<Extent>,
@@ -338,7 +344,7 @@ fn drop_refs(
     Ok(())
 }
 
-fn get_rec<T: serde::de::DeserializeOwned>(
+pub(crate) fn get_rec<T: serde::de::DeserializeOwned>(
     txn: &mut dyn Transaction,
     t: Table,
     k: &[u8],
@@ -400,6 +406,7 @@ impl ObjectService {
             dp,
             cfg,
             bucket_gate: Arc::new(RwLock::new(())),
+            listeners: RwLock::new(vec![]),
         })
     }
 
@@ -416,7 +423,7 @@ impl ObjectService {
     }
 
     /// Runs metadata work on the blocking pool (RocksDB calls may block on IO and fsync).
-    async fn blocking<T: Send + 'static>(
+    pub(crate) async fn blocking<T: Send + 'static>(
         &self,
         f: impl FnOnce(&dyn MetadataStore) -> ObjResult<T> + Send + 'static,
     ) -> ObjResult<T> {

@@ -440,6 +440,7 @@ impl S3 for LodeS3 {
             return Err(ObjError::NotImplemented("Object lock".into()).into());
         }
         self.svc.create_bucket(&req.input.bucket, &owner).await?;
+        self.svc.notify_bucket(&req.input.bucket);
         Ok(S3Response::new(CreateBucketOutput {
             location: Some(format!("/{}", req.input.bucket)),
         }))
@@ -451,6 +452,7 @@ impl S3 for LodeS3 {
         req: S3Request<DeleteBucketInput>,
     ) -> S3Result<S3Response<DeleteBucketOutput>> {
         self.svc.delete_bucket(&req.input.bucket).await?;
+        self.svc.notify_bucket(&req.input.bucket);
         Ok(S3Response::new(DeleteBucketOutput {}))
     }
 
@@ -546,6 +548,7 @@ impl S3 for LodeS3 {
             .svc
             .put_object(&i.bucket, &i.key, meta, body, i.content_length, integ, cond)
             .await?;
+        self.svc.notify_changed(&i.bucket, &i.key, false);
         let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) = checksum_fields(&r.checksums);
         Ok(S3Response::new(PutObjectOutput {
             e_tag: Some(etag(&r.etag)),
@@ -676,6 +679,8 @@ impl S3 for LodeS3 {
         self.svc
             .delete_object(&req.input.bucket, &req.input.key)
             .await?;
+        self.svc
+            .notify_changed(&req.input.bucket, &req.input.key, true);
         Ok(S3Response::new(DeleteObjectOutput::default()))
     }
 
@@ -698,6 +703,7 @@ impl S3 for LodeS3 {
         for o in i.delete.objects {
             match self.svc.delete_object(&i.bucket, &o.key).await {
                 Ok(()) => {
+                    self.svc.notify_changed(&i.bucket, &o.key, true);
                     if !quiet {
                         deleted.push(DeletedObject {
                             key: Some(o.key),
@@ -756,6 +762,7 @@ impl S3 for LodeS3 {
             .svc
             .copy_object((sb, sk), (&i.bucket, &i.key), new_meta, check)
             .await?;
+        self.svc.notify_changed(&i.bucket, &i.key, false);
         let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) = checksum_fields(&rec.checksums);
         Ok(S3Response::new(CopyObjectOutput {
             copy_object_result: Some(CopyObjectResult {
@@ -1159,6 +1166,7 @@ impl S3 for LodeS3 {
             .svc
             .complete_upload(&i.bucket, &i.key, &i.upload_id, parts, whole, cond)
             .await?;
+        self.svc.notify_changed(&i.bucket, &i.key, false);
         let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) = checksum_fields(&rec.checksums);
         Ok(S3Response::new(CompleteMultipartUploadOutput {
             bucket: Some(i.bucket.clone()),

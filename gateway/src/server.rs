@@ -29,6 +29,7 @@ pub struct Started {
     pub free_bytes: u64,
     pub total_bytes: u64,
     pub devices: usize,
+    pub mount: Option<PathBuf>,
 }
 
 impl Started {
@@ -46,6 +47,7 @@ impl Started {
              \x20 admin       : {admin}\n\
              \x20 data dir    : {dir}\n\
              \x20 datapath    : {backend}, {devs} device(s), {total} ({free} free)\n\
+             \x20 POSIX mount : {mount}\n\
              \x20 credentials : {how}\n\
              \n\
              Paste into a shell to use aws-cli / boto3:\n\
@@ -60,6 +62,10 @@ impl Started {
                 None => "disabled".to_owned(),
             },
             dir = self.data_dir.display(),
+            mount = match &self.mount {
+                Some(m) => m.display().to_string(),
+                None => "off (--mount DIR or [posix] mount)".to_owned(),
+            },
             backend = self.backend,
             devs = self.devices,
             total = size(self.total_bytes),
@@ -174,6 +180,20 @@ pub async fn serve(
         tokio::spawn(crate::admin::serve(l, Arc::clone(&svc)));
         Some(a)
     };
+    let mount = if cfg.posix.mount.as_os_str().is_empty() {
+        None
+    } else {
+        Some(
+            crate::posix::mount(
+                Arc::clone(&svc),
+                &cfg.posix,
+                &data_dir,
+                &creds.access_key,
+                tokio::runtime::Handle::current(),
+            )
+            .context("starting the POSIX door")?,
+        )
+    };
     let (free, total) = svc.datapath().space();
     on_start(&Started {
         addr,
@@ -185,6 +205,7 @@ pub async fn serve(
         free_bytes: free,
         total_bytes: total,
         devices: ndev,
+        mount: mount.as_ref().map(|m| m.path().to_owned()),
     });
     tracing::info!(%addr, backend = backend_name, "serving S3");
 
@@ -257,6 +278,9 @@ pub async fn serve(
         .is_err()
     {
         tracing::warn!("requests still running after 10s; stopping anyway");
+    }
+    if let Some(m) = mount {
+        tokio::task::spawn_blocking(move || m.unmount()).await?;
     }
     let _ = TokioExecutor::new();
     Ok(())

@@ -1,0 +1,362 @@
+//! Namespace operations of the object service that the POSIX door needs beyond S3's: direct
+//! (blocking) lookups for FUSE threads, atomic renames of a key or of a whole prefix, attribute
+//! updates in place, and the change notifications that keep the kernel's caches coherent with
+//! writes made through S3.
+//!
+//! Everything here goes through the same metadata transactions and extent reference counts as
+//! the S3 operations in `objects.rs`.
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
+use lode_metadata::list::ListPage;
+use lode_metadata::records::{self, BucketRecord, ObjectMeta, ObjectRecord, Segment};
+use lode_metadata::{Table, keys, transact};
+
+use crate::error::{ObjError, ObjResult};
+use crate::objects::{MAX_KEY_LEN, ObjectHandle, ObjectService, chunk_ref, drop_refs, get_rec};
+
+/// Told about changes made through the S3 door, after they commit and before the S3 reply, so
+/// that the POSIX door can drop what the kernel caches about the name.
+pub trait ChangeListener: Send + Sync {
+    /// `key` in `bucket` was written (`deleted` = false) or removed.
+    fn object_changed(&self, bucket: &str, key: &str, deleted: bool);
+    /// The bucket was created or deleted.
+    fn bucket_changed(&self, bucket: &str);
+}
+
+/// The last segment read, kept per reader so sequential small reads of one chunk cost one
+/// device read. Keyed by the object's ETag: equal ETags mean equal content.
+#[derive(Default)]
+pub struct SegmentCache {
+    entry: Option<(String, usize, Bytes)>,
+}
+
+impl ObjectService {
+    pub fn add_listener(&self, l: Arc<dyn ChangeListener>) {
+        self.listeners.write().expect("listeners").push(l);
+    }
+
+    /// Tells every listener that `bucket/key` changed.
+    pub fn notify_changed(&self, bucket: &str, key: &str, deleted: bool) {
+        self.notify(|l| l.object_changed(bucket, key, deleted));
+    }
+
+    /// Tells every listener that `bucket` was created or deleted.
+    pub fn notify_bucket(&self, bucket: &str) {
+        self.notify(|l| l.bucket_changed(bucket));
+    }
+
+    fn notify(&self, f: impl Fn(&dyn ChangeListener)) {
+        let ls = self.listeners.read().expect("listeners").clone();
+        if ls.is_empty() {
+            return;
+        }
+        let run = || ls.iter().for_each(|l| f(&**l));
+        // A listener may wait in the kernel (FUSE invalidation takes the directory's lock), so
+        // let the runtime move other tasks off this worker meanwhile.
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(run)
+            }
+            _ => run(),
+        }
+    }
+
+    // ------------------------------------------------ blocking lookups (for FUSE threads)
+
+    /// The bucket's record, if it exists. Blocks (a metadata read).
+    pub fn bucket_blocking(&self, name: &str) -> ObjResult<Option<BucketRecord>> {
+        Ok(self
+            .meta
+            .get(Table::Buckets, name.as_bytes())?
+            .map(|v| records::decode(&v))
+            .transpose()?)
+    }
+
+    /// The object's record, if it exists. Blocks.
+    pub fn stat_blocking(&self, bucket: &str, key: &str) -> ObjResult<Option<ObjectRecord>> {
+        if key.is_empty() || key.len() > MAX_KEY_LEN {
+            return Ok(None);
+        }
+        Ok(self
+            .meta
+            .get(Table::Objects, &keys::object(bucket, key))?
+            .map(|v| records::decode(&v))
+            .transpose()?)
+    }
+
+    /// Up to `limit` keys that start with `prefix` (in order). Blocks.
+    pub fn keys_under_blocking(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        limit: usize,
+    ) -> ObjResult<Vec<String>> {
+        let start = keys::object(bucket, prefix);
+        let end = keys::prefix_successor(&start);
+        let base = keys::bucket_prefix(bucket).len();
+        Ok(self
+            .meta
+            .scan(Table::Objects, &start, end.as_deref(), limit)?
+            .into_iter()
+            .map(|(k, _)| String::from_utf8_lossy(&k[base..]).into_owned())
+            .collect())
+    }
+
+    /// One page of a delimiter listing. Blocks.
+    pub fn list_blocking(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        after: Option<&str>,
+        max: usize,
+    ) -> ObjResult<ListPage> {
+        let q = lode_metadata::list::ListQuery {
+            prefix,
+            delimiter: Some("/"),
+            after,
+            max,
+        };
+        Ok(lode_metadata::list::list_objects(&*self.meta, bucket, &q)?)
+    }
+
+    /// Opens an object for reading from a thread that may block.
+    pub fn open_blocking(&self, bucket: &str, key: &str) -> ObjResult<ObjectHandle> {
+        let guard = self.dp.read_guard();
+        match self.stat_blocking(bucket, key)? {
+            Some(record) => Ok(ObjectHandle { record, guard }),
+            None => Err(ObjError::NoSuchKey),
+        }
+    }
+
+    /// Reads `[off, off + len)` (clipped to the object) of an opened object, reusing the last
+    /// segment read through `cache`.
+    pub async fn read_at(
+        &self,
+        h: ObjectHandle,
+        off: u64,
+        len: u64,
+        cache: &mut SegmentCache,
+    ) -> ObjResult<Bytes> {
+        let end = (off.saturating_add(len)).min(h.record.size);
+        if off >= end {
+            return Ok(Bytes::new());
+        }
+        let mut out: Vec<Bytes> = vec![];
+        let mut pos = 0u64;
+        for (i, seg) in h.record.segments.iter().enumerate() {
+            let (s0, s1) = (pos, pos + seg.len());
+            pos = s1;
+            if s1 <= off || s0 >= end {
+                continue;
+            }
+            let (from, to) = ((off.max(s0) - s0) as usize, (end.min(s1) - s0) as usize);
+            let data = match seg {
+                Segment::Inline(b) => Bytes::copy_from_slice(&b[from..to]),
+                Segment::Chunk(c) => {
+                    let hit = match &cache.entry {
+                        Some((etag, idx, d)) if *etag == h.record.etag && *idx == i => {
+                            Some(d.clone())
+                        }
+                        _ => None,
+                    };
+                    let d = match hit {
+                        Some(d) => d,
+                        None => {
+                            let d = self.dp.read_chunk(&chunk_ref(c)).await?;
+                            cache.entry = Some((h.record.etag.clone(), i, d.clone()));
+                            d
+                        }
+                    };
+                    d.slice(from..to)
+                }
+            };
+            out.push(data);
+        }
+        drop(h);
+        Ok(match out.len() {
+            1 => out.pop().expect("one piece"),
+            _ => {
+                let mut b = BytesMut::with_capacity((end - off) as usize);
+                for p in out {
+                    b.extend_from_slice(&p);
+                }
+                b.freeze()
+            }
+        })
+    }
+
+    /// Feeds the first `limit` bytes of an object to `sink` piece by piece (for copying it
+    /// elsewhere); returns how many bytes it fed.
+    pub async fn read_prefix(
+        &self,
+        bucket: &str,
+        key: &str,
+        limit: u64,
+        mut sink: impl FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> ObjResult<u64> {
+        let h = self.open_object(bucket, key).await?;
+        let size = h.record.size.min(limit);
+        let mut s = std::pin::pin!(self.read_range(h, 0, size));
+        while let Some(piece) = s.next().await {
+            sink(&piece?).map_err(|e| ObjError::Internal(format!("copy-in: {e}")))?;
+        }
+        Ok(size)
+    }
+
+    // ------------------------------------------------ namespace changes
+
+    /// Renames one object within a bucket in one transaction: the record (and its extents)
+    /// moves; whatever `to` held is released. `no_replace`: fail if `to` exists.
+    pub async fn rename_object(
+        &self,
+        bucket: &str,
+        from: &str,
+        to: &str,
+        no_replace: bool,
+    ) -> ObjResult<()> {
+        crate::objects::check_key(from)?;
+        crate::objects::check_key(to)?;
+        if from == to {
+            return Ok(());
+        }
+        let (b, f, t) = (bucket.to_owned(), from.to_owned(), to.to_owned());
+        let gate = Arc::clone(&self.bucket_gate);
+        let dp = Arc::clone(&self.dp);
+        self.blocking(move |m| {
+            let _shared = gate.read().expect("bucket gate");
+            let (fk, tk) = (keys::object(&b, &f), keys::object(&b, &t));
+            let freed = transact(m, |txn| {
+                let Some(rec) = get_rec::<ObjectRecord>(txn, Table::Objects, &fk)? else {
+                    return Err(ObjError::NoSuchKey);
+                };
+                let mut freed = vec![];
+                if let Some(old) = get_rec::<ObjectRecord>(txn, Table::Objects, &tk)? {
+                    if no_replace {
+                        return Err(ObjError::PreconditionFailed);
+                    }
+                    drop_refs(txn, &old.segments, &mut freed)?;
+                }
+                txn.put(Table::Objects, &tk, &records::encode(&rec))?;
+                txn.delete(Table::Objects, &fk)?;
+                Ok(freed)
+            })?;
+            dp.free_committed(freed);
+            Ok(())
+        })
+        .await
+    }
+
+    /// Renames every key under the prefix `from` (a directory, ending in '/') to the same key
+    /// under `to`, in ONE transaction. `to` must hold nothing but (at most) its own marker,
+    /// which is replaced. Returns how many keys moved.
+    pub async fn rename_prefix(&self, bucket: &str, from: &str, to: &str) -> ObjResult<usize> {
+        debug_assert!(from.ends_with('/') && to.ends_with('/'));
+        if from == to {
+            return Ok(0);
+        }
+        let (b, f, t) = (bucket.to_owned(), from.to_owned(), to.to_owned());
+        let gate = Arc::clone(&self.bucket_gate);
+        let dp = Arc::clone(&self.dp);
+        self.blocking(move |m| {
+            let _shared = gate.read().expect("bucket gate");
+            let base = keys::bucket_prefix(&b).len();
+            let range = |p: &str| {
+                let s = keys::object(&b, p);
+                let e = keys::prefix_successor(&s);
+                (s, e)
+            };
+            let (ts, te) = range(&t);
+            let (fs, fe) = range(&f);
+            let (n, freed) = transact(m, |txn| {
+                let mut freed = vec![];
+                for (k, _) in m.scan(Table::Objects, &ts, te.as_deref(), 2)? {
+                    if k[base..] != *t.as_bytes() {
+                        return Err(ObjError::DirectoryNotEmpty);
+                    }
+                    if let Some(old) = get_rec::<ObjectRecord>(txn, Table::Objects, &k)? {
+                        drop_refs(txn, &old.segments, &mut freed)?;
+                        txn.delete(Table::Objects, &k)?;
+                    }
+                }
+                let moved = m.scan(Table::Objects, &fs, fe.as_deref(), usize::MAX)?;
+                if moved.is_empty() {
+                    return Err(ObjError::NoSuchKey);
+                }
+                for (k, _) in &moved {
+                    let suffix = &k[fs.len()..];
+                    if t.len() + suffix.len() > MAX_KEY_LEN {
+                        return Err(ObjError::KeyTooLong);
+                    }
+                    // Tracked read: a concurrent write to this key aborts the rename.
+                    let Some(v) = txn.get_for_update(Table::Objects, k)? else {
+                        continue;
+                    };
+                    let mut nk = ts.clone();
+                    nk.extend_from_slice(suffix);
+                    txn.put(Table::Objects, &nk, &v)?;
+                    txn.delete(Table::Objects, k)?;
+                }
+                Ok((moved.len(), freed))
+            })?;
+            dp.free_committed(freed);
+            Ok(n)
+        })
+        .await
+    }
+
+    /// Changes an object's metadata in place (content and ETag unchanged). Returns the new
+    /// record.
+    pub async fn update_meta(
+        &self,
+        bucket: &str,
+        key: &str,
+        f: impl Fn(&mut ObjectMeta) + Send + 'static,
+    ) -> ObjResult<ObjectRecord> {
+        crate::objects::check_key(key)?;
+        let (b, k) = (bucket.to_owned(), key.to_owned());
+        self.blocking(move |m| {
+            let okey = keys::object(&b, &k);
+            transact(m, |txn| {
+                let Some(mut rec) = get_rec::<ObjectRecord>(txn, Table::Objects, &okey)? else {
+                    return Err(ObjError::NoSuchKey);
+                };
+                f(&mut rec.meta);
+                txn.put(Table::Objects, &okey, &records::encode(&rec))?;
+                Ok(rec)
+            })
+        })
+        .await
+    }
+
+    /// Removes an empty directory: fails with `DirectoryNotEmpty` if any key other than the
+    /// marker `prefix` itself lies under `prefix`, `NoSuchKey` if nothing does.
+    pub async fn remove_dir(&self, bucket: &str, prefix: &str) -> ObjResult<()> {
+        let (b, p) = (bucket.to_owned(), prefix.to_owned());
+        let dp = Arc::clone(&self.dp);
+        self.blocking(move |m| {
+            let s = keys::object(&b, &p);
+            let e = keys::prefix_successor(&s);
+            let freed = transact(m, |txn| {
+                let under = m.scan(Table::Objects, &s, e.as_deref(), 2)?;
+                if under.is_empty() {
+                    return Err(ObjError::NoSuchKey);
+                }
+                if under.iter().any(|(k, _)| *k != s) {
+                    return Err(ObjError::DirectoryNotEmpty);
+                }
+                let mut freed = vec![];
+                if let Some(old) = get_rec::<ObjectRecord>(txn, Table::Objects, &s)? {
+                    drop_refs(txn, &old.segments, &mut freed)?;
+                    txn.delete(Table::Objects, &s)?;
+                }
+                Ok(freed)
+            })?;
+            dp.free_committed(freed);
+            Ok(())
+        })
+        .await
+    }
+}

@@ -1,0 +1,1357 @@
+//! The FUSE file system: POSIX operations mapped onto the object service.
+//!
+//! Metadata operations (lookup, getattr, readdir) read the metadata store directly from the
+//! FUSE thread: no network hop, no task switch. Data reads and commits run on the tokio runtime
+//! and reply from there, so a slow device read never holds a FUSE thread.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsStr;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    Request, TimeOrNow,
+};
+use lode_metadata::records::{ObjectMeta, ObjectRecord};
+
+use super::inodes::{Inodes, Kind, NodePath, ROOT};
+use super::names::{self, Attrs, DIR_CONTENT_TYPE};
+use super::open::{self, FileData, OpenFile, Snapshot};
+use crate::error::ObjError;
+use crate::namespace::SegmentCache;
+use crate::objects::{Integrity, ObjectService, WriteCond};
+
+/// Settings of the POSIX door (from `[posix]`).
+#[derive(Debug, Clone)]
+pub struct FsConfig {
+    pub ttl: Duration,
+    pub uid: u32,
+    pub gid: u32,
+    pub file_mode: u16,
+    pub dir_mode: u16,
+    pub allow_bucket_create: bool,
+    /// Owner recorded on buckets created by mkdir.
+    pub owner: String,
+    pub staging_dir: PathBuf,
+}
+
+struct Handle {
+    ino: u64,
+    of: Arc<OpenFile>,
+    cache: Arc<tokio::sync::Mutex<SegmentCache>>,
+}
+
+/// One entry of a directory being read.
+struct DirEntry {
+    name: String,
+    kind: Kind,
+    /// For files: size, last-modified and attributes (from the listing itself).
+    file: Option<(u64, i64, Attrs)>,
+}
+
+struct DirHandle {
+    path: NodePath,
+    ino: u64,
+    entries: Vec<DirEntry>,
+    /// Listing state: the last key or prefix listed, whether done.
+    after: Option<String>,
+    done: bool,
+    /// Objects held back until we know no directory of the same name follows.
+    held: Vec<DirEntry>,
+    dirs: HashSet<String>,
+}
+
+pub struct LodeFs {
+    svc: Arc<ObjectService>,
+    rt: tokio::runtime::Handle,
+    inodes: Arc<Inodes>,
+    cfg: FsConfig,
+    /// Bumped by every S3-side change; a reply computed across a bump is not cached.
+    seq: Arc<AtomicU64>,
+    handles: Mutex<HashMap<u64, Handle>>,
+    dirs: Mutex<HashMap<u64, Arc<Mutex<DirHandle>>>>,
+    next_fh: AtomicU64,
+    started: SystemTime,
+}
+
+fn err(e: i32) -> Errno {
+    Errno::from_i32(e)
+}
+
+fn ms_time(ms: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)
+}
+
+fn time_of(t: TimeOrNow) -> SystemTime {
+    match t {
+        TimeOrNow::SpecificTime(t) => t,
+        TimeOrNow::Now => SystemTime::now(),
+    }
+}
+
+fn name_str(name: &OsStr) -> Result<&str, i32> {
+    name.to_str().ok_or(libc::EINVAL)
+}
+
+/// What a name resolved to.
+enum Found {
+    Bucket(i64),
+    Dir(Option<ObjectRecord>),
+    File(ObjectRecord),
+    Open(Arc<OpenFile>),
+}
+
+impl LodeFs {
+    pub fn new(
+        svc: Arc<ObjectService>,
+        rt: tokio::runtime::Handle,
+        inodes: Arc<Inodes>,
+        seq: Arc<AtomicU64>,
+        cfg: FsConfig,
+    ) -> Self {
+        LodeFs {
+            svc,
+            rt,
+            inodes,
+            cfg,
+            seq,
+            handles: Mutex::new(HashMap::new()),
+            dirs: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            started: SystemTime::now(),
+        }
+    }
+
+    fn ttl(&self, seq0: u64) -> Duration {
+        if self.seq.load(Ordering::Acquire) == seq0 {
+            self.cfg.ttl
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    fn attr(&self, ino: u64, kind: Kind, size: u64, mtime: SystemTime, a: Attrs) -> FileAttr {
+        let dir = kind != Kind::File;
+        FileAttr {
+            ino: INodeNo(ino),
+            size,
+            blocks: size.div_ceil(512),
+            atime: mtime,
+            mtime,
+            ctime: mtime,
+            crtime: mtime,
+            kind: if dir {
+                FileType::Directory
+            } else {
+                FileType::RegularFile
+            },
+            perm: a.perm.unwrap_or(if dir {
+                self.cfg.dir_mode
+            } else {
+                self.cfg.file_mode
+            }),
+            nlink: if dir { 2 } else { 1 },
+            uid: a.uid.unwrap_or(self.cfg.uid),
+            gid: a.gid.unwrap_or(self.cfg.gid),
+            rdev: 0,
+            blksize: 1 << 20,
+            flags: 0,
+        }
+    }
+
+    fn record_attr(&self, ino: u64, kind: Kind, rec: &ObjectRecord) -> FileAttr {
+        let a = Attrs::from_meta(&rec.meta);
+        let mtime = a.mtime.unwrap_or(ms_time(rec.last_modified_ms));
+        let size = if kind == Kind::File { rec.size } else { 0 };
+        self.attr(ino, kind, size, mtime, a)
+    }
+
+    fn found_attr(&self, ino: u64, f: &Found) -> FileAttr {
+        match f {
+            Found::Bucket(ms) => self.attr(ino, Kind::Bucket, 0, ms_time(*ms), Attrs::default()),
+            Found::Dir(Some(m)) => self.record_attr(ino, Kind::Dir, m),
+            Found::Dir(None) => self.attr(ino, Kind::Dir, 0, self.started, Attrs::default()),
+            Found::File(r) => self.record_attr(ino, Kind::File, r),
+            Found::Open(of) => {
+                let s = of.snapshot();
+                self.attr(
+                    ino,
+                    Kind::File,
+                    s.size,
+                    s.attrs.mtime.unwrap_or(s.mtime),
+                    s.attrs,
+                )
+            }
+        }
+    }
+
+    fn path(&self, ino: u64) -> Result<NodePath, i32> {
+        self.inodes.path(ino).ok_or(libc::ENOENT)
+    }
+
+    /// A directory: its marker record (if any), or ENOENT if nothing lies under `prefix`.
+    fn dir_at(&self, bucket: &str, prefix: &str) -> Result<Option<Found>, i32> {
+        let first = self
+            .svc
+            .keys_under_blocking(bucket, prefix, 1)
+            .map_err(|e| e.errno())?;
+        let Some(first) = first.first() else {
+            return Ok(None);
+        };
+        let marker = if first == prefix {
+            self.svc
+                .stat_blocking(bucket, prefix)
+                .map_err(|e| e.errno())?
+        } else {
+            None
+        };
+        Ok(Some(Found::Dir(marker)))
+    }
+
+    /// Resolves `name` in directory `parent`.
+    fn resolve(&self, parent: u64, name: &str) -> Result<(NodePath, Found), i32> {
+        let p = self.path(parent)?;
+        if p.kind == Kind::File {
+            return Err(libc::ENOTDIR);
+        }
+        if p.kind == Kind::Root {
+            return match self.svc.bucket_blocking(name) {
+                Ok(Some(b)) => Ok((p, Found::Bucket(b.created_ms))),
+                Ok(None) => Err(libc::ENOENT),
+                Err(e) => Err(e.errno()),
+            };
+        }
+        let key = names::child_key(&p.dir_prefix(), name.as_bytes())?;
+        if let Some((ino, Kind::File)) = self.inodes.find(parent, name)
+            && let Some(of) = self.inodes.opened(ino)
+            && of.is_pending()
+        {
+            return Ok((p, Found::Open(of)));
+        }
+        if let Some(d) = self.dir_at(&p.bucket, &format!("{key}/"))? {
+            return Ok((p, d));
+        }
+        match self.svc.stat_blocking(&p.bucket, &key) {
+            Ok(Some(rec)) => Ok((p, Found::File(rec))),
+            Ok(None) => Err(libc::ENOENT),
+            Err(e) => Err(e.errno()),
+        }
+    }
+
+    fn kind_of(f: &Found) -> Kind {
+        match f {
+            Found::Bucket(_) => Kind::Bucket,
+            Found::Dir(_) => Kind::Dir,
+            Found::File(_) | Found::Open(..) => Kind::File,
+        }
+    }
+
+    fn getattr_inner(&self, ino: u64) -> Result<FileAttr, i32> {
+        let p = self.path(ino)?;
+        match p.kind {
+            Kind::Root => Ok(self.attr(ROOT, Kind::Root, 0, self.started, Attrs::default())),
+            Kind::Bucket => match self.svc.bucket_blocking(&p.bucket) {
+                Ok(Some(b)) => Ok(self.found_attr(ino, &Found::Bucket(b.created_ms))),
+                Ok(None) => Err(libc::ENOENT),
+                Err(e) => Err(e.errno()),
+            },
+            Kind::Dir => match self.dir_at(&p.bucket, &p.dir_prefix())? {
+                Some(f) => Ok(self.found_attr(ino, &f)),
+                None => Err(libc::ENOENT),
+            },
+            Kind::File => {
+                if let Some(of) = self.inodes.opened(ino)
+                    && of.shadows_object()
+                {
+                    return Ok(self.found_attr(ino, &Found::Open(of)));
+                }
+                match self.svc.stat_blocking(&p.bucket, &p.key) {
+                    Ok(Some(r)) => Ok(self.record_attr(ino, Kind::File, &r)),
+                    Ok(None) => Err(libc::ENOENT),
+                    Err(e) => Err(e.errno()),
+                }
+            }
+        }
+    }
+
+    fn new_fh(&self) -> u64 {
+        self.next_fh.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn open_handle(&self, ino: u64, of: Arc<OpenFile>) -> u64 {
+        let fh = self.new_fh();
+        self.handles.lock().expect("handles").insert(
+            fh,
+            Handle {
+                ino,
+                of,
+                cache: Default::default(),
+            },
+        );
+        fh
+    }
+
+    fn file_state(&self, ino: u64) -> Arc<OpenFile> {
+        let started = self.started;
+        let of = self
+            .inodes
+            .open_file(ino, || {
+                Arc::new(OpenFile::new(
+                    false,
+                    Snapshot {
+                        size: 0,
+                        mtime: started,
+                        attrs: Attrs::default(),
+                    },
+                ))
+            })
+            .expect("node exists");
+        of.handles.fetch_add(1, Ordering::AcqRel);
+        of
+    }
+
+    /// Drops one holder of `of`; the last one commits what is left and frees the staging copy.
+    async fn put_state(svc: &ObjectService, inodes: &Inodes, ino: u64, of: &Arc<OpenFile>) {
+        if of.handles.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        let mut d = of.data.lock().await;
+        if of.is_dirty()
+            && let Some(p) = inodes.path(ino)
+            && inodes.is_linked(ino)
+        {
+            let _ = open::commit(svc, of, &mut d, &p.bucket, &p.key).await;
+        }
+        if !of.is_dirty() && of.handles.load(Ordering::Acquire) == 0 {
+            d.staging = None;
+            drop(d);
+            inodes.close_file(ino, of);
+        }
+    }
+
+    /// Commits `of` now (flush/fsync and truncate by path).
+    async fn commit_now(
+        svc: &ObjectService,
+        inodes: &Inodes,
+        ino: u64,
+        of: &OpenFile,
+    ) -> Result<(), i32> {
+        let mut d = of.data.lock().await;
+        if !of.is_dirty() {
+            return Ok(());
+        }
+        if !inodes.is_linked(ino) {
+            d.unlinked = true;
+        }
+        let p = inodes.path(ino).ok_or(libc::ENOENT)?;
+        open::commit(svc, of, &mut d, &p.bucket, &p.key).await
+    }
+
+    /// Stages `d`, copying in up to `limit` bytes of the stored object unless the file is new.
+    fn stage(&self, of: &OpenFile, d: &mut FileData, p: &NodePath, limit: u64) -> Result<(), i32> {
+        let copy = (!of.is_pending()).then_some((p.bucket.as_str(), p.key.as_str()));
+        self.rt.block_on(open::stage(
+            &self.svc,
+            &self.cfg.staging_dir,
+            d,
+            copy,
+            limit,
+        ))
+    }
+
+    fn put_empty(
+        &self,
+        bucket: &str,
+        key: &str,
+        meta: ObjectMeta,
+        cond: WriteCond,
+    ) -> Result<(), ObjError> {
+        self.rt
+            .block_on(self.svc.put_object(
+                bucket,
+                key,
+                meta,
+                futures::stream::empty::<Result<bytes::Bytes, std::io::Error>>(),
+                Some(0),
+                Integrity::default(),
+                cond,
+            ))
+            .map(|_| ())
+    }
+
+    fn mkdir_inner(
+        &self,
+        req: &Request,
+        parent: u64,
+        name: &str,
+        mode: u32,
+        umask: u32,
+    ) -> Result<(u64, FileAttr), i32> {
+        let p = self.path(parent)?;
+        match p.kind {
+            Kind::File => return Err(libc::ENOTDIR),
+            Kind::Root => {
+                if !self.cfg.allow_bucket_create {
+                    return Err(libc::EPERM);
+                }
+                self.rt
+                    .block_on(self.svc.create_bucket(name, &self.cfg.owner))
+                    .map_err(|e| e.errno())?;
+                let ino = self.inodes.lookup(ROOT, name, Kind::Bucket);
+                return Ok((ino, self.getattr_inner(ino)?));
+            }
+            _ => {}
+        }
+        let key = names::child_key(&p.dir_prefix(), name.as_bytes())?;
+        let marker = format!("{key}/");
+        if marker.len() > crate::objects::MAX_KEY_LEN {
+            return Err(libc::ENAMETOOLONG);
+        }
+        if self.resolve(parent, name).is_ok() {
+            return Err(libc::EEXIST);
+        }
+        let mut meta = ObjectMeta {
+            content_type: Some(DIR_CONTENT_TYPE.to_owned()),
+            ..Default::default()
+        };
+        Attrs {
+            perm: Some((mode & !umask & 0o7777) as u16),
+            uid: Some(req.uid()),
+            gid: Some(req.gid()),
+            mtime: Some(SystemTime::now()),
+        }
+        .store(&mut meta, libc::S_IFDIR);
+        self.put_empty(
+            &p.bucket,
+            &marker,
+            meta,
+            WriteCond {
+                if_none_match_any: true,
+                ..Default::default()
+            },
+        )
+        .map_err(|e| e.errno())?;
+        let ino = self.inodes.lookup(parent, name, Kind::Dir);
+        Ok((ino, self.getattr_inner(ino)?))
+    }
+
+    fn rmdir_inner(&self, parent: u64, name: &str) -> Result<(), i32> {
+        let p = self.path(parent)?;
+        if p.kind == Kind::Root {
+            if !self.cfg.allow_bucket_create {
+                return Err(libc::EPERM);
+            }
+            self.rt
+                .block_on(self.svc.delete_bucket(name))
+                .map_err(|e| e.errno())?;
+            self.inodes.unlink(ROOT, name);
+            return Ok(());
+        }
+        let key = names::child_key(&p.dir_prefix(), name.as_bytes())?;
+        if let Some((ino, _)) = self.inodes.find(parent, name)
+            && !self.inodes.pending_children(ino).is_empty()
+        {
+            return Err(libc::ENOTEMPTY);
+        }
+        match self
+            .rt
+            .block_on(self.svc.remove_dir(&p.bucket, &format!("{key}/")))
+        {
+            Ok(()) => {}
+            Err(ObjError::NoSuchKey) => {
+                return Err(match self.svc.stat_blocking(&p.bucket, &key) {
+                    Ok(Some(_)) => libc::ENOTDIR,
+                    _ => libc::ENOENT,
+                });
+            }
+            Err(e) => return Err(e.errno()),
+        }
+        self.inodes.unlink(parent, name);
+        Ok(())
+    }
+
+    fn unlink_inner(&self, parent: u64, name: &str) -> Result<(), i32> {
+        let p = self.path(parent)?;
+        if p.kind == Kind::Root {
+            return Err(libc::EISDIR);
+        }
+        let key = names::child_key(&p.dir_prefix(), name.as_bytes())?;
+        let open = self
+            .inodes
+            .find(parent, name)
+            .and_then(|(ino, _)| self.inodes.opened(ino));
+        let mut guard = open.as_ref().map(|of| self.rt.block_on(of.data.lock()));
+        let pending = open.as_ref().is_some_and(|of| of.is_pending());
+        if let (Some(d), Some(of)) = (guard.as_mut(), open.as_ref()) {
+            d.unlinked = true;
+            of.set_dirty(false);
+        }
+        if !pending {
+            if self.dir_at(&p.bucket, &format!("{key}/"))?.is_some() {
+                return Err(libc::EISDIR);
+            }
+            match self.svc.stat_blocking(&p.bucket, &key) {
+                Ok(Some(_)) => {}
+                Ok(None) => return Err(libc::ENOENT),
+                Err(e) => return Err(e.errno()),
+            }
+            self.rt
+                .block_on(self.svc.delete_object(&p.bucket, &key))
+                .map_err(|e| e.errno())?;
+        }
+        self.inodes.unlink(parent, name);
+        drop(guard);
+        Ok(())
+    }
+
+    fn rename_inner(
+        &self,
+        parent: u64,
+        name: &str,
+        newparent: u64,
+        newname: &str,
+        flags: RenameFlags,
+    ) -> Result<(), i32> {
+        if flags.contains(RenameFlags::RENAME_EXCHANGE)
+            || flags.contains(RenameFlags::RENAME_WHITEOUT)
+        {
+            return Err(libc::EINVAL);
+        }
+        let no_replace = flags.contains(RenameFlags::RENAME_NOREPLACE);
+        let (sp, dp) = (self.path(parent)?, self.path(newparent)?);
+        if sp.kind == Kind::Root || dp.kind == Kind::Root {
+            return Err(libc::EPERM);
+        }
+        if sp.bucket != dp.bucket {
+            return Err(libc::EXDEV);
+        }
+        let bucket = sp.bucket.clone();
+        let src = names::child_key(&sp.dir_prefix(), name.as_bytes())?;
+        let dst = names::child_key(&dp.dir_prefix(), newname.as_bytes())?;
+        let (_, found) = self.resolve(parent, name)?;
+        let dst_dir = self.dir_at(&bucket, &format!("{dst}/"))?.is_some();
+        let dst_file = self
+            .svc
+            .stat_blocking(&bucket, &dst)
+            .map_err(|e| e.errno())?
+            .is_some();
+        match found {
+            Found::Dir(_) => {
+                if dst_file && !dst_dir {
+                    return Err(libc::ENOTDIR);
+                }
+                if no_replace && dst_dir {
+                    return Err(libc::EEXIST);
+                }
+                let src_ino = self.inodes.find(parent, name).map(|(i, _)| i);
+                let has_pending =
+                    src_ino.is_some_and(|i| !self.inodes.pending_children(i).is_empty());
+                match self.rt.block_on(self.svc.rename_prefix(
+                    &bucket,
+                    &format!("{src}/"),
+                    &format!("{dst}/"),
+                )) {
+                    Ok(_) => {}
+                    Err(ObjError::NoSuchKey) if has_pending => {}
+                    Err(e) => return Err(e.errno()),
+                }
+            }
+            Found::File(_) | Found::Open(..) => {
+                if dst_dir {
+                    return Err(libc::EISDIR);
+                }
+                if no_replace && dst_file {
+                    return Err(libc::EEXIST);
+                }
+                let open = self
+                    .inodes
+                    .find(parent, name)
+                    .and_then(|(ino, _)| self.inodes.opened(ino));
+                // Hold the file's data lock: a commit must land at one name or the other.
+                let _guard = open.as_ref().map(|of| self.rt.block_on(of.data.lock()));
+                if open.as_ref().is_some_and(|of| of.is_pending()) {
+                    if dst_file {
+                        self.rt
+                            .block_on(self.svc.delete_object(&bucket, &dst))
+                            .map_err(|e| e.errno())?;
+                    }
+                } else {
+                    self.rt
+                        .block_on(self.svc.rename_object(&bucket, &src, &dst, no_replace))
+                        .map_err(|e| e.errno())?;
+                }
+                self.inodes.rename(parent, name, newparent, newname);
+                return Ok(());
+            }
+            Found::Bucket(_) => return Err(libc::EPERM),
+        }
+        self.inodes.rename(parent, name, newparent, newname);
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn setattr_inner(
+        &self,
+        ino: u64,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        fh: Option<FileHandle>,
+    ) -> Result<FileAttr, i32> {
+        let _ = atime;
+        let p = self.path(ino)?;
+        let change = Attrs {
+            perm: mode.map(|m| (m & 0o7777) as u16),
+            uid,
+            gid,
+            mtime: mtime.map(time_of),
+        };
+        let has_change = change != Attrs::default();
+        match p.kind {
+            Kind::Root | Kind::Bucket => self.getattr_inner(ino),
+            Kind::Dir => {
+                if has_change {
+                    let marker = format!("{}/", p.key);
+                    match self.rt.block_on(
+                        self.svc.update_meta(&p.bucket, &marker, move |m| {
+                            change.store(m, libc::S_IFDIR)
+                        }),
+                    ) {
+                        Ok(_) => {}
+                        Err(ObjError::NoSuchKey) => {
+                            let mut meta = ObjectMeta {
+                                content_type: Some(DIR_CONTENT_TYPE.to_owned()),
+                                ..Default::default()
+                            };
+                            change.store(&mut meta, libc::S_IFDIR);
+                            self.put_empty(&p.bucket, &marker, meta, WriteCond::default())
+                                .map_err(|e| e.errno())?;
+                        }
+                        Err(e) => return Err(e.errno()),
+                    }
+                }
+                self.getattr_inner(ino)
+            }
+            Kind::File => {
+                let existing = self.inodes.opened(ino);
+                if size.is_none() && existing.is_none() {
+                    if has_change {
+                        let rec = self
+                            .rt
+                            .block_on(self.svc.update_meta(&p.bucket, &p.key, move |m| {
+                                change.store(m, libc::S_IFREG)
+                            }))
+                            .map_err(|e| e.errno())?;
+                        return Ok(self.record_attr(ino, Kind::File, &rec));
+                    }
+                    return self.getattr_inner(ino);
+                }
+                // Through the open-file state (held for the duration, like a handle).
+                let of = self.file_state(ino);
+                let res = (|| {
+                    let mut d = self.rt.block_on(of.data.lock());
+                    if let Some(sz) = size {
+                        self.stage(&of, &mut d, &p, sz)?;
+                        let f = d.staging.as_ref().expect("staged");
+                        f.set_len(sz)
+                            .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+                        d.size = sz;
+                        of.set_dirty(true);
+                        d.attrs.mtime = Some(SystemTime::now());
+                    }
+                    d.attrs.merge(change);
+                    of.touch(&d, Some(SystemTime::now()));
+                    if !of.is_dirty() && has_change {
+                        // A clean file: the change goes straight to the stored object.
+                        self.rt
+                            .block_on(self.svc.update_meta(&p.bucket, &p.key, move |m| {
+                                change.store(m, libc::S_IFREG)
+                            }))
+                            .map_err(|e| e.errno())?;
+                    }
+                    Ok::<_, i32>(())
+                })();
+                // Truncate by path (no open handle): commit at once.
+                let by_path = fh.is_none() && of.handles.load(Ordering::Acquire) == 1;
+                let committed = if res.is_ok() && by_path {
+                    self.rt
+                        .block_on(Self::commit_now(&self.svc, &self.inodes, ino, &of))
+                } else {
+                    Ok(())
+                };
+                self.rt
+                    .block_on(Self::put_state(&self.svc, &self.inodes, ino, &of));
+                res?;
+                committed?;
+                self.getattr_inner(ino)
+            }
+        }
+    }
+
+    fn create_inner(
+        &self,
+        req: &Request,
+        parent: u64,
+        name: &str,
+        mode: u32,
+        umask: u32,
+    ) -> Result<(u64, u64, FileAttr), i32> {
+        let p = self.path(parent)?;
+        match p.kind {
+            Kind::Root => return Err(libc::EPERM),
+            Kind::File => return Err(libc::ENOTDIR),
+            _ => {}
+        }
+        let key = names::child_key(&p.dir_prefix(), name.as_bytes())?;
+        if self.dir_at(&p.bucket, &format!("{key}/"))?.is_some() {
+            return Err(libc::EISDIR);
+        }
+        let now = SystemTime::now();
+        let attrs = Attrs {
+            perm: Some((mode & !umask & 0o7777) as u16),
+            uid: Some(req.uid()),
+            gid: Some(req.gid()),
+            mtime: Some(now),
+        };
+        let ino = self.inodes.lookup(parent, name, Kind::File);
+        let fresh = Arc::new(OpenFile::new(
+            true,
+            Snapshot {
+                size: 0,
+                mtime: now,
+                attrs,
+            },
+        ));
+        let of = self
+            .inodes
+            .open_file(ino, || Arc::clone(&fresh))
+            .ok_or(libc::ENOENT)?;
+        of.handles.fetch_add(1, Ordering::AcqRel);
+        {
+            let mut d = self.rt.block_on(of.data.lock());
+            if Arc::ptr_eq(&of, &fresh) {
+                d.attrs = attrs;
+                self.rt.block_on(open::stage(
+                    &self.svc,
+                    &self.cfg.staging_dir,
+                    &mut d,
+                    None,
+                    0,
+                ))?;
+            } else {
+                // Created over a file that is open already: O_CREAT without O_EXCL opens it.
+                self.stage(&of, &mut d, &self.path(ino)?, u64::MAX)?;
+            }
+        }
+        let fh = self.open_handle(ino, Arc::clone(&of));
+        let attr = self.found_attr(ino, &Found::Open(of));
+        Ok((ino, fh, attr))
+    }
+
+    /// Lists more of a directory into `dh`.
+    fn fill(&self, dh: &mut DirHandle) -> Result<(), i32> {
+        if dh.done {
+            return Ok(());
+        }
+        if dh.path.kind == Kind::Root {
+            let buckets = self
+                .rt
+                .block_on(self.svc.list_buckets())
+                .map_err(|e| e.errno())?;
+            for (name, _) in buckets {
+                dh.entries.push(DirEntry {
+                    name,
+                    kind: Kind::Bucket,
+                    file: None,
+                });
+            }
+            dh.done = true;
+            return Ok(());
+        }
+        let prefix = dh.path.dir_prefix();
+        let page = self
+            .svc
+            .list_blocking(&dh.path.bucket, &prefix, dh.after.as_deref(), 1000)
+            .map_err(|e| e.errno())?;
+        for cp in &page.common_prefixes {
+            if let Some(n) = names::entry_name(&prefix, cp) {
+                dh.dirs.insert(n.to_owned());
+                dh.entries.push(DirEntry {
+                    name: n.to_owned(),
+                    kind: Kind::Dir,
+                    file: None,
+                });
+            }
+        }
+        let mut held = std::mem::take(&mut dh.held);
+        for (key, rec) in &page.objects {
+            let Some(n) = names::entry_name(&prefix, key) else {
+                continue;
+            };
+            held.push(DirEntry {
+                name: n.to_owned(),
+                kind: Kind::File,
+                file: Some((rec.size, rec.last_modified_ms, Attrs::from_meta(&rec.meta))),
+            });
+        }
+        for e in held {
+            if dh.dirs.contains(&e.name) {
+                continue;
+            }
+            // A directory of the same name may still follow in a later page.
+            let later = page.truncated
+                && page
+                    .last
+                    .as_deref()
+                    .is_some_and(|l| format!("{prefix}{}/", e.name).as_str() > l);
+            if later {
+                dh.held.push(e);
+            } else {
+                dh.entries.push(e);
+            }
+        }
+        dh.after = page.last.clone();
+        if !page.truncated {
+            dh.done = true;
+            for e in std::mem::take(&mut dh.held) {
+                if !dh.dirs.contains(&e.name) {
+                    dh.entries.push(e);
+                }
+            }
+            for (name, ino) in self.inodes.pending_children(dh.ino) {
+                let listed = self
+                    .svc
+                    .stat_blocking(&dh.path.bucket, &format!("{prefix}{name}"))
+                    .ok()
+                    .flatten()
+                    .is_some();
+                if !listed && !dh.dirs.contains(&name) {
+                    let s = self
+                        .inodes
+                        .opened(ino)
+                        .map(|of| of.snapshot())
+                        .unwrap_or(Snapshot {
+                            size: 0,
+                            mtime: self.started,
+                            attrs: Attrs::default(),
+                        });
+                    dh.entries.push(DirEntry {
+                        name,
+                        kind: Kind::File,
+                        file: Some((
+                            s.size,
+                            s.mtime
+                                .duration_since(UNIX_EPOCH)
+                                .unwrap_or_default()
+                                .as_millis() as i64,
+                            s.attrs,
+                        )),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Entry attributes for readdirplus.
+    fn entry_attr(&self, dh: &DirHandle, e: &DirEntry, ino: u64) -> FileAttr {
+        match (e.kind, &e.file) {
+            (Kind::File, Some((size, ms, a))) => {
+                self.attr(ino, Kind::File, *size, a.mtime.unwrap_or(ms_time(*ms)), *a)
+            }
+            (Kind::Bucket, _) => self.attr(ino, Kind::Bucket, 0, self.started, Attrs::default()),
+            _ => {
+                let marker = format!("{}{}/", dh.path.dir_prefix(), e.name);
+                match self.svc.stat_blocking(&dh.path.bucket, &marker) {
+                    Ok(Some(r)) => self.record_attr(ino, Kind::Dir, &r),
+                    _ => self.attr(ino, Kind::Dir, 0, self.started, Attrs::default()),
+                }
+            }
+        }
+    }
+
+    fn dir_handle(&self, fh: FileHandle) -> Option<Arc<Mutex<DirHandle>>> {
+        self.dirs.lock().expect("dirs").get(&fh.0).cloned()
+    }
+
+    fn handle(
+        &self,
+        fh: FileHandle,
+    ) -> Option<(u64, Arc<OpenFile>, Arc<tokio::sync::Mutex<SegmentCache>>)> {
+        self.handles
+            .lock()
+            .expect("handles")
+            .get(&fh.0)
+            .map(|h| (h.ino, Arc::clone(&h.of), Arc::clone(&h.cache)))
+    }
+}
+
+fn file_type(k: Kind) -> FileType {
+    match k {
+        Kind::File => FileType::RegularFile,
+        _ => FileType::Directory,
+    }
+}
+
+impl Filesystem for LodeFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        for flag in [
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_AUTO_INVAL_DATA,
+        ] {
+            if let Err(unsupported) = config.add_capabilities(flag) {
+                tracing::debug!(?unsupported, "kernel lacks a FUSE capability");
+            }
+        }
+        let _ = config.set_max_write(1 << 20);
+        let _ = config.set_max_readahead(1 << 20);
+        let _ = config.set_max_background(64);
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let seq0 = self.seq.load(Ordering::Acquire);
+        let r = name_str(name).and_then(|n| {
+            let (_, f) = self.resolve(parent.0, n)?;
+            let ino = match &f {
+                Found::Open(..) => self.inodes.lookup(parent.0, n, Kind::File),
+                _ => self.inodes.lookup(parent.0, n, Self::kind_of(&f)),
+            };
+            Ok(self.found_attr(ino, &f))
+        });
+        match r {
+            Ok(attr) => reply.entry(&self.ttl(seq0), &attr, Generation(0)),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.inodes.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let seq0 = self.seq.load(Ordering::Acquire);
+        match self.getattr_inner(ino.0) {
+            Ok(a) => reply.attr(&self.ttl(seq0), &a),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        match self.setattr_inner(ino.0, mode, uid, gid, size, atime, mtime, fh) {
+            Ok(a) => reply.attr(&Duration::ZERO, &a),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        match name_str(name).and_then(|n| self.mkdir_inner(req, parent.0, n, mode, umask)) {
+            Ok((_, attr)) => reply.entry(&self.cfg.ttl, &attr, Generation(0)),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match name_str(name).and_then(|n| self.unlink_inner(parent.0, n)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match name_str(name).and_then(|n| self.rmdir_inner(parent.0, n)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let r = name_str(name).and_then(|n| {
+            let nn = name_str(newname)?;
+            self.rename_inner(parent.0, n, newparent.0, nn, flags)
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.inodes.kind(ino.0) {
+            Some(Kind::File) => {}
+            Some(_) => return reply.error(Errno::EISDIR),
+            None => return reply.error(Errno::ENOENT),
+        }
+        let of = self.file_state(ino.0);
+        let fh = self.open_handle(ino.0, of);
+        let ro = flags.acc_mode() == OpenAccMode::O_RDONLY;
+        // Read-only opens keep the page cache: every S3-side change invalidates it explicitly.
+        reply.opened(
+            FileHandle(fh),
+            if ro {
+                FopenFlags::FOPEN_KEEP_CACHE
+            } else {
+                FopenFlags::empty()
+            },
+        );
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        reply: ReplyData,
+    ) {
+        let Some((ino, of, cache)) = self.handle(fh) else {
+            return reply.error(Errno::EBADF);
+        };
+        {
+            let d = self.rt.block_on(of.data.lock());
+            if let Some(f) = &d.staging {
+                let end = (offset + u64::from(size)).min(d.size);
+                let n = end.saturating_sub(offset) as usize;
+                let mut buf = vec![0u8; n];
+                return match f.read_exact_at(&mut buf, offset) {
+                    Ok(()) => reply.data(&buf),
+                    Err(e) => reply.error(err(e.raw_os_error().unwrap_or(libc::EIO))),
+                };
+            }
+        }
+        let p = match self.path(ino) {
+            Ok(p) => p,
+            Err(e) => return reply.error(err(e)),
+        };
+        let h = match self.svc.open_blocking(&p.bucket, &p.key) {
+            Ok(h) => h,
+            // Removed (or replaced by a directory) behind this open file.
+            Err(ObjError::NoSuchKey) => return reply.error(Errno::ESTALE),
+            Err(e) => return reply.error(err(e.errno())),
+        };
+        let svc = Arc::clone(&self.svc);
+        self.rt.spawn(async move {
+            let mut c = cache.lock().await;
+            match svc.read_at(h, offset, u64::from(size), &mut c).await {
+                Ok(b) => reply.data(&b),
+                Err(e) => reply.error(err(e.errno())),
+            }
+        });
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: fuser::WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let Some((ino, of, _)) = self.handle(fh) else {
+            return reply.error(Errno::EBADF);
+        };
+        let r = (|| {
+            let p = self.path(ino)?;
+            let mut d = self.rt.block_on(of.data.lock());
+            self.stage(&of, &mut d, &p, u64::MAX)?;
+            let f = d.staging.as_ref().expect("staged");
+            f.write_all_at(data, offset)
+                .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+            d.size = d.size.max(offset + data.len() as u64);
+            of.set_dirty(true);
+            let now = SystemTime::now();
+            d.attrs.mtime = Some(now);
+            of.touch(&d, Some(now));
+            Ok::<_, i32>(())
+        })();
+        match r {
+            Ok(()) => reply.written(data.len() as u32),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _lock_owner: fuser::LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        let Some((ino, of, _)) = self.handle(fh) else {
+            return reply.error(Errno::EBADF);
+        };
+        let (svc, inodes) = (Arc::clone(&self.svc), Arc::clone(&self.inodes));
+        self.rt.spawn(async move {
+            match Self::commit_now(&svc, &inodes, ino, &of).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(err(e)),
+            }
+        });
+    }
+
+    fn fsync(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.flush(req, ino, fh, fuser::LockOwner(0), reply);
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let Some(h) = self.handles.lock().expect("handles").remove(&fh.0) else {
+            return reply.error(Errno::EBADF);
+        };
+        let (svc, inodes) = (Arc::clone(&self.svc), Arc::clone(&self.inodes));
+        self.rt.spawn(async move {
+            Self::put_state(&svc, &inodes, h.ino, &h.of).await;
+            reply.ok();
+        });
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let p = match self.path(ino.0) {
+            Ok(p) => p,
+            Err(e) => return reply.error(err(e)),
+        };
+        if p.kind == Kind::File {
+            return reply.error(Errno::ENOTDIR);
+        }
+        let fh = self.new_fh();
+        let entries = vec![
+            DirEntry {
+                name: ".".into(),
+                kind: Kind::Dir,
+                file: None,
+            },
+            DirEntry {
+                name: "..".into(),
+                kind: Kind::Dir,
+                file: None,
+            },
+        ];
+        self.dirs.lock().expect("dirs").insert(
+            fh,
+            Arc::new(Mutex::new(DirHandle {
+                path: p,
+                ino: ino.0,
+                entries,
+                after: None,
+                done: false,
+                held: vec![],
+                dirs: HashSet::new(),
+            })),
+        );
+        reply.opened(FileHandle(fh), FopenFlags::empty());
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let Some(dh) = self.dir_handle(fh) else {
+            return reply.error(Errno::EBADF);
+        };
+        let mut dh = dh.lock().expect("dir handle");
+        let mut i = offset as usize;
+        loop {
+            while i >= dh.entries.len() && !dh.done {
+                if let Err(e) = self.fill(&mut dh) {
+                    return reply.error(err(e));
+                }
+            }
+            let Some(e) = dh.entries.get(i) else { break };
+            // `.` and `..` need no real inode numbers: the kernel ignores them.
+            let child = if i < 2 { ino.0 } else { u64::MAX };
+            if reply.add(INodeNo(child), (i + 1) as u64, file_type(e.kind), &e.name) {
+                break;
+            }
+            i += 1;
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let seq0 = self.seq.load(Ordering::Acquire);
+        let Some(dh) = self.dir_handle(fh) else {
+            return reply.error(Errno::EBADF);
+        };
+        let mut dh = dh.lock().expect("dir handle");
+        let mut i = offset as usize;
+        loop {
+            while i >= dh.entries.len() && !dh.done {
+                if let Err(e) = self.fill(&mut dh) {
+                    return reply.error(err(e));
+                }
+            }
+            let Some(e) = dh.entries.get(i) else { break };
+            let full = if i < 2 {
+                let a = self.attr(ino.0, Kind::Dir, 0, self.started, Attrs::default());
+                reply.add(
+                    INodeNo(ino.0),
+                    (i + 1) as u64,
+                    &e.name,
+                    &Duration::ZERO,
+                    &a,
+                    Generation(0),
+                )
+            } else {
+                let child = self.inodes.lookup(dh.ino, &e.name, e.kind);
+                let a = self.entry_attr(&dh, e, child);
+                let full = reply.add(
+                    INodeNo(child),
+                    (i + 1) as u64,
+                    &e.name,
+                    &self.ttl(seq0),
+                    &a,
+                    Generation(0),
+                );
+                if full {
+                    self.inodes.forget(child, 1);
+                }
+                full
+            };
+            if full {
+                break;
+            }
+            i += 1;
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.dirs.lock().expect("dirs").remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        // Every namespace change is committed (WAL synced) before it is acknowledged.
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let (free, total) = self.svc.datapath().space();
+        const BS: u64 = 4096;
+        reply.statfs(
+            total / BS,
+            free / BS,
+            free / BS,
+            u64::from(u32::MAX),
+            u64::from(u32::MAX),
+            BS as u32,
+            names::NAME_MAX as u32,
+            BS as u32,
+        );
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        match name_str(name).and_then(|n| self.create_inner(req, parent.0, n, mode, umask)) {
+            Ok((_, fh, attr)) => reply.created(
+                &self.cfg.ttl,
+                &attr,
+                Generation(0),
+                FileHandle(fh),
+                FopenFlags::empty(),
+            ),
+            Err(e) => reply.error(err(e)),
+        }
+    }
+}
