@@ -58,6 +58,8 @@ class Lode:
         listen = f"127.0.0.1:{self.port or 0}"
         env = dict(os.environ)
         env.update({"LODE_ACCESS_KEY": ACCESS_KEY, "LODE_SECRET_KEY": SECRET_KEY, "LODE_LOG": "info"})
+        # Error reports without anyhow's backtraces (panics still get theirs).
+        env["RUST_LIB_BACKTRACE"] = "0"
         env.update(self.extra_env)
         self.log = open(self.log_path, "ab")
         admin = [] if "--admin-listen" in self.extra_args else ["--admin-listen", "127.0.0.1:0"]

@@ -74,6 +74,13 @@ fn clean_encoding(e: Option<String>) -> Option<String> {
 }
 
 #[allow(clippy::too_many_arguments)]
+/// The stored content type, or S3's default for objects stored without one.
+fn content_type_of(m: &ObjectMeta) -> String {
+    m.content_type
+        .clone()
+        .unwrap_or_else(|| "binary/octet-stream".to_owned())
+}
+
 fn object_meta(
     content_type: Option<String>,
     cache_control: Option<String>,
@@ -593,7 +600,7 @@ impl S3 for LodeS3 {
             e_tag: Some(etag(&rec.etag)),
             last_modified: Some(ts(rec.last_modified_ms)),
             metadata: user_meta(m),
-            content_type: i.response_content_type.or_else(|| m.content_type.clone()),
+            content_type: i.response_content_type.or_else(|| Some(content_type_of(m))),
             cache_control: i.response_cache_control.or_else(|| m.cache_control.clone()),
             content_disposition: i
                 .response_content_disposition
@@ -649,7 +656,7 @@ impl S3 for LodeS3 {
             e_tag: Some(etag(&rec.etag)),
             last_modified: Some(ts(rec.last_modified_ms)),
             metadata: user_meta(m),
-            content_type: m.content_type.clone(),
+            content_type: Some(content_type_of(m)),
             cache_control: m.cache_control.clone(),
             content_disposition: m.content_disposition.clone(),
             content_encoding: m.content_encoding.clone(),
