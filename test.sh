@@ -6,8 +6,9 @@ source "$(dirname "$0")/scripts/setup.sh"
 build_lode
 
 echo "==> Rust tests"
-(cd "$ROOT" && cargo test --release --locked --workspace 2>&1) | tee "$CARGO_TARGET_DIR/rust-tests.log" | grep -E "^(test result|running|error|failures:|---- )|panicked|FAILED" || true
-rust_rc=${PIPESTATUS[0]}
+rust_rc=0
+(cd "$ROOT" && cargo test --release --locked --workspace) >"$CARGO_TARGET_DIR/rust-tests.log" 2>&1 || rust_rc=$?
+grep -E "^(test result|running|error|failures:|---- )|panicked|FAILED" "$CARGO_TARGET_DIR/rust-tests.log" || true
 if [ "$rust_rc" != 0 ]; then
     echo "Rust tests failed (full log: $CARGO_TARGET_DIR/rust-tests.log)" >&2
     tail -60 "$CARGO_TARGET_DIR/rust-tests.log" >&2

@@ -7,7 +7,9 @@ LODE_BIN="$CARGO_TARGET_DIR/release/lode"
 export LODE_BIN
 
 need_apt=()
-for pkg in libclang-dev build-essential pkg-config; do
+# fuse3: fusermount3 and the FUSE tools (the POSIX door mounts directly as root, through
+# fusermount3 otherwise).
+for pkg in libclang-dev build-essential pkg-config fuse3; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 # A Python with venv support (Debian's python3 lacks it without python3-venv).

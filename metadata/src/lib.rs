@@ -149,7 +149,18 @@ pub fn transact<T, E: From<MetaError>>(
             Ok(()) => return Ok(out),
             Err(MetaError::Conflict) if attempt < 64 => {
                 attempt += 1;
-                std::thread::yield_now();
+                // Back off with jitter once plain retries keep colliding (a hot key under
+                // load), so the racers spread out instead of colliding again in lockstep.
+                if attempt < 4 {
+                    std::thread::yield_now();
+                } else {
+                    let max_us = (50u64 << attempt.min(7)).min(5_000);
+                    let nanos = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.subsec_nanos());
+                    let jitter = u64::from(nanos / 1000) % max_us;
+                    std::thread::sleep(std::time::Duration::from_micros(max_us / 2 + jitter / 2));
+                }
             }
             Err(e) => return Err(e.into()),
         }

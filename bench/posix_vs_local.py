@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""The POSIX door against the machine's own disk, in one run, with the same operations.
+
+Starts `lode serve --mount` on a fresh data dir (a 2 GiB device), then runs on the mount and on a
+plain directory of the file system that holds the data dir:
+
+  creates    N small files (4 KiB) in one directory, from T threads; each is closed (on Lode
+             that is a durable commit, on the local disk only a page-cache write)
+  readdir    os.listdir of that N-entry directory
+  stat       os.stat of every file in random order, cold (kernel caches dropped) and warm
+  write      one file of B MiB in 1 MiB writes, then fsync + close
+  read       the same file in 1 MiB reads, page cache dropped first
+
+Usage (as root, needs /dev/fuse):  bench/posix_vs_local.py [--files 100000] [--big-mib 1024]
+Prints a table and writes --json (default posix-vs-local.json).
+"""
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def timed(fn):
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def run_suite(root, files, threads, big_mib, ttl_wait):
+    res = {}
+    d = os.path.join(root, "many")
+    os.makedirs(d)
+    payload = os.urandom(4096)
+    names = [f"f{i:07d}" for i in range(files)]
+
+    def create(chunk):
+        for n in chunk:
+            with open(os.path.join(d, n), "wb") as f:
+                f.write(payload)
+
+    chunks = [names[i::threads] for i in range(threads)]
+    with ThreadPoolExecutor(threads) as ex:
+        t = timed(lambda: list(ex.map(create, chunks)))
+    res["creates_per_s"] = files / t
+
+    time.sleep(ttl_wait)
+    drop_caches()
+    listed = []
+    t = timed(lambda: listed.extend(os.listdir(d)))
+    assert len(listed) == files, (len(listed), files)
+    res["readdir_entries_per_s"] = files / t
+    res["readdir_s"] = t
+
+    order = names[:]
+    random.Random(7).shuffle(order)
+    time.sleep(ttl_wait)
+    drop_caches()
+
+    def stat_all():
+        for n in order:
+            os.stat(os.path.join(d, n))
+
+    res["stat_cold_per_s"] = files / timed(stat_all)
+    res["stat_warm_per_s"] = files / timed(stat_all)
+
+    big = os.path.join(root, "big.bin")
+    block = os.urandom(1 << 20)
+
+    def write_big():
+        with open(big, "wb") as f:
+            for _ in range(big_mib):
+                f.write(block)
+            f.flush()
+            os.fsync(f.fileno())
+
+    res["seq_write_mib_s"] = big_mib / timed(write_big)
+    drop_caches()
+
+    def read_big():
+        n = 0
+        with open(big, "rb", buffering=0) as f:
+            while True:
+                b = f.read(1 << 20)
+                if not b:
+                    break
+                n += len(b)
+        assert n == big_mib << 20, n
+
+    res["seq_read_mib_s"] = big_mib / timed(read_big)
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--files", type=int, default=100_000)
+    ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--big-mib", type=int, default=1024)
+    ap.add_argument("--lode", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/lode-target")), "release", "lode"))
+    ap.add_argument("--workdir", default=None, help="where the data dir and the local dir go (default: a temp dir)")
+    ap.add_argument("--json", default="posix-vs-local.json")
+    a = ap.parse_args()
+
+    work = a.workdir or tempfile.mkdtemp(prefix="lode-posix-bench-")
+    data, mnt, local = (os.path.join(work, x) for x in ("data", "mnt", "local"))
+    os.makedirs(local, exist_ok=True)
+    cfg = os.path.join(work, "lode.toml")
+    with open(cfg, "w") as f:
+        f.write('[[datapath.devices]]\npath = "dev0.img"\nsize = "%dMiB"\n' % (a.big_mib + 1024))
+    env = dict(os.environ, LODE_LOG="warn", RUST_LIB_BACKTRACE="0")
+    proc = subprocess.Popen(
+        [a.lode, "serve", "--config", cfg, "--data-dir", data, "--listen", "127.0.0.1:0", "--admin-listen", "", "--mount", mnt],
+        stdout=subprocess.PIPE, env=env,
+    )
+    try:
+        for line in proc.stdout:
+            if b"AWS_DEFAULT_REGION" in line:
+                break
+        bucket = os.path.join(mnt, "bench-" + str(os.getpid()))
+        os.mkdir(bucket)
+        ttl = 1.1  # let the mount's attribute TTL (1 s) lapse before the cold passes
+        print(f"==> local disk ({local})", flush=True)
+        loc = run_suite(local, a.files, a.threads, a.big_mib, ttl)
+        print(f"==> Lode mount ({bucket})", flush=True)
+        lod = run_suite(bucket, a.files, a.threads, a.big_mib, ttl)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        shutil.rmtree(work, ignore_errors=True)
+
+    rows = [
+        ("creates/s (%d threads, 4 KiB files)" % a.threads, "creates_per_s"),
+        ("readdir entries/s (%d entries)" % a.files, "readdir_entries_per_s"),
+        ("stat/s cold", "stat_cold_per_s"),
+        ("stat/s warm", "stat_warm_per_s"),
+        ("seq write MiB/s (%d MiB, fsync)" % a.big_mib, "seq_write_mib_s"),
+        ("seq read MiB/s (cold)", "seq_read_mib_s"),
+    ]
+    print(f"\n{'operation':42} {'local disk':>12} {'Lode mount':>12} {'ratio':>7}")
+    for label, k in rows:
+        print(f"{label:42} {loc[k]:12.0f} {lod[k]:12.0f} {lod[k] / loc[k]:7.2f}")
+    with open(a.json, "w") as f:
+        json.dump({"params": vars(a), "local": loc, "lode": lod}, f, indent=2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
