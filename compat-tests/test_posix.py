@@ -522,3 +522,46 @@ def test_kill_9_leaves_a_stale_mount_that_the_next_start_replaces(tmp_path):
         still = is_mounted(mnt)
         force_unmount(mnt)
     assert not still
+
+
+def test_open_handle_sees_replacement_and_estale_after_delete(pb, ps3):
+    b, d = pb
+    ps3.put_object(Bucket=b, Key="h", Body=b"first version")
+    f = open(os.path.join(d, "h"), "rb", buffering=0)
+    assert f.read(5) == b"first"
+    ps3.put_object(Bucket=b, Key="h", Body=b"SECOND VERSION")
+    f.seek(0)
+    assert f.read() == b"SECOND VERSION"
+    ps3.delete_object(Bucket=b, Key="h")
+    f.seek(0)
+    with pytest.raises(OSError) as e:
+        f.read()
+    assert e.value.errno == errno.ESTALE
+    f.close()
+
+
+def test_full_datapath_is_enospc_at_close_and_nothing_is_harmed(tmp_path):
+    mnt = str(tmp_path / "mnt")
+    srv = Lode(str(tmp_path / "data"), extra_args=["--mount", mnt], device_size="32MiB")
+    srv.start()
+    try:
+        name = "full-" + uuid.uuid4().hex[:8]
+        os.mkdir(os.path.join(mnt, name))
+        keep = os.urandom(8 << 20)
+        open(os.path.join(mnt, name, "keep"), "wb").write(keep)
+        f = open(os.path.join(mnt, name, "huge"), "wb")
+        f.write(os.urandom(40 << 20))  # staged locally: fine until the commit
+        with pytest.raises(OSError) as e:
+            f.close()
+        assert e.value.errno == errno.ENOSPC
+        assert open(os.path.join(mnt, name, "keep"), "rb").read() == keep
+        s3 = make_client(srv.endpoint)
+        with pytest.raises(ClientError):
+            s3.head_object(Bucket=name, Key="huge")
+        # Space comes back after a delete.
+        os.unlink(os.path.join(mnt, name, "keep"))
+        open(os.path.join(mnt, name, "after"), "wb").write(os.urandom(16 << 20))
+        assert s3.head_object(Bucket=name, Key="after")["ContentLength"] == 16 << 20
+    finally:
+        srv.remove()
+        force_unmount(mnt)

@@ -144,8 +144,8 @@ pub struct PosixConfig {
     /// Threads reading FUSE requests.
     pub threads: usize,
     /// How long the kernel may cache names and attributes (ms). Changes made through S3
-    /// invalidate the kernel's caches at once whatever this is; it only bounds staleness
-    /// for changes Lode cannot see (none today).
+    /// invalidate the kernel's caches at once whatever this is, so it only bounds how long a
+    /// missed invalidation could last; longer keeps stat storms in the kernel.
     pub attr_ttl_ms: u64,
     /// Owner, group and permission bits of objects and directories that carry none.
     pub uid: Option<u32>,
@@ -163,7 +163,7 @@ impl Default for PosixConfig {
             allow_other: false,
             allow_bucket_create: true,
             threads: 4,
-            attr_ttl_ms: 1000,
+            attr_ttl_ms: 30_000,
             uid: None,
             gid: None,
             file_mode: 0o644,

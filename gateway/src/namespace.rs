@@ -26,11 +26,14 @@ pub trait ChangeListener: Send + Sync {
     fn bucket_changed(&self, bucket: &str);
 }
 
-/// The last segment read, kept per reader so sequential small reads of one chunk cost one
-/// device read. Keyed by the object's ETag: equal ETags mean equal content.
+/// Per-reader read state: the last segment read (so sequential small reads of one chunk cost
+/// one device read), and, for sequential readers, the next segment read ahead. Keyed by the
+/// object's ETag: equal ETags mean equal content.
 #[derive(Default)]
 pub struct SegmentCache {
     entry: Option<(String, usize, Bytes)>,
+    ahead: Option<(String, usize, tokio::task::JoinHandle<ObjResult<Bytes>>)>,
+    last_end: u64,
 }
 
 impl ObjectService {
@@ -165,17 +168,46 @@ impl ObjectService {
                     let d = match hit {
                         Some(d) => d,
                         None => {
-                            let d = self.dp.read_chunk(&chunk_ref(c)).await?;
+                            let ahead = match cache.ahead.take() {
+                                Some((etag, idx, task)) if etag == h.record.etag && idx == i => {
+                                    task.await.ok().and_then(|r| r.ok())
+                                }
+                                Some((_, _, task)) => {
+                                    task.abort();
+                                    None
+                                }
+                                None => None,
+                            };
+                            let d = match ahead {
+                                Some(d) => d,
+                                None => self.dp.read_chunk(&chunk_ref(c)).await?,
+                            };
                             cache.entry = Some((h.record.etag.clone(), i, d.clone()));
                             d
                         }
                     };
+                    // A sequential reader gets the next chunk read ahead, under its own guard
+                    // (taken while this read's guard still pins the record's extents).
+                    if off == cache.last_end
+                        && cache.ahead.is_none()
+                        && let Some(Segment::Chunk(next)) = h.record.segments.get(i + 1)
+                    {
+                        let (dp, next) = (Arc::clone(&self.dp), chunk_ref(next));
+                        let guard = self.dp.read_guard();
+                        let task = tokio::spawn(async move {
+                            let r = dp.read_chunk(&next).await.map_err(ObjError::from);
+                            drop(guard);
+                            r
+                        });
+                        cache.ahead = Some((h.record.etag.clone(), i + 1, task));
+                    }
                     d.slice(from..to)
                 }
             };
             out.push(data);
         }
         drop(h);
+        cache.last_end = end;
         Ok(match out.len() {
             1 => out.pop().expect("one piece"),
             _ => {

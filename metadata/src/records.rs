@@ -80,8 +80,10 @@ pub struct ChunkLoc {
 /// A piece of an object's content, in order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Segment {
-    /// Bytes kept inside the record (objects under the inline threshold).
-    Inline(Vec<u8>),
+    /// Bytes kept inside the record (objects under the inline threshold). `serde_bytes`: the
+    /// same postcard bytes as a plain `Vec<u8>` (length + raw bytes), decoded in one copy
+    /// instead of byte by byte.
+    Inline(#[serde(with = "serde_bytes")] Vec<u8>),
     Chunk(ChunkLoc),
 }
 

@@ -261,9 +261,11 @@ impl LodeFs {
                 Ok(None) => Err(libc::ENOENT),
                 Err(e) => Err(e.errno()),
             },
+            // An inode whose name vanished behind the kernel's back is stale: ESTALE makes a
+            // path-based stat retry the lookup, and an open handle report the loss.
             Kind::Dir => match self.dir_at(&p.bucket, &p.dir_prefix())? {
                 Some(f) => Ok(self.found_attr(ino, &f)),
-                None => Err(libc::ENOENT),
+                None => Err(libc::ESTALE),
             },
             Kind::File => {
                 if let Some(of) = self.inodes.opened(ino)
@@ -273,7 +275,7 @@ impl LodeFs {
                 }
                 match self.svc.stat_blocking(&p.bucket, &p.key) {
                     Ok(Some(r)) => Ok(self.record_attr(ino, Kind::File, &r)),
-                    Ok(None) => Err(libc::ENOENT),
+                    Ok(None) => Err(libc::ESTALE),
                     Err(e) => Err(e.errno()),
                 }
             }
@@ -1331,6 +1333,54 @@ impl Filesystem for LodeFs {
             names::NAME_MAX as u32,
             BS as u32,
         );
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        // Not a terminal, no file-system ioctls (Python's open() asks TCGETS every time).
+        reply.error(Errno::ENOTTY);
+    }
+
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: fuser::ReplyXattr,
+    ) {
+        reply.error(Errno::ENODATA);
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
+        if size == 0 {
+            reply.size(0);
+        } else {
+            reply.data(&[]);
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _value: &[u8],
+        _flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        // Extended attributes are not stored (SEMANTICS.md).
+        reply.error(Errno::EOPNOTSUPP);
     }
 
     fn create(
