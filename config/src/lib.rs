@@ -116,6 +116,7 @@ pub struct LodeConfig {
     pub metadata: MetadataConfig,
     pub datapath: DatapathConfig,
     pub posix: PosixConfig,
+    pub scrub: ScrubConfig,
 }
 
 impl Default for LodeConfig {
@@ -127,6 +128,31 @@ impl Default for LodeConfig {
             metadata: MetadataConfig::default(),
             datapath: DatapathConfig::default(),
             posix: PosixConfig::default(),
+            scrub: ScrubConfig::default(),
+        }
+    }
+}
+
+/// Background scrub: re-reads every chunk and checks its crc32c.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ScrubConfig {
+    pub enabled: bool,
+    /// Most bytes read per second by the scrubber.
+    pub rate: ByteSize,
+    /// A pass starts this long after the previous one started.
+    pub interval_secs: u64,
+    /// The first pass starts this long after `lode serve` starts.
+    pub start_delay_secs: u64,
+}
+
+impl Default for ScrubConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            rate: ByteSize(64 * ByteSize::MIB),
+            interval_secs: 86_400,
+            start_delay_secs: 600,
         }
     }
 }
@@ -442,6 +468,12 @@ impl LodeConfig {
                 "datapath.queue_depth",
                 "must be a power of two from 2 to 4096",
             ));
+        }
+        if self.scrub.enabled && self.scrub.rate.0 < ByteSize::MIB {
+            return Err(invalid("scrub.rate", "must be at least 1MiB (per second)"));
+        }
+        if self.scrub.interval_secs == 0 {
+            return Err(invalid("scrub.interval_secs", "must be above 0"));
         }
         let px = &self.posix;
         if !(1..=64).contains(&px.threads) {

@@ -14,6 +14,11 @@ pub const METRIC_UP: &str = "lode_up";
 pub const METRIC_FREE_BYTES: &str = "lode_datapath_free_bytes";
 pub const METRIC_TOTAL_BYTES: &str = "lode_datapath_total_bytes";
 pub const METRIC_POISONED: &str = "lode_datapath_write_poisoned";
+pub const METRIC_SCRUB_BYTES: &str = "lode_scrub_read_bytes_total";
+pub const METRIC_SCRUB_CHUNKS: &str = "lode_scrub_chunks_total";
+pub const METRIC_SCRUB_CORRUPT: &str = "lode_scrub_corrupt_chunks_total";
+pub const METRIC_SCRUB_PASSES: &str = "lode_scrub_passes_total";
+pub const METRIC_SCRUB_LAST: &str = "lode_scrub_last_pass_end_timestamp_seconds";
 
 fn health(svc: &ObjectService) -> (http::StatusCode, String) {
     let dp = svc.datapath();
@@ -44,7 +49,61 @@ fn metrics(svc: &ObjectService) -> String {
          # HELP {METRIC_TOTAL_BYTES} Capacity of the datapath devices.\n# TYPE {METRIC_TOTAL_BYTES} gauge\n{METRIC_TOTAL_BYTES} {total}\n\
          # HELP {METRIC_POISONED} 1 after a device write/fsync error (writes refused).\n# TYPE {METRIC_POISONED} gauge\n{METRIC_POISONED} {}\n",
         u8::from(dp.is_poisoned())
-    )
+    ) + &scrub_metrics(&svc.scrub)
+}
+
+fn scrub_metrics(s: &crate::scrub::ScrubStats) -> String {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut out = String::new();
+    for (name, help, kind, v) in [
+        (
+            METRIC_SCRUB_BYTES,
+            "Bytes read and checked by the scrubber.",
+            "counter",
+            s.bytes.load(Relaxed) as f64,
+        ),
+        (
+            METRIC_SCRUB_CHUNKS,
+            "Chunks read and checked by the scrubber.",
+            "counter",
+            s.chunks.load(Relaxed) as f64,
+        ),
+        (
+            METRIC_SCRUB_CORRUPT,
+            "Chunks that failed their crc32c check (or could not be read) during scrub.",
+            "counter",
+            s.corrupt.load(Relaxed) as f64,
+        ),
+        (
+            METRIC_SCRUB_PASSES,
+            "Finished scrub passes.",
+            "counter",
+            s.passes.load(Relaxed) as f64,
+        ),
+        (
+            METRIC_SCRUB_LAST,
+            "End of the last finished scrub pass (Unix time).",
+            "gauge",
+            s.last_pass_end_ms.load(Relaxed) as f64 / 1000.0,
+        ),
+    ] {
+        out += &format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}\n");
+    }
+    out
+}
+
+fn scrub_report(svc: &ObjectService) -> String {
+    use std::sync::atomic::Ordering::Relaxed;
+    let s = &svc.scrub;
+    serde_json::json!({
+        "passes": s.passes.load(Relaxed),
+        "chunks": s.chunks.load(Relaxed),
+        "bytes": s.bytes.load(Relaxed),
+        "corrupt_chunks": s.corrupt.load(Relaxed),
+        "last_pass_end_ms": s.last_pass_end_ms.load(Relaxed),
+        "last_pass_bad": *s.last_bad.lock().expect("scrub stats"),
+    })
+    .to_string()
 }
 
 /// Serves the admin endpoint on `listener` until the process ends.
@@ -63,6 +122,9 @@ pub async fn serve(listener: TcpListener, svc: Arc<ObjectService>) {
                         (&http::Method::GET, "/healthz") => {
                             let (s, b) = health(&svc);
                             (s, "application/json", b)
+                        }
+                        (&http::Method::GET, "/api/scrub") => {
+                            (http::StatusCode::OK, "application/json", scrub_report(&svc))
                         }
                         (&http::Method::GET, "/metrics") => (
                             http::StatusCode::OK,

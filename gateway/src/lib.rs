@@ -19,4 +19,5 @@ pub mod namespace;
 pub mod objects;
 pub mod posix;
 pub mod s3;
+pub mod scrub;
 pub mod server;

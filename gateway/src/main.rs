@@ -28,6 +28,8 @@ enum Cmd {
     ConfigTemplate,
     /// Check (offline) that used extents match what objects reference; exit 1 on problems.
     Fsck(FsckArgs),
+    /// Read every stored chunk once and check its crc32c (offline); exit 1 if any is bad.
+    Scrub(ServeArgs),
     /// Run a benchmark workload against any S3 endpoint (see `lode bench --help`).
     Bench(lode_gateway::bench::BenchArgs),
 }
@@ -125,6 +127,19 @@ fn main() -> anyhow::Result<()> {
             if rep.is_clean()
                 || rep.repaired && rep.bad_extents.is_empty() && rep.corrupt.is_empty()
             {
+                Ok(())
+            } else {
+                std::process::exit(1)
+            }
+        }
+        Cmd::Scrub(args) => {
+            let cfg = load(&args)?;
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            let rep = rt.block_on(lode_gateway::server::scrub_once(&cfg))?;
+            println!("{}", serde_json::to_string_pretty(&rep)?);
+            if rep.bad.is_empty() {
                 Ok(())
             } else {
                 std::process::exit(1)

@@ -71,6 +71,8 @@ pub struct ObjectService {
     pub(crate) bucket_gate: Arc<RwLock<()>>,
     /// Told about every change made through the S3 door (see `crate::namespace`).
     pub(crate) listeners: RwLock<Vec<Arc<dyn crate::namespace::ChangeListener>>>,
+    /// Totals of the background scrubber (see `crate::scrub`).
+    pub scrub: crate::scrub::ScrubStats,
 }
 
 pub fn now_ms() -> i64 {
@@ -407,6 +409,7 @@ impl ObjectService {
             cfg,
             bucket_gate: Arc::new(RwLock::new(())),
             listeners: RwLock::new(vec![]),
+            scrub: Default::default(),
         })
     }
 

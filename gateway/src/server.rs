@@ -111,6 +111,13 @@ pub fn open_stores(cfg: &LodeConfig) -> anyhow::Result<(Arc<dyn MetadataStore>, 
     Ok((Arc::new(meta), Arc::new(Datapath::new(store, sync))))
 }
 
+/// `lode scrub`: one offline pass over every chunk, unpaced.
+pub async fn scrub_once(cfg: &LodeConfig) -> anyhow::Result<crate::scrub::PassReport> {
+    let (meta, dp) = open_stores(cfg)?;
+    let svc = ObjectService::open(meta, dp, ServiceConfig::default())?;
+    Ok(crate::scrub::pass(&svc, 0, &svc.scrub).await?)
+}
+
 /// `lode fsck`: offline consistency check (and repair) of metadata against the allocator.
 pub async fn fsck(
     cfg: &LodeConfig,
@@ -194,6 +201,14 @@ pub async fn serve(
             .context("starting the POSIX door")?,
         )
     };
+    if cfg.scrub.enabled {
+        tokio::spawn(crate::scrub::run(
+            Arc::clone(&svc),
+            cfg.scrub.rate.0,
+            Duration::from_secs(cfg.scrub.start_delay_secs),
+            Duration::from_secs(cfg.scrub.interval_secs),
+        ));
+    }
     let (free, total) = svc.datapath().space();
     on_start(&Started {
         addr,
