@@ -74,6 +74,18 @@ fn clean_encoding(e: Option<String>) -> Option<String> {
 }
 
 #[allow(clippy::too_many_arguments)]
+/// A body sent with neither Content-Length nor Transfer-Encoding would be read as empty: S3
+/// refuses it with `411 MissingContentLength` instead of storing an empty object.
+fn require_length(headers: &http::HeaderMap, content_length: Option<i64>) -> S3Result<()> {
+    if content_length.is_none() && !headers.contains_key(http::header::TRANSFER_ENCODING) {
+        return Err(s3_error!(
+            MissingContentLength,
+            "You must provide the Content-Length HTTP header."
+        ));
+    }
+    Ok(())
+}
+
 /// The stored content type, or S3's default for objects stored without one.
 fn content_type_of(m: &ObjectMeta) -> String {
     m.content_type
@@ -519,6 +531,7 @@ impl S3 for LodeS3 {
         mut req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
         let body = req.input.body.take();
+        require_length(&req.headers, req.input.content_length)?;
         let i = &req.input;
         if i.write_offset_bytes.is_some() {
             return Err(ObjError::NotImplemented(
@@ -927,6 +940,7 @@ impl S3 for LodeS3 {
         mut req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
         let body = req.input.body.take();
+        require_length(&req.headers, req.input.content_length)?;
         let i = &req.input;
         let expected = ChecksumSet::from_fields(
             i.checksum_crc32.clone(),
