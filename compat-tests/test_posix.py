@@ -565,3 +565,50 @@ def test_full_datapath_is_enospc_at_close_and_nothing_is_harmed(tmp_path):
     finally:
         srv.remove()
         force_unmount(mnt)
+
+
+def as_nobody(*cmd):
+    return subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cmd],
+        capture_output=True,
+        timeout=30,
+    )
+
+
+def test_other_users_are_kept_out_unless_allow_other(pb, mounted):
+    """allow_other is off by default: only the user running lode may use the mount."""
+    b, d = pb
+    open(os.path.join(d, "open-to-all"), "w").write("x")
+    os.chmod(os.path.join(d, "open-to-all"), 0o644)
+    p = as_nobody("cat", os.path.join(d, "open-to-all"))
+    assert p.returncode != 0 and b"Permission denied" in p.stderr, p
+
+
+def test_allow_other_enforces_permission_bits(tmp_path):
+    # Outside pytest's 0700 temp tree, so that another user can reach it at all.
+    mnt = f"/tmp/lode-allow-other-{uuid.uuid4().hex[:8]}"
+    cfg = tmp_path / "allow-other.toml"
+    cfg.write_text('[[datapath.devices]]\npath = "dev0.img"\nsize = "64MiB"\n[posix]\nallow_other = true\n')
+    srv = Lode(str(tmp_path / "data"), extra_args=["--config", str(cfg), "--mount", mnt])
+    srv.start()
+    try:
+        os.chmod(mnt, 0o755)
+        name = "perm-" + uuid.uuid4().hex[:8]
+        os.mkdir(os.path.join(mnt, name))
+        pub, priv = os.path.join(mnt, name, "public"), os.path.join(mnt, name, "private")
+        open(pub, "w").write("everyone")
+        open(priv, "w").write("root only")
+        os.chmod(pub, 0o644)
+        os.chmod(priv, 0o600)
+        assert as_nobody("cat", pub).stdout == b"everyone"
+        p = as_nobody("cat", priv)
+        assert p.returncode != 0 and b"Permission denied" in p.stderr, p
+        # Writing into a directory owned by root with mode 0755 is refused too.
+        p = as_nobody("sh", "-c", f"echo x > {os.path.join(mnt, name, 'new')}")
+        assert p.returncode != 0 and b"Permission denied" in p.stderr, p
+        s3 = make_client(srv.endpoint)
+        assert [o["Key"] for o in s3.list_objects_v2(Bucket=name)["Contents"]] == ["private", "public"]
+    finally:
+        srv.remove()
+        force_unmount(mnt)
+        os.rmdir(mnt)
