@@ -51,6 +51,7 @@ class Lode:
             os.makedirs(parent, exist_ok=True)
             self.extra_args += ["--config", small_config(parent, device_size)]
         self.port = None
+        self.scheme = "http"
         self.proc = None
         self.log_path = data_dir.rstrip("/") + ".log"
 
@@ -76,9 +77,9 @@ class Lode:
             if not line:
                 break
             banner.append(line)
-            m = re.search(r"S3 endpoint : http://127\.0\.0\.1:(\d+)", line)
+            m = re.search(r"S3 endpoint : (https?)://127\.0\.0\.1:(\d+)", line)
             if m:
-                self.port = int(m.group(1))
+                self.scheme, self.port = m.group(1), int(m.group(2))
             a = re.search(r"admin       : http://127\.0\.0\.1:(\d+)/healthz", line)
             if a:
                 self.admin = f"http://127.0.0.1:{a.group(1)}"
@@ -90,7 +91,7 @@ class Lode:
 
     @property
     def endpoint(self):
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def stop(self, hard=False):
         if self.proc and self.proc.poll() is None:

@@ -223,6 +223,10 @@ pub struct ServerConfig {
     pub header_timeout_secs: u64,
     /// Seconds a request body may stay silent before the request fails with RequestTimeout.
     pub body_idle_timeout_secs: u64,
+    /// PEM certificate chain for TLS on the S3 port (with `tls_key`); empty: plain HTTP.
+    pub tls_cert: PathBuf,
+    /// PEM private key for `tls_cert`.
+    pub tls_key: PathBuf,
 }
 
 impl Default for ServerConfig {
@@ -238,6 +242,8 @@ impl Default for ServerConfig {
             max_requests: 512,
             header_timeout_secs: 30,
             body_idle_timeout_secs: 60,
+            tls_cert: PathBuf::new(),
+            tls_key: PathBuf::new(),
         }
     }
 }
@@ -401,6 +407,13 @@ impl LodeConfig {
         }
         if self.server.max_object_size.0 == 0 {
             return Err(invalid("server.max_object_size", "must be above 0"));
+        }
+        if self.server.tls_cert.as_os_str().is_empty() != self.server.tls_key.as_os_str().is_empty()
+        {
+            return Err(invalid(
+                "server.tls_cert",
+                "set both tls_cert and tls_key, or neither",
+            ));
         }
         if self.server.max_header_size.0 < 8 * ByteSize::KIB {
             return Err(invalid("server.max_header_size", "must be at least 8KiB"));

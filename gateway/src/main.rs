@@ -54,6 +54,12 @@ struct ServeArgs {
     /// Mount the namespace here through FUSE (the POSIX door).
     #[arg(long, env = "LODE_MOUNT")]
     mount: Option<PathBuf>,
+    /// PEM certificate chain: serve S3 over TLS (with --tls-key).
+    #[arg(long, env = "LODE_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "LODE_TLS_KEY")]
+    tls_key: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -91,6 +97,12 @@ fn load(args: &ServeArgs) -> anyhow::Result<LodeConfig> {
     }
     if let Some(v) = &args.mount {
         cfg.posix.mount = v.clone();
+    }
+    if let Some(v) = &args.tls_cert {
+        cfg.server.tls_cert = v.clone();
+    }
+    if let Some(v) = &args.tls_key {
+        cfg.server.tls_key = v.clone();
     }
     if let Ok(v) = std::env::var("LODE_ACCESS_KEY") {
         cfg.auth.access_key = v;

@@ -21,6 +21,8 @@ use crate::objects::{ObjectService, ServiceConfig};
 /// What a started server tells its caller (and prints in the banner).
 pub struct Started {
     pub addr: SocketAddr,
+    /// `http` or `https`.
+    pub scheme: &'static str,
     pub admin_addr: Option<SocketAddr>,
     pub data_dir: PathBuf,
     pub creds: Credentials,
@@ -43,7 +45,7 @@ impl Started {
         };
         format!(
             "Lode {ver} is serving S3\n\
-             \x20 S3 endpoint : http://{addr}\n\
+             \x20 S3 endpoint : {scheme}://{addr}\n\
              \x20 admin       : {admin}\n\
              \x20 data dir    : {dir}\n\
              \x20 datapath    : {backend}, {devs} device(s), {total} ({free} free)\n\
@@ -53,10 +55,11 @@ impl Started {
              Paste into a shell to use aws-cli / boto3:\n\
              \x20 export AWS_ACCESS_KEY_ID={ak}\n\
              \x20 export AWS_SECRET_ACCESS_KEY={sk}\n\
-             \x20 export AWS_ENDPOINT_URL=http://{addr}\n\
+             \x20 export AWS_ENDPOINT_URL={scheme}://{addr}\n\
              \x20 export AWS_DEFAULT_REGION={region}\n",
             ver = env!("CARGO_PKG_VERSION"),
             addr = self.addr,
+            scheme = self.scheme,
             admin = match self.admin_addr {
                 Some(a) => format!("http://{a}/healthz, http://{a}/metrics"),
                 None => "disabled".to_owned(),
@@ -173,6 +176,14 @@ pub async fn serve(
     }
     let s3 = builder.build();
 
+    let tls = if cfg.server.tls_cert.as_os_str().is_empty() {
+        None
+    } else {
+        Some(tls_acceptor(
+            &cfg.resolve(&cfg.server.tls_cert),
+            &cfg.resolve(&cfg.server.tls_key),
+        )?)
+    };
     let listener = TcpListener::bind(&cfg.server.listen)
         .await
         .with_context(|| format!("binding {}", cfg.server.listen))?;
@@ -220,6 +231,7 @@ pub async fn serve(
         free_bytes: free,
         total_bytes: total,
         devices: ndev,
+        scheme: if tls.is_some() { "https" } else { "http" },
         mount: mount.as_ref().map(|m| m.path().to_owned()),
     });
     tracing::info!(%addr, backend = backend_name, "serving S3");
@@ -277,10 +289,40 @@ pub async fn serve(
             .header_read_timeout(Duration::from_secs(header_timeout))
             .max_buf_size(max_header.max(64 * 1024))
             .keep_alive(true);
-        let conn = http.serve_connection(TokioIo::new(stream), svc);
-        let conn = graceful.watch(conn);
+        let watcher = graceful.watcher();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            let r = match tls {
+                None => {
+                    watcher
+                        .watch(http.serve_connection(TokioIo::new(stream), svc))
+                        .await
+                }
+                Some(acceptor) => {
+                    // The handshake counts against the header timeout (slowloris on TLS).
+                    let hs = tokio::time::timeout(
+                        Duration::from_secs(header_timeout),
+                        acceptor.accept(stream),
+                    )
+                    .await;
+                    match hs {
+                        Ok(Ok(tls_stream)) => {
+                            watcher
+                                .watch(http.serve_connection(TokioIo::new(tls_stream), svc))
+                                .await
+                        }
+                        Ok(Err(e)) => {
+                            tracing::debug!(error = %e, "TLS handshake failed");
+                            Ok(())
+                        }
+                        Err(_) => {
+                            tracing::debug!("TLS handshake timed out");
+                            Ok(())
+                        }
+                    }
+                }
+            };
+            if let Err(e) = r {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
             drop(permit);
@@ -299,6 +341,33 @@ pub async fn serve(
     }
     let _ = TokioExecutor::new();
     Ok(())
+}
+
+/// A TLS acceptor for the S3 port from PEM files (HTTP/1.1 only, TLS 1.2 and 1.3, ring).
+fn tls_acceptor(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> anyhow::Result<tokio_rustls::TlsAcceptor> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_file_iter(cert)
+        .with_context(|| format!("reading TLS certificate {}", cert.display()))?
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("parsing TLS certificate {}", cert.display()))?;
+    if certs.is_empty() {
+        bail!("no certificate in {}", cert.display());
+    }
+    let key = PrivateKeyDer::from_pem_file(key)
+        .with_context(|| format!("reading TLS private key {}", key.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut sc = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("TLS protocol versions")?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .context("the TLS certificate and key do not match or are unsupported")?;
+    sc.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(sc)))
 }
 
 /// The answer to a request over `server.max_requests`: S3's `503 SlowDown`, which every SDK
