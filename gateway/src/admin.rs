@@ -107,18 +107,154 @@ fn scrub_report(svc: &ObjectService) -> String {
 }
 
 /// Serves the admin endpoint on `listener` until the process ends.
-pub async fn serve(listener: TcpListener, svc: Arc<ObjectService>) {
+fn query(req: &http::Request<hyper::body::Incoming>) -> std::collections::HashMap<String, String> {
+    req.uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_owned(), percent_decode(v)))
+        .collect()
+}
+
+/// Decodes `%XX` escapes (the CLI encodes every byte outside `[A-Za-z0-9._-]`).
+fn percent_decode(v: &str) -> String {
+    let b = v.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && let Some(x) = v
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
+            out.push(x);
+            i += 3;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Encodes every byte outside `[A-Za-z0-9._-]` as `%XX`.
+pub fn percent_encode(v: &str) -> String {
+    v.bytes()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || b"._-".contains(&c) {
+                (c as char).to_string()
+            } else {
+                format!("%{c:02X}")
+            }
+        })
+        .collect()
+}
+
+/// Constant-time comparison of the bearer token with the root secret.
+fn authorized(req: &http::Request<hyper::body::Incoming>, secret: &str) -> bool {
+    let Some(token) = req
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    else {
+        return false;
+    };
+    token.len() == secret.len()
+        && token
+            .bytes()
+            .zip(secret.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
+/// The user and grant API (`lode admin` talks to it): root's secret key as a bearer token.
+fn user_api(
+    req: &http::Request<hyper::body::Incoming>,
+    users: &crate::users::Users,
+    root_secret: &str,
+) -> (http::StatusCode, String) {
+    use crate::users::{Perm, UserError};
+    use http::StatusCode as S;
+    if !authorized(req, root_secret) {
+        return (
+            S::UNAUTHORIZED,
+            r#"{"error":"send the root secret key as a bearer token"}"#.to_owned(),
+        );
+    }
+    let q = query(req);
+    let arg = |k: &str| q.get(k).cloned().unwrap_or_default();
+    let r: Result<serde_json::Value, UserError> = match (req.method().as_str(), req.uri().path()) {
+        ("GET", "/api/users") => users.list().map(|l| serde_json::json!(l)),
+        ("POST", "/api/users") => {
+            let uid = q.get("uid").and_then(|u| u.parse().ok());
+            users.add(&arg("name"), uid).map(|c| {
+                serde_json::json!({"name": arg("name"), "access_key": c.access_key, "secret_key": c.secret_key})
+            })
+        }
+        ("DELETE", "/api/users") => users.remove(&arg("name")).map(|()| serde_json::json!({})),
+        ("PUT", "/api/grants") => {
+            let perm = match arg("perm").as_str() {
+                "read" => Perm::Read,
+                "write" => Perm::Write,
+                _ => {
+                    return (
+                        S::BAD_REQUEST,
+                        r#"{"error":"perm must be read or write"}"#.to_owned(),
+                    );
+                }
+            };
+            users
+                .grant(&arg("bucket"), &arg("user"), Some(perm))
+                .map(|()| serde_json::json!({}))
+        }
+        ("DELETE", "/api/grants") => users
+            .grant(&arg("bucket"), &arg("user"), None)
+            .map(|()| serde_json::json!({})),
+        _ => return (S::NOT_FOUND, r#"{"error":"not found"}"#.to_owned()),
+    };
+    match r {
+        Ok(v) => (S::OK, v.to_string()),
+        Err(e) => {
+            let st = match e {
+                UserError::Exists(_) => S::CONFLICT,
+                UserError::NoSuchUser(_) => S::NOT_FOUND,
+                UserError::BadName(_) => S::BAD_REQUEST,
+                _ => S::INTERNAL_SERVER_ERROR,
+            };
+            (st, serde_json::json!({"error": e.to_string()}).to_string())
+        }
+    }
+}
+
+pub async fn serve(
+    listener: TcpListener,
+    svc: Arc<ObjectService>,
+    users: Arc<crate::users::Users>,
+    root_secret: String,
+) {
+    let root_secret = Arc::new(root_secret);
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
         let _ = stream.set_nodelay(true);
         let svc = Arc::clone(&svc);
+        let users = Arc::clone(&users);
+        let root_secret = Arc::clone(&root_secret);
         let service =
             hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
                 let svc = Arc::clone(&svc);
+                let users = Arc::clone(&users);
+                let root_secret = Arc::clone(&root_secret);
                 async move {
-                    let (status, ctype, body) = match (req.method(), req.uri().path()) {
+                    let path = req.uri().path().to_owned();
+                    let (status, ctype, body) = match (req.method(), path.as_str()) {
+                        (_, "/api/users" | "/api/grants") => {
+                            let (s, b) = user_api(&req, &users, &root_secret);
+                            (s, "application/json", b)
+                        }
                         (&http::Method::GET, "/healthz") => {
                             let (s, b) = health(&svc);
                             (s, "application/json", b)

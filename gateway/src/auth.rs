@@ -1,6 +1,5 @@
 //! Root credentials: taken from config/env, or generated on first start and kept in the data dir.
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::Context;
@@ -85,30 +84,27 @@ pub enum Source {
     Generated,
 }
 
-/// The key store s3s asks for secrets. Unknown keys get `InvalidAccessKeyId`.
+/// The key store s3s asks for secrets: root and the users of [`crate::users::Users`]. Unknown
+/// keys get `InvalidAccessKeyId`.
 pub struct KeyStore {
-    keys: HashMap<String, SecretKey>,
+    users: std::sync::Arc<crate::users::Users>,
 }
 
 impl KeyStore {
-    pub fn new(creds: &[Credentials]) -> Self {
-        Self {
-            keys: creds
-                .iter()
-                .map(|c| (c.access_key.clone(), SecretKey::from(c.secret_key.clone())))
-                .collect(),
-        }
+    pub fn new(users: std::sync::Arc<crate::users::Users>) -> Self {
+        Self { users }
     }
 }
 
 #[async_trait::async_trait]
 impl S3Auth for KeyStore {
     async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
-        self.keys.get(access_key).cloned().ok_or_else(|| {
-            s3_error!(
+        match self.users.lookup(access_key) {
+            Some((_, secret)) => Ok(SecretKey::from(secret)),
+            None => Err(s3_error!(
                 InvalidAccessKeyId,
                 "The AWS Access Key Id you provided does not exist in our records."
-            )
-        })
+            )),
+        }
     }
 }

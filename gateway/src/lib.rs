@@ -7,6 +7,7 @@
 //! * [`server`]: wiring; the only module that picks concrete backends.
 //! * [`error`]: the one mapping of failures onto S3 error codes and statuses.
 
+pub mod access;
 pub mod admin;
 pub mod auth;
 pub mod bench;
@@ -21,3 +22,4 @@ pub mod posix;
 pub mod s3;
 pub mod scrub;
 pub mod server;
+pub mod users;

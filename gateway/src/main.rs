@@ -30,6 +30,8 @@ enum Cmd {
     Fsck(FsckArgs),
     /// Read every stored chunk once and check its crc32c (offline); exit 1 if any is bad.
     Scrub(ServeArgs),
+    /// Manage users and grants of a running lode (through its admin endpoint).
+    Admin(AdminArgs),
     /// Run a benchmark workload against any S3 endpoint (see `lode bench --help`).
     Bench(lode_gateway::bench::BenchArgs),
 }
@@ -60,6 +62,118 @@ struct ServeArgs {
     /// PEM private key of --tls-cert.
     #[arg(long, env = "LODE_TLS_KEY")]
     tls_key: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct AdminArgs {
+    /// The admin endpoint of the running lode.
+    #[arg(long, env = "LODE_ADMIN_URL", default_value = "http://127.0.0.1:9001")]
+    admin_url: String,
+    /// Data dir whose `credentials` file holds the root secret (unless LODE_SECRET_KEY is set).
+    #[arg(long, env = "LODE_DATA_DIR", default_value = "./lode-data")]
+    data_dir: PathBuf,
+    #[command(subcommand)]
+    cmd: AdminCmd,
+}
+
+#[derive(Subcommand)]
+enum AdminCmd {
+    /// Users: add (prints the new keys once), list, remove.
+    #[command(subcommand)]
+    User(UserCmd),
+    /// Give USER read or write access to BUCKET.
+    Grant {
+        bucket: String,
+        user: String,
+        #[arg(value_parser = ["read", "write"])]
+        perm: String,
+    },
+    /// Take USER's grant on BUCKET away.
+    Revoke { bucket: String, user: String },
+}
+
+#[derive(Subcommand)]
+enum UserCmd {
+    Add {
+        name: String,
+        /// The uid the user's buckets show on the POSIX mount.
+        #[arg(long)]
+        uid: Option<u32>,
+    },
+    List,
+    Remove {
+        name: String,
+    },
+}
+
+/// One call to the admin API with the root secret as bearer token; prints the JSON answer.
+async fn admin_call(a: &AdminArgs) -> anyhow::Result<()> {
+    use http_body_util::BodyExt;
+    let secret = match std::env::var("LODE_SECRET_KEY") {
+        Ok(s) => s,
+        Err(_) => {
+            let p = a.data_dir.join("credentials");
+            let text = std::fs::read_to_string(&p).with_context(|| {
+                format!(
+                    "reading the root secret from {} (or set LODE_SECRET_KEY)",
+                    p.display()
+                )
+            })?;
+            let v: serde_json::Value = serde_json::from_str(&text)?;
+            v["secret_key"].as_str().unwrap_or_default().to_owned()
+        }
+    };
+    let e = lode_gateway::admin::percent_encode;
+    let (method, path) = match &a.cmd {
+        AdminCmd::User(UserCmd::Add { name, uid }) => (
+            "POST",
+            format!(
+                "/api/users?name={}{}",
+                e(name),
+                uid.map(|u| format!("&uid={u}")).unwrap_or_default()
+            ),
+        ),
+        AdminCmd::User(UserCmd::List) => ("GET", "/api/users".to_owned()),
+        AdminCmd::User(UserCmd::Remove { name }) => {
+            ("DELETE", format!("/api/users?name={}", e(name)))
+        }
+        AdminCmd::Grant { bucket, user, perm } => (
+            "PUT",
+            format!(
+                "/api/grants?bucket={}&user={}&perm={perm}",
+                e(bucket),
+                e(user)
+            ),
+        ),
+        AdminCmd::Revoke { bucket, user } => (
+            "DELETE",
+            format!("/api/grants?bucket={}&user={}", e(bucket), e(user)),
+        ),
+    };
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Full<bytes::Bytes>>();
+    let req = http::Request::builder()
+        .method(method)
+        .uri(format!("{}{path}", a.admin_url.trim_end_matches('/')))
+        .header(http::header::AUTHORIZATION, format!("Bearer {secret}"))
+        .body(http_body_util::Full::new(bytes::Bytes::new()))?;
+    let resp = client
+        .request(req)
+        .await
+        .with_context(|| format!("calling {} (is lode serving?)", a.admin_url))?;
+    let status = resp.status();
+    let body = resp.into_body().collect().await?.to_bytes();
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+    if !status.is_success() {
+        anyhow::bail!(
+            "{status}: {}",
+            v["error"]
+                .as_str()
+                .unwrap_or(&String::from_utf8_lossy(&body))
+        );
+    }
+    println!("{}", serde_json::to_string_pretty(&v)?);
+    Ok(())
 }
 
 #[derive(clap::Args)]
@@ -157,6 +271,12 @@ fn main() -> anyhow::Result<()> {
                 std::process::exit(1)
             }
         }
+        Cmd::Admin(args) => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(admin_call(&args))
+        }
         Cmd::Bench(args) => {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -189,6 +309,7 @@ fn main() -> anyhow::Result<()> {
             };
             rt.block_on(lode_gateway::server::serve(
                 cfg,
+                std::env::var("LODE_MASTER_KEY").ok(),
                 failpoints,
                 |s| {
                     use std::io::Write;

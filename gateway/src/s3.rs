@@ -17,12 +17,20 @@ use crate::objects::{Integrity, ObjectService, WriteCond};
 
 pub struct LodeS3 {
     svc: Arc<ObjectService>,
+    users: Arc<crate::users::Users>,
     region: String,
 }
 
 impl LodeS3 {
-    pub fn new(svc: Arc<ObjectService>, region: String) -> Self {
-        Self { svc, region }
+    pub fn new(svc: Arc<ObjectService>, users: Arc<crate::users::Users>, region: String) -> Self {
+        Self { svc, users, region }
+    }
+
+    /// The user name behind the request's access key.
+    fn user(&self, creds: Option<&s3s::auth::Credentials>) -> String {
+        creds
+            .and_then(|c| self.users.name_of(&c.access_key))
+            .unwrap_or_default()
     }
 }
 
@@ -439,7 +447,6 @@ impl S3 for LodeS3 {
         &self,
         req: S3Request<CreateBucketInput>,
     ) -> S3Result<S3Response<CreateBucketOutput>> {
-        let owner = owner_of(req.credentials.as_ref());
         if let Some(lc) = req
             .input
             .create_bucket_configuration
@@ -458,7 +465,8 @@ impl S3 for LodeS3 {
         if req.input.object_lock_enabled_for_bucket == Some(true) {
             return Err(ObjError::NotImplemented("Object lock".into()).into());
         }
-        self.svc.create_bucket(&req.input.bucket, &owner).await?;
+        let creator = self.user(req.credentials.as_ref());
+        self.svc.create_bucket(&req.input.bucket, &creator).await?;
         self.svc.notify_bucket(&req.input.bucket);
         Ok(S3Response::new(CreateBucketOutput {
             location: Some(format!("/{}", req.input.bucket)),
@@ -471,6 +479,9 @@ impl S3 for LodeS3 {
         req: S3Request<DeleteBucketInput>,
     ) -> S3Result<S3Response<DeleteBucketOutput>> {
         self.svc.delete_bucket(&req.input.bucket).await?;
+        if let Err(e) = self.users.drop_bucket(&req.input.bucket) {
+            tracing::warn!(error = %e, "dropping the grants of a deleted bucket failed");
+        }
         self.svc.notify_bucket(&req.input.bucket);
         Ok(S3Response::new(DeleteBucketOutput {}))
     }
@@ -493,12 +504,17 @@ impl S3 for LodeS3 {
         req: S3Request<ListBucketsInput>,
     ) -> S3Result<S3Response<ListBucketsOutput>> {
         let me = owner_of(req.credentials.as_ref());
+        let user = self.user(req.credentials.as_ref());
         let buckets = self
             .svc
             .list_buckets()
             .await?
             .into_iter()
             .filter(|(n, _)| req.input.prefix.as_deref().is_none_or(|p| n.starts_with(p)))
+            .filter(|(n, r)| {
+                self.users
+                    .allowed(&user, n, &r.owner, crate::users::Perm::Read)
+            })
             .map(|(name, r)| Bucket {
                 name: Some(name),
                 creation_date: Some(ts(r.created_ms)),

@@ -136,6 +136,7 @@ pub async fn fsck(
 /// Opens everything, binds the listener, and serves until `shutdown` resolves.
 pub async fn serve(
     cfg: LodeConfig,
+    master_key_env: Option<String>,
     failpoints: crate::failpoint::Failpoints,
     on_start: impl FnOnce(&Started),
     shutdown: impl std::future::Future<Output = ()>,
@@ -166,11 +167,21 @@ pub async fn serve(
     });
     let (creds, creds_source) = Credentials::load_or_create(&data_dir, given)?;
 
+    let master = crate::users::master_key(&data_dir, master_key_env.as_deref())?;
+    let users = Arc::new(
+        crate::users::Users::open(Arc::clone(svc.metadata()), master, creds.clone())
+            .context("loading users")?,
+    );
     let mut builder = S3ServiceBuilder::new(crate::s3::LodeS3::new(
         Arc::clone(&svc),
+        Arc::clone(&users),
         cfg.server.region.clone(),
     ));
-    builder.set_auth(KeyStore::new(std::slice::from_ref(&creds)));
+    builder.set_auth(KeyStore::new(Arc::clone(&users)));
+    builder.set_access(crate::access::Authz {
+        users: Arc::clone(&users),
+        svc: Arc::clone(&svc),
+    });
     if !cfg.server.domain.is_empty() {
         builder.set_host(crate::host::VirtualHosts::new(&cfg.server.domain));
     }
@@ -195,7 +206,12 @@ pub async fn serve(
             .await
             .with_context(|| format!("binding the admin endpoint {}", cfg.server.admin_listen))?;
         let a = l.local_addr()?;
-        tokio::spawn(crate::admin::serve(l, Arc::clone(&svc)));
+        tokio::spawn(crate::admin::serve(
+            l,
+            Arc::clone(&svc),
+            Arc::clone(&users),
+            creds.secret_key.clone(),
+        ));
         Some(a)
     };
     let mount = if cfg.posix.mount.as_os_str().is_empty() {
@@ -206,7 +222,7 @@ pub async fn serve(
                 Arc::clone(&svc),
                 &cfg.posix,
                 &data_dir,
-                &creds.access_key,
+                Arc::clone(&users),
                 tokio::runtime::Handle::current(),
             )
             .context("starting the POSIX door")?,

@@ -36,8 +36,6 @@ pub struct FsConfig {
     pub file_mode: u16,
     pub dir_mode: u16,
     pub allow_bucket_create: bool,
-    /// Owner recorded on buckets created by mkdir.
-    pub owner: String,
     pub staging_dir: PathBuf,
 }
 
@@ -69,6 +67,7 @@ struct DirHandle {
 
 pub struct LodeFs {
     svc: Arc<ObjectService>,
+    users: Arc<crate::users::Users>,
     rt: tokio::runtime::Handle,
     inodes: Arc<Inodes>,
     cfg: FsConfig,
@@ -101,7 +100,8 @@ fn name_str(name: &OsStr) -> Result<&str, i32> {
 
 /// What a name resolved to.
 enum Found {
-    Bucket(i64),
+    /// Created (ms) and owner.
+    Bucket(i64, String),
     Dir(Option<ObjectRecord>),
     File(ObjectRecord),
     Open(Arc<OpenFile>),
@@ -110,6 +110,7 @@ enum Found {
 impl LodeFs {
     pub fn new(
         svc: Arc<ObjectService>,
+        users: Arc<crate::users::Users>,
         rt: tokio::runtime::Handle,
         inodes: Arc<Inodes>,
         seq: Arc<AtomicU64>,
@@ -117,6 +118,7 @@ impl LodeFs {
     ) -> Self {
         LodeFs {
             svc,
+            users,
             rt,
             inodes,
             cfg,
@@ -165,6 +167,19 @@ impl LodeFs {
         }
     }
 
+    /// A bucket of another user than root is theirs on the mount: their uid, mode 0700.
+    fn bucket_attrs(&self, owner: &str) -> Attrs {
+        if self.users.is_owner(crate::users::ROOT, owner) {
+            return Attrs::default();
+        }
+        Attrs {
+            perm: Some(0o700),
+            uid: self.users.uid_of(owner),
+            gid: None,
+            mtime: None,
+        }
+    }
+
     fn record_attr(&self, ino: u64, kind: Kind, rec: &ObjectRecord) -> FileAttr {
         let a = Attrs::from_meta(&rec.meta);
         let mtime = a.mtime.unwrap_or(ms_time(rec.last_modified_ms));
@@ -174,7 +189,10 @@ impl LodeFs {
 
     fn found_attr(&self, ino: u64, f: &Found) -> FileAttr {
         match f {
-            Found::Bucket(ms) => self.attr(ino, Kind::Bucket, 0, ms_time(*ms), Attrs::default()),
+            Found::Bucket(ms, owner) => {
+                let a = self.bucket_attrs(owner);
+                self.attr(ino, Kind::Bucket, 0, ms_time(*ms), a)
+            }
             Found::Dir(Some(m)) => self.record_attr(ino, Kind::Dir, m),
             Found::Dir(None) => self.attr(ino, Kind::Dir, 0, self.started, Attrs::default()),
             Found::File(r) => self.record_attr(ino, Kind::File, r),
@@ -222,7 +240,7 @@ impl LodeFs {
         }
         if p.kind == Kind::Root {
             return match self.svc.bucket_blocking(name) {
-                Ok(Some(b)) => Ok((p, Found::Bucket(b.created_ms))),
+                Ok(Some(b)) => Ok((p, Found::Bucket(b.created_ms, b.owner))),
                 Ok(None) => Err(libc::ENOENT),
                 Err(e) => Err(e.errno()),
             };
@@ -246,7 +264,7 @@ impl LodeFs {
 
     fn kind_of(f: &Found) -> Kind {
         match f {
-            Found::Bucket(_) => Kind::Bucket,
+            Found::Bucket(..) => Kind::Bucket,
             Found::Dir(_) => Kind::Dir,
             Found::File(_) | Found::Open(..) => Kind::File,
         }
@@ -257,7 +275,7 @@ impl LodeFs {
         match p.kind {
             Kind::Root => Ok(self.attr(ROOT, Kind::Root, 0, self.started, Attrs::default())),
             Kind::Bucket => match self.svc.bucket_blocking(&p.bucket) {
-                Ok(Some(b)) => Ok(self.found_attr(ino, &Found::Bucket(b.created_ms))),
+                Ok(Some(b)) => Ok(self.found_attr(ino, &Found::Bucket(b.created_ms, b.owner))),
                 Ok(None) => Err(libc::ENOENT),
                 Err(e) => Err(e.errno()),
             },
@@ -403,7 +421,7 @@ impl LodeFs {
                     return Err(libc::EPERM);
                 }
                 self.rt
-                    .block_on(self.svc.create_bucket(name, &self.cfg.owner))
+                    .block_on(self.svc.create_bucket(name, crate::users::ROOT))
                     .map_err(|e| e.errno())?;
                 let ino = self.inodes.lookup(ROOT, name, Kind::Bucket);
                 return Ok((ino, self.getattr_inner(ino)?));
@@ -452,6 +470,9 @@ impl LodeFs {
             self.rt
                 .block_on(self.svc.delete_bucket(name))
                 .map_err(|e| e.errno())?;
+            if let Err(e) = self.users.drop_bucket(name) {
+                tracing::warn!(error = %e, "dropping the grants of a deleted bucket failed");
+            }
             self.inodes.unlink(ROOT, name);
             return Ok(());
         }
@@ -591,7 +612,7 @@ impl LodeFs {
                 self.inodes.rename(parent, name, newparent, newname);
                 return Ok(());
             }
-            Found::Bucket(_) => return Err(libc::EPERM),
+            Found::Bucket(..) => return Err(libc::EPERM),
         }
         self.inodes.rename(parent, name, newparent, newname);
         Ok(())
@@ -870,7 +891,10 @@ impl LodeFs {
             (Kind::File, Some((size, ms, a))) => {
                 self.attr(ino, Kind::File, *size, a.mtime.unwrap_or(ms_time(*ms)), *a)
             }
-            (Kind::Bucket, _) => self.attr(ino, Kind::Bucket, 0, self.started, Attrs::default()),
+            (Kind::Bucket, _) => match self.svc.bucket_blocking(&e.name) {
+                Ok(Some(b)) => self.found_attr(ino, &Found::Bucket(b.created_ms, b.owner)),
+                _ => self.attr(ino, Kind::Bucket, 0, self.started, Attrs::default()),
+            },
             _ => {
                 let marker = format!("{}{}/", dh.path.dir_prefix(), e.name);
                 match self.svc.stat_blocking(&dh.path.bucket, &marker) {

@@ -122,13 +122,13 @@ fn prepare_mountpoint(path: &Path) -> Result<(), MountError> {
     Ok(())
 }
 
-/// Mounts the namespace at `cfg.mount`. `data_dir` resolves a relative staging dir; `owner`
-/// owns the buckets that mkdir creates.
+/// Mounts the namespace at `cfg.mount`. `data_dir` resolves a relative staging dir. Buckets
+/// made by mkdir belong to root; buckets of other users show as theirs (their `uid`, mode 0700).
 pub fn mount(
     svc: Arc<ObjectService>,
     cfg: &PosixConfig,
     data_dir: &Path,
-    owner: &str,
+    users: Arc<crate::users::Users>,
     rt: tokio::runtime::Handle,
 ) -> Result<PosixMount, MountError> {
     let path = std::path::absolute(&cfg.mount).map_err(|source| MountError::Io {
@@ -159,11 +159,11 @@ pub fn mount(
         file_mode: cfg.file_mode as u16,
         dir_mode: cfg.dir_mode as u16,
         allow_bucket_create: cfg.allow_bucket_create,
-        owner: owner.to_owned(),
         staging_dir: staging,
     };
     let lfs = fs::LodeFs::new(
         Arc::clone(&svc),
+        users,
         rt,
         Arc::clone(&inodes),
         Arc::clone(&seq),
