@@ -15,6 +15,8 @@ pub mod checksum;
 pub mod error;
 pub mod failpoint;
 pub mod fsck;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod host;
 pub mod namespace;
 pub mod objects;
