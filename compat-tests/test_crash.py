@@ -66,59 +66,118 @@ def worker(endpoint, t, stop, state, lock, counters):
             counters["acked"] += 1
 
 
+def posix_worker(mnt, t, stop, state, lock, counters):
+    """Writes (and sometimes unlinks) files through the mount; a write is acknowledged when
+    close() returns, as a POSIX program sees it."""
+    rng = random.Random(t * 104729 + int(time.time()))
+    d = os.path.join(mnt, "crash")
+    while not stop.is_set():
+        k = f"p{t}-{rng.randrange(KEYS_PER_THREAD)}"
+        delete = rng.random() < 0.2
+        data = None if delete else body(rng)
+        new = "DELETED" if delete else hashlib.md5(data).hexdigest()
+        with lock:
+            state[k]["inflight"] = new
+        try:
+            if delete:
+                try:
+                    os.unlink(os.path.join(d, k))
+                except FileNotFoundError:
+                    pass
+            else:
+                with open(os.path.join(d, k), "wb") as f:
+                    f.write(data)
+        except OSError:
+            return  # the server died under us
+        with lock:
+            state[k]["acked"] = None if delete else new
+            state[k]["inflight"] = None
+            counters["acked"] += 1
+
+
+def crash_loop(srv, iterations, workers, keys):
+    """Runs `workers` (each: (fn, arg)), kills the server with SIGKILL at a random moment, restarts
+    it and checks every key in `keys`; then stops it and runs fsck. Returns the counters."""
+    s3 = make_client(srv.endpoint)
+    state = {k: {"acked": None, "inflight": None} for k in keys}
+    counters = {"acked": 0, "checked": 0}
+    lock = threading.Lock()
+    rng = random.Random(1)
+    for it in range(iterations):
+        stop = threading.Event()
+        threads = [threading.Thread(target=fn, args=(arg, t, stop, state, lock, counters)) for t, (fn, arg) in enumerate(workers)]
+        for th in threads:
+            th.start()
+        time.sleep(rng.uniform(0.5, 2.0))
+        srv.proc.kill()  # SIGKILL mid-load
+        srv.proc.wait()
+        stop.set()
+        for th in threads:
+            th.join(timeout=60)
+        srv.restart()
+        s3 = make_client(srv.endpoint)
+        listed = set()
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket="crash"):
+            listed |= {o["Key"] for o in page.get("Contents", [])}
+        for k, st in state.items():
+            try:
+                got = hashlib.md5(s3.get_object(Bucket="crash", Key=k)["Body"].read()).hexdigest()
+            except ClientError as e:
+                assert e.response["Error"]["Code"] == "NoSuchKey"
+                got = None
+            allowed = {st["acked"]}
+            if st["inflight"] is not None:
+                allowed.add(None if st["inflight"] == "DELETED" else st["inflight"])
+            assert got in allowed, f"iteration {it}: {k} reads {got}, allowed {allowed}"
+            assert (k in listed) == (got is not None), f"listing disagrees with GET for {k}"
+            st["acked"], st["inflight"] = got, None
+            counters["checked"] += 1
+        # Interrupted multipart uploads stay listed; abort them so space accounting is exact.
+        for u in s3.list_multipart_uploads(Bucket="crash").get("Uploads", []):
+            s3.abort_multipart_upload(Bucket="crash", Key=u["Key"], UploadId=u["UploadId"])
+        srv.stop()
+        p = subprocess.run([lode_bin(), "fsck", "--data-dir", srv.data_dir], capture_output=True, timeout=300)
+        assert p.returncode == 0, f"iteration {it}: fsck: " + p.stdout.decode() + p.stderr.decode()
+        rep = json.loads(p.stdout)
+        assert not rep["leaked"] and not rep["unrecorded"] and not rep["wrong_refs"]
+        srv.start()
+    return counters
+
+
 def test_kill_9_under_load_loses_no_acknowledged_write(tmp_path):
     iterations = int(os.environ.get("LODE_CRASH_ITERATIONS", "4"))
     srv = Lode(str(tmp_path / "data"))
     srv.start()
-    s3 = make_client(srv.endpoint)
-    s3.create_bucket(Bucket="crash")
-    state = {f"k{t}-{i}": {"acked": None, "inflight": None} for t in range(THREADS) for i in range(KEYS_PER_THREAD)}
-    counters = {"acked": 0, "checked": 0}
-    lock = threading.Lock()
-    rng = random.Random(1)
+    make_client(srv.endpoint).create_bucket(Bucket="crash")
+    keys = [f"k{t}-{i}" for t in range(THREADS) for i in range(KEYS_PER_THREAD)]
     try:
-        for it in range(iterations):
-            stop = threading.Event()
-            threads = [threading.Thread(target=worker, args=(srv.endpoint, t, stop, state, lock, counters)) for t in range(THREADS)]
-            for th in threads:
-                th.start()
-            time.sleep(rng.uniform(0.5, 2.0))
-            srv.proc.kill()  # SIGKILL mid-load
-            srv.proc.wait()
-            stop.set()
-            for th in threads:
-                th.join(timeout=60)
-            srv.restart()
-            s3 = make_client(srv.endpoint)
-            listed = set()
-            for page in s3.get_paginator("list_objects_v2").paginate(Bucket="crash"):
-                listed |= {o["Key"] for o in page.get("Contents", [])}
-            for k, st in state.items():
-                try:
-                    got = hashlib.md5(s3.get_object(Bucket="crash", Key=k)["Body"].read()).hexdigest()
-                except ClientError as e:
-                    assert e.response["Error"]["Code"] == "NoSuchKey"
-                    got = None
-                allowed = {st["acked"]}
-                if st["inflight"] is not None:
-                    allowed.add(None if st["inflight"] == "DELETED" else st["inflight"])
-                assert got in allowed, f"iteration {it}: {k} reads {got}, allowed {allowed}"
-                assert (k in listed) == (got is not None), f"listing disagrees with GET for {k}"
-                st["acked"], st["inflight"] = got, None
-                counters["checked"] += 1
-            # Interrupted multipart uploads stay listed; abort them so space accounting is exact.
-            for u in s3.list_multipart_uploads(Bucket="crash").get("Uploads", []):
-                s3.abort_multipart_upload(Bucket="crash", Key=u["Key"], UploadId=u["UploadId"])
-            srv.stop()
-            p = subprocess.run([lode_bin(), "fsck", "--data-dir", srv.data_dir], capture_output=True, timeout=300)
-            assert p.returncode == 0, f"iteration {it}: fsck: " + p.stdout.decode() + p.stderr.decode()
-            rep = json.loads(p.stdout)
-            assert not rep["leaked"] and not rep["unrecorded"] and not rep["wrong_refs"]
-            srv.start()
+        counters = crash_loop(srv, iterations, [(worker, srv.endpoint)] * THREADS, keys)
         print(f"crash iterations={iterations} acked={counters['acked']} checked={counters['checked']}")
         assert counters["acked"] > 0
     finally:
         srv.remove()
+
+
+def test_kill_9_under_posix_and_s3_load(tmp_path):
+    """The same, with writers on the FUSE mount beside S3 writers (the mount is replaced at each
+    restart)."""
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+        pytest.skip("FUSE mounts need root and /dev/fuse here")
+    iterations = int(os.environ.get("LODE_CRASH_ITERATIONS", "4"))
+    mnt = str(tmp_path / "mnt")
+    srv = Lode(str(tmp_path / "data"), extra_args=["--mount", mnt])
+    srv.start()
+    make_client(srv.endpoint).create_bucket(Bucket="crash")
+    workers = [(worker, srv.endpoint)] * 3 + [(posix_worker, mnt)] * 3
+    keys = [f"k{t}-{i}" for t in range(3) for i in range(KEYS_PER_THREAD)]
+    keys += [f"p{t}-{i}" for t in range(3, 6) for i in range(KEYS_PER_THREAD)]
+    try:
+        counters = crash_loop(srv, iterations, workers, keys)
+        print(f"posix crash iterations={iterations} acked={counters['acked']} checked={counters['checked']}")
+        assert counters["acked"] > 0
+    finally:
+        srv.remove()
+        subprocess.run(["umount", "-l", mnt], capture_output=True)
 
 
 def test_client_vanishing_mid_upload_leaves_nothing(tmp_path):
