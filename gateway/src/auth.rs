@@ -21,13 +21,45 @@ impl std::fmt::Debug for Credentials {
     }
 }
 
-fn random_string(len: usize, alphabet: &[u8]) -> String {
+pub(crate) fn random_string(len: usize, alphabet: &[u8]) -> String {
     (0..len)
         .map(|_| alphabet[rand::random_range(0..alphabet.len())] as char)
         .collect()
 }
 
+/// Writes a file only its owner can read (mode 0600), durably and atomically (temp + rename).
+pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
 impl Credentials {
+    /// A fresh access key (`LODE` + 16) and secret key (40 characters).
+    pub fn generate() -> Self {
+        Credentials {
+            access_key: format!(
+                "LODE{}",
+                random_string(16, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+            ),
+            secret_key: random_string(
+                40,
+                b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+/",
+            ),
+        }
+    }
+
     /// Uses `given` when set; else loads `<data_dir>/credentials`, generating it on first start.
     pub fn load_or_create(
         data_dir: &Path,
@@ -44,31 +76,8 @@ impl Credentials {
                 .with_context(|| format!("parsing {}", path.display()))?;
             return Ok((c, Source::Stored));
         }
-        let c = Credentials {
-            access_key: format!(
-                "LODE{}",
-                random_string(16, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
-            ),
-            secret_key: random_string(
-                40,
-                b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+/",
-            ),
-        };
-        let tmp = path.with_extension("tmp");
-        {
-            use std::io::Write;
-            use std::os::unix::fs::OpenOptionsExt;
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&tmp)
-                .with_context(|| format!("writing {}", tmp.display()))?;
-            f.write_all(serde_json::to_string_pretty(&c)?.as_bytes())?;
-            f.sync_all()?;
-        }
-        std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
+        let c = Credentials::generate();
+        write_private(&path, serde_json::to_string_pretty(&c)?.as_bytes())?;
         Ok((c, Source::Generated))
     }
 }

@@ -116,12 +116,6 @@ fn check_name(name: &str) -> Result<(), UserError> {
     }
 }
 
-fn random_string(len: usize, alphabet: &[u8]) -> String {
-    (0..len)
-        .map(|_| alphabet[rand::random_range(0..alphabet.len())] as char)
-        .collect()
-}
-
 impl Users {
     /// Loads every user, opening their secrets with `master_key`.
     pub fn open(
@@ -191,16 +185,7 @@ impl Users {
     /// Adds a user with fresh keys; the returned secret is shown once.
     pub fn add(&self, name: &str, uid: Option<u32>) -> Result<Credentials, UserError> {
         check_name(name)?;
-        let creds = Credentials {
-            access_key: format!(
-                "LODE{}",
-                random_string(16, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
-            ),
-            secret_key: random_string(
-                40,
-                b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+/",
-            ),
-        };
+        let creds = Credentials::generate();
         let rec = UserRecord {
             access_key: creds.access_key.clone(),
             sealed_secret: self.seal(&creds.secret_key),
@@ -345,21 +330,7 @@ pub fn master_key(data_dir: &std::path::Path, given: Option<&str>) -> anyhow::Re
             .map_err(|_| anyhow::anyhow!("{} must hold 32 bytes", path.display()));
     }
     let key: [u8; 32] = rand::random();
-    let tmp = path.with_extension("tmp");
-    {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        f.write_all(&key)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
+    crate::auth::write_private(&path, &key)?;
     Ok(key)
 }
 
