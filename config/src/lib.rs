@@ -227,6 +227,8 @@ pub struct ServerConfig {
     pub tls_cert: PathBuf,
     /// PEM private key for `tls_cert`.
     pub tls_key: PathBuf,
+    /// Record the IO profile (`/api/profile`, op metrics).
+    pub profile: bool,
 }
 
 impl Default for ServerConfig {
@@ -244,6 +246,7 @@ impl Default for ServerConfig {
             body_idle_timeout_secs: 60,
             tls_cert: PathBuf::new(),
             tls_key: PathBuf::new(),
+            profile: true,
         }
     }
 }

@@ -50,6 +50,7 @@ fn metrics(svc: &ObjectService) -> String {
          # HELP {METRIC_POISONED} 1 after a device write/fsync error (writes refused).\n# TYPE {METRIC_POISONED} gauge\n{METRIC_POISONED} {}\n",
         u8::from(dp.is_poisoned())
     ) + &scrub_metrics(&svc.scrub)
+        + &svc.profile.prometheus()
 }
 
 fn scrub_metrics(s: &crate::scrub::ScrubStats) -> String {
@@ -259,6 +260,11 @@ pub async fn serve(
                             let (s, b) = health(&svc);
                             (s, "application/json", b)
                         }
+                        (&http::Method::GET, "/api/profile") => (
+                            http::StatusCode::OK,
+                            "application/json",
+                            serde_json::to_string(&svc.profile.snapshot()).unwrap_or_default(),
+                        ),
                         (&http::Method::GET, "/api/scrub") => {
                             (http::StatusCode::OK, "application/json", scrub_report(&svc))
                         }

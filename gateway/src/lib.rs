@@ -21,6 +21,7 @@ pub mod host;
 pub mod namespace;
 pub mod objects;
 pub mod posix;
+pub mod profile;
 pub mod s3;
 pub mod scrub;
 pub mod server;

@@ -30,6 +30,15 @@ enum Cmd {
     Fsck(FsckArgs),
     /// Read every stored chunk once and check its crc32c (offline); exit 1 if any is bad.
     Scrub(ServeArgs),
+    /// Print the IO profile of a running lode (from its admin endpoint), for a ticket.
+    Profile {
+        /// The admin endpoint of the running lode.
+        #[arg(long, env = "LODE_ADMIN_URL", default_value = "http://127.0.0.1:9001")]
+        endpoint: String,
+        /// Print the raw JSON instead.
+        #[arg(long)]
+        json: bool,
+    },
     /// Manage users and grants of a running lode (through its admin endpoint).
     Admin(AdminArgs),
     /// Run a benchmark workload against any S3 endpoint (see `lode bench --help`).
@@ -106,9 +115,95 @@ enum UserCmd {
     },
 }
 
+/// One HTTP call returning JSON (`bearer`: an Authorization token).
+async fn http_json(
+    method: &str,
+    url: &str,
+    bearer: Option<&str>,
+) -> anyhow::Result<serde_json::Value> {
+    use http_body_util::BodyExt;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Full<bytes::Bytes>>();
+    let mut req = http::Request::builder().method(method).uri(url);
+    if let Some(t) = bearer {
+        req = req.header(http::header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    let req = req.body(http_body_util::Full::new(bytes::Bytes::new()))?;
+    let resp = client
+        .request(req)
+        .await
+        .with_context(|| format!("calling {url} (is lode serving?)"))?;
+    let status = resp.status();
+    let body = resp.into_body().collect().await?.to_bytes();
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+    if !status.is_success() {
+        anyhow::bail!(
+            "{status}: {}",
+            v["error"]
+                .as_str()
+                .unwrap_or(&String::from_utf8_lossy(&body))
+        );
+    }
+    Ok(v)
+}
+
+/// The profile as a compact text summary.
+fn profile_summary(v: &serde_json::Value) -> String {
+    let f = |x: &serde_json::Value| x.as_f64().unwrap_or(0.0);
+    let mut out = format!(
+        "Lode IO profile ({:.0} s up)\n  ops/s peak {:.0}, avg {:.1}; MiB/s peak {:.1}, avg {:.2}\n  metadata share {:.1}%; read/write bytes {}\n",
+        f(&v["uptime_secs"]),
+        f(&v["ops_per_sec_peak"]),
+        f(&v["ops_per_sec_avg"]),
+        f(&v["mib_per_sec_peak"]),
+        f(&v["mib_per_sec_avg"]),
+        100.0 * f(&v["metadata_share"]),
+        v["read_write_ratio"]
+            .as_f64()
+            .map_or("-".to_owned(), |r| format!("{r:.2}")),
+    );
+    out += &format!(
+        "  {:6} {:6} {:>10} {:>12} {:>9} {:>9}\n",
+        "door", "class", "ops", "MiB", "p50 ms", "p99 ms"
+    );
+    for door in ["s3", "posix"] {
+        for class in ["read", "write", "meta", "other"] {
+            let c = &v["doors"][door][class];
+            let ops = c["ops"].as_u64().unwrap_or(0);
+            if ops == 0 {
+                continue;
+            }
+            out += &format!(
+                "  {door:6} {class:6} {ops:>10} {:>12.2} {:>9.3} {:>9.3}\n",
+                f(&c["bytes"]) / (1u64 << 20) as f64,
+                f(&c["p50_ms"]),
+                f(&c["p99_ms"]),
+            );
+        }
+    }
+    if let Some(b) = v["buckets"].as_object() {
+        let mut rows: Vec<(&String, u64)> = b
+            .iter()
+            .map(|(n, m)| {
+                let ops = ["read", "write", "meta", "other"]
+                    .iter()
+                    .map(|c| m[*c][0].as_u64().unwrap_or(0))
+                    .sum();
+                (n, ops)
+            })
+            .collect();
+        rows.sort_by_key(|r| std::cmp::Reverse(r.1));
+        out += "  busiest buckets:";
+        for (n, ops) in rows.iter().take(5) {
+            out += &format!(" {n} ({ops} ops)");
+        }
+        out += "\n";
+    }
+    out
+}
+
 /// One call to the admin API with the root secret as bearer token; prints the JSON answer.
 async fn admin_call(a: &AdminArgs) -> anyhow::Result<()> {
-    use http_body_util::BodyExt;
     let secret = match std::env::var("LODE_SECRET_KEY") {
         Ok(s) => s,
         Err(_) => {
@@ -150,28 +245,12 @@ async fn admin_call(a: &AdminArgs) -> anyhow::Result<()> {
             format!("/api/grants?bucket={}&user={}", e(bucket), e(user)),
         ),
     };
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<http_body_util::Full<bytes::Bytes>>();
-    let req = http::Request::builder()
-        .method(method)
-        .uri(format!("{}{path}", a.admin_url.trim_end_matches('/')))
-        .header(http::header::AUTHORIZATION, format!("Bearer {secret}"))
-        .body(http_body_util::Full::new(bytes::Bytes::new()))?;
-    let resp = client
-        .request(req)
-        .await
-        .with_context(|| format!("calling {} (is lode serving?)", a.admin_url))?;
-    let status = resp.status();
-    let body = resp.into_body().collect().await?.to_bytes();
-    let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
-    if !status.is_success() {
-        anyhow::bail!(
-            "{status}: {}",
-            v["error"]
-                .as_str()
-                .unwrap_or(&String::from_utf8_lossy(&body))
-        );
-    }
+    let v = http_json(
+        method,
+        &format!("{}{path}", a.admin_url.trim_end_matches('/')),
+        Some(&secret),
+    )
+    .await?;
     println!("{}", serde_json::to_string_pretty(&v)?);
     Ok(())
 }
@@ -270,6 +349,19 @@ fn main() -> anyhow::Result<()> {
             } else {
                 std::process::exit(1)
             }
+        }
+        Cmd::Profile { endpoint, json } => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let url = format!("{}/api/profile", endpoint.trim_end_matches('/'));
+            let v = rt.block_on(http_json("GET", &url, None))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                print!("{}", profile_summary(&v));
+            }
+            Ok(())
         }
         Cmd::Admin(args) => {
             let rt = tokio::runtime::Builder::new_current_thread()

@@ -73,6 +73,8 @@ pub struct ObjectService {
     pub(crate) listeners: RwLock<Vec<Arc<dyn crate::namespace::ChangeListener>>>,
     /// Totals of the background scrubber (see `crate::scrub`).
     pub scrub: crate::scrub::ScrubStats,
+    /// The IO profile both doors record into (see `crate::profile`).
+    pub profile: crate::profile::Profile,
 }
 
 pub fn now_ms() -> i64 {
@@ -410,6 +412,7 @@ impl ObjectService {
             bucket_gate: Arc::new(RwLock::new(())),
             listeners: RwLock::new(vec![]),
             scrub: Default::default(),
+            profile: Default::default(),
         })
     }
 

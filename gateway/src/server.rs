@@ -161,6 +161,9 @@ pub async fn serve(
         },
     )?);
 
+    svc.profile
+        .enabled
+        .store(cfg.server.profile, Ordering::Relaxed);
     let given = (!cfg.auth.access_key.is_empty()).then(|| Credentials {
         access_key: cfg.auth.access_key.clone(),
         secret_key: cfg.auth.secret_key.clone(),
@@ -252,6 +255,7 @@ pub async fn serve(
     });
     tracing::info!(%addr, backend = backend_name, "serving S3");
 
+    let domain = Arc::new(cfg.server.domain.to_ascii_lowercase());
     let conns = Arc::new(tokio::sync::Semaphore::new(cfg.server.max_connections));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let max_header = (cfg.server.max_header_size.0 as usize).max(8192);
@@ -280,17 +284,37 @@ pub async fn serve(
         let s3 = s3.clone();
         let ids = Arc::clone(&ids);
         let inflight = Arc::clone(&inflight);
+        let objects = Arc::clone(&svc);
+        let domain = domain.clone();
         let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
             let s3 = s3.clone();
             let req = req.map(s3s::Body::from);
             let id = ids.fetch_add(1, Ordering::Relaxed);
             let permit = Arc::clone(&inflight).try_acquire_owned();
+            let objects = Arc::clone(&objects);
+            let (class, bucket, in_bytes) = classify(&req, &domain);
             async move {
                 let rid = format!("{id:016X}");
+                let t0 = std::time::Instant::now();
                 let mut resp = match permit {
                     Ok(_permit) => s3.call(req).await?,
                     Err(_) => slow_down(&rid),
                 };
+                let bytes = match class {
+                    crate::profile::Class::Read => resp
+                        .headers()
+                        .get(http::header::CONTENT_LENGTH)
+                        .and_then(|v| v.to_str().ok()?.parse().ok())
+                        .unwrap_or(0),
+                    _ => in_bytes,
+                };
+                objects.profile.record(
+                    crate::profile::Door::S3,
+                    class,
+                    bucket.as_deref(),
+                    bytes,
+                    t0.elapsed(),
+                );
                 if let Ok(v) = http::HeaderValue::from_str(&rid) {
                     resp.headers_mut().insert("x-amz-request-id", v.clone());
                     resp.headers_mut().insert("x-amz-id-2", v);
@@ -384,6 +408,50 @@ fn tls_acceptor(
         .context("the TLS certificate and key do not match or are unsupported")?;
     sc.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(sc)))
+}
+
+/// The IO-profile class, bucket and request body size of an S3 request, from its method, path,
+/// query and headers (path-style, or virtual-hosted under `domain`).
+fn classify<B>(
+    req: &http::Request<B>,
+    domain: &str,
+) -> (crate::profile::Class, Option<String>, u64) {
+    use crate::profile::Class;
+    let path = req.uri().path().trim_start_matches('/');
+    let host_bucket = (!domain.is_empty())
+        .then(|| req.headers().get(http::header::HOST)?.to_str().ok())
+        .flatten()
+        .map(|h| h.split(':').next().unwrap_or(h).to_ascii_lowercase())
+        .and_then(|h| h.strip_suffix(domain)?.strip_suffix('.').map(str::to_owned));
+    let (bucket, key) = match host_bucket {
+        Some(b) => (Some(b), !path.is_empty()),
+        None => {
+            let mut it = path.splitn(2, '/');
+            let b = it.next().filter(|b| !b.is_empty()).map(str::to_owned);
+            (b, it.next().is_some_and(|k| !k.is_empty()))
+        }
+    };
+    let q = req.uri().query().unwrap_or("");
+    let multipart_admin =
+        q.contains("uploadId") && !q.contains("partNumber") || q.contains("uploads");
+    let header = |n: &str| {
+        req.headers()
+            .get(n)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+    };
+    let in_bytes = header("x-amz-decoded-content-length")
+        .or_else(|| header("content-length"))
+        .unwrap_or(0);
+    let class = match *req.method() {
+        http::Method::HEAD => Class::Meta,
+        http::Method::GET if key && !multipart_admin => Class::Read,
+        http::Method::GET => Class::Meta,
+        http::Method::PUT if key && !req.headers().contains_key("x-amz-copy-source") => {
+            Class::Write
+        }
+        _ => Class::Other,
+    };
+    (class, bucket, in_bytes)
 }
 
 /// The answer to a request over `server.max_requests`: S3's `503 SlowDown`, which every SDK

@@ -26,6 +26,8 @@ use super::open::{self, FileData, OpenFile, Snapshot};
 use crate::error::ObjError;
 use crate::namespace::SegmentCache;
 use crate::objects::{Integrity, ObjectService, WriteCond};
+use crate::profile::{Class, Door};
+use std::time::Instant;
 
 /// Settings of the POSIX door (from `[posix]`).
 #[derive(Debug, Clone)]
@@ -128,6 +130,14 @@ impl LodeFs {
             next_fh: AtomicU64::new(1),
             started: SystemTime::now(),
         }
+    }
+
+    /// Records one op of this door in the IO profile.
+    fn rec(&self, class: Class, ino: u64, bytes: u64, t0: Instant) {
+        let bucket = self.inodes.path(ino).map(|p| p.bucket);
+        self.svc
+            .profile
+            .record(Door::Posix, class, bucket.as_deref(), bytes, t0.elapsed());
     }
 
     fn ttl(&self, seq0: u64) -> Duration {
@@ -947,6 +957,7 @@ impl Filesystem for LodeFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let t0 = Instant::now();
         let seq0 = self.seq.load(Ordering::Acquire);
         let r = name_str(name).and_then(|n| {
             let (_, f) = self.resolve(parent.0, n)?;
@@ -960,6 +971,7 @@ impl Filesystem for LodeFs {
             Ok(attr) => reply.entry(&self.ttl(seq0), &attr, Generation(0)),
             Err(e) => reply.error(err(e)),
         }
+        self.rec(Class::Meta, parent.0, 0, t0);
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -967,11 +979,13 @@ impl Filesystem for LodeFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let t0 = Instant::now();
         let seq0 = self.seq.load(Ordering::Acquire);
         match self.getattr_inner(ino.0) {
             Ok(a) => reply.attr(&self.ttl(seq0), &a),
             Err(e) => reply.error(err(e)),
         }
+        self.rec(Class::Meta, ino.0, 0, t0);
     }
 
     fn setattr(
@@ -1053,8 +1067,10 @@ impl Filesystem for LodeFs {
             Some(_) => return reply.error(Errno::EISDIR),
             None => return reply.error(Errno::ENOENT),
         }
+        let t0 = Instant::now();
         let of = self.file_state(ino.0);
         let fh = self.open_handle(ino.0, of);
+        self.rec(Class::Meta, ino.0, 0, t0);
         let ro = flags.acc_mode() == OpenAccMode::O_RDONLY;
         // Read-only opens keep the page cache: every S3-side change invalidates it explicitly.
         reply.opened(
@@ -1078,6 +1094,7 @@ impl Filesystem for LodeFs {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
+        let t0 = Instant::now();
         let Some((ino, of, cache)) = self.handle(fh) else {
             return reply.error(Errno::EBADF);
         };
@@ -1087,7 +1104,9 @@ impl Filesystem for LodeFs {
                 let end = (offset + u64::from(size)).min(d.size);
                 let n = end.saturating_sub(offset) as usize;
                 let mut buf = vec![0u8; n];
-                return match f.read_exact_at(&mut buf, offset) {
+                let r = f.read_exact_at(&mut buf, offset);
+                self.rec(Class::Read, ino, buf.len() as u64, t0);
+                return match r {
                     Ok(()) => reply.data(&buf),
                     Err(e) => reply.error(err(e.raw_os_error().unwrap_or(libc::EIO))),
                 };
@@ -1104,12 +1123,21 @@ impl Filesystem for LodeFs {
             Err(e) => return reply.error(err(e.errno())),
         };
         let svc = Arc::clone(&self.svc);
+        let bucket = p.bucket;
         self.rt.spawn(async move {
             let mut c = cache.lock().await;
-            match svc.read_at(h, offset, u64::from(size), &mut c).await {
-                Ok(b) => reply.data(&b),
-                Err(e) => reply.error(err(e.errno())),
-            }
+            let n = match svc.read_at(h, offset, u64::from(size), &mut c).await {
+                Ok(b) => {
+                    reply.data(&b);
+                    b.len() as u64
+                }
+                Err(e) => {
+                    reply.error(err(e.errno()));
+                    0
+                }
+            };
+            svc.profile
+                .record(Door::Posix, Class::Read, Some(&bucket), n, t0.elapsed());
         });
     }
 
@@ -1125,6 +1153,7 @@ impl Filesystem for LodeFs {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyWrite,
     ) {
+        let t0 = Instant::now();
         let Some((ino, of, _)) = self.handle(fh) else {
             return reply.error(Errno::EBADF);
         };
@@ -1146,6 +1175,7 @@ impl Filesystem for LodeFs {
             Ok(()) => reply.written(data.len() as u32),
             Err(e) => reply.error(err(e)),
         }
+        self.rec(Class::Write, ino, data.len() as u64, t0);
     }
 
     fn flush(
@@ -1243,6 +1273,7 @@ impl Filesystem for LodeFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        let t0 = Instant::now();
         let Some(dh) = self.dir_handle(fh) else {
             return reply.error(Errno::EBADF);
         };
@@ -1263,6 +1294,13 @@ impl Filesystem for LodeFs {
             i += 1;
         }
         reply.ok();
+        self.svc.profile.record(
+            Door::Posix,
+            Class::Meta,
+            Some(&dh.path.bucket),
+            0,
+            t0.elapsed(),
+        );
     }
 
     fn readdirplus(
@@ -1274,6 +1312,7 @@ impl Filesystem for LodeFs {
         mut reply: ReplyDirectoryPlus,
     ) {
         let seq0 = self.seq.load(Ordering::Acquire);
+        let t0 = Instant::now();
         let Some(dh) = self.dir_handle(fh) else {
             return reply.error(Errno::EBADF);
         };
@@ -1318,6 +1357,13 @@ impl Filesystem for LodeFs {
             i += 1;
         }
         reply.ok();
+        self.svc.profile.record(
+            Door::Posix,
+            Class::Meta,
+            Some(&dh.path.bucket),
+            0,
+            t0.elapsed(),
+        );
     }
 
     fn releasedir(
