@@ -88,7 +88,9 @@ fn parse_time(s: &str) -> Option<SystemTime> {
         let n: u32 = digits.parse().ok()?;
         n * 10u32.pow(9 - digits.len() as u32)
     };
-    Some(UNIX_EPOCH + Duration::new(secs, nanos))
+    // Checked: a stored mtime is user input (x-amz-meta-mtime), and a huge one must not panic
+    // (found by the `records` fuzz target).
+    UNIX_EPOCH.checked_add(Duration::new(secs, nanos))
 }
 
 fn format_time(t: SystemTime) -> String {
@@ -204,5 +206,11 @@ mod tests {
             Some(UNIX_EPOCH + Duration::from_secs(1_600_000_000))
         );
         assert_eq!(got.uid, None);
+        // An mtime beyond what SystemTime holds is ignored, not a panic.
+        let m = ObjectMeta {
+            user: vec![("mtime".into(), "00014608122831670589796".into())],
+            ..Default::default()
+        };
+        assert_eq!(Attrs::from_meta(&m).mtime, None);
     }
 }
