@@ -13,10 +13,11 @@ cleanup() { [ -n "$PID" ] && kill "$PID" 2>/dev/null; wait 2>/dev/null || true; 
 trap cleanup EXIT
 printf '[[datapath.devices]]\npath = "dev0.img"\nsize = "1GiB"\n' > "$WORK/on.toml"
 printf '[server]\nprofile = false\n[[datapath.devices]]\npath = "dev0.img"\nsize = "1GiB"\n' > "$WORK/off.toml"
-run() { # mode run#
-    LODE_ACCESS_KEY=$AK LODE_SECRET_KEY=$SK "$LODE" serve --config "$WORK/$1.toml" --listen 127.0.0.1:19311 --admin-listen "" --data-dir "$WORK/data" >"$WORK/$1.log" 2>&1 & PID=$!
+run() { # mode run# [bench args]
+    local mode="$1" n="$2"; shift 2
+    LODE_ACCESS_KEY=$AK LODE_SECRET_KEY=$SK "$LODE" serve --config "$WORK/$mode.toml" --listen 127.0.0.1:19311 --admin-listen "" --data-dir "$WORK/data" >"$WORK/$mode.log" 2>&1 & PID=$!
     for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/19311) 2>/dev/null && break; sleep 0.1; done
-    "$LODE" bench small --endpoint http://127.0.0.1:19311 --access-key $AK --secret-key $SK --json "$WORK/$1-$2.json" "$@" >/dev/null
+    "$LODE" bench small --endpoint http://127.0.0.1:19311 --access-key $AK --secret-key $SK --json "$WORK/$mode-$n.json" "$@" >/dev/null
     kill "$PID"; wait "$PID" 2>/dev/null || true; PID=""
 }
 for i in $(seq "$RUNS"); do run on "$i" "$@"; run off "$i" "$@"; done
