@@ -41,22 +41,30 @@ fn health(svc: &ObjectService) -> (http::StatusCode, String) {
 }
 
 fn metrics(svc: &ObjectService) -> String {
+    use std::sync::atomic::Ordering::Relaxed;
     let dp = svc.datapath();
     let (free, total) = dp.space();
-    format!(
-        "# HELP {METRIC_UP} 1 while the process serves.\n# TYPE {METRIC_UP} gauge\n{METRIC_UP} 1\n\
-         # HELP {METRIC_FREE_BYTES} Free space on the datapath devices.\n# TYPE {METRIC_FREE_BYTES} gauge\n{METRIC_FREE_BYTES} {free}\n\
-         # HELP {METRIC_TOTAL_BYTES} Capacity of the datapath devices.\n# TYPE {METRIC_TOTAL_BYTES} gauge\n{METRIC_TOTAL_BYTES} {total}\n\
-         # HELP {METRIC_POISONED} 1 after a device write/fsync error (writes refused).\n# TYPE {METRIC_POISONED} gauge\n{METRIC_POISONED} {}\n",
-        u8::from(dp.is_poisoned())
-    ) + &scrub_metrics(&svc.scrub)
-        + &svc.profile.prometheus()
-}
-
-fn scrub_metrics(s: &crate::scrub::ScrubStats) -> String {
-    use std::sync::atomic::Ordering::Relaxed;
-    let mut out = String::new();
-    for (name, help, kind, v) in [
+    let s = &svc.scrub;
+    let rows: &[(&str, &str, &str, f64)] = &[
+        (METRIC_UP, "1 while the process serves.", "gauge", 1.0),
+        (
+            METRIC_FREE_BYTES,
+            "Free space on the datapath devices.",
+            "gauge",
+            free as f64,
+        ),
+        (
+            METRIC_TOTAL_BYTES,
+            "Capacity of the datapath devices.",
+            "gauge",
+            total as f64,
+        ),
+        (
+            METRIC_POISONED,
+            "1 after a device write/fsync error (writes refused).",
+            "gauge",
+            f64::from(u8::from(dp.is_poisoned())),
+        ),
         (
             METRIC_SCRUB_BYTES,
             "Bytes read and checked by the scrubber.",
@@ -87,10 +95,12 @@ fn scrub_metrics(s: &crate::scrub::ScrubStats) -> String {
             "gauge",
             s.last_pass_end_ms.load(Relaxed) as f64 / 1000.0,
         ),
-    ] {
+    ];
+    let mut out = String::new();
+    for (name, help, kind, v) in rows {
         out += &format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}\n");
     }
-    out
+    out + &svc.profile.prometheus()
 }
 
 fn scrub_report(svc: &ObjectService) -> String {

@@ -133,11 +133,15 @@ impl LodeFs {
     }
 
     /// Records one op of this door in the IO profile.
-    fn rec(&self, class: Class, ino: u64, bytes: u64, t0: Instant) {
-        let bucket = self.inodes.path(ino).map(|p| p.bucket);
+    fn rec(&self, class: Class, bucket: Option<&str>, bytes: u64, t0: Instant) {
         self.svc
             .profile
-            .record(Door::Posix, class, bucket.as_deref(), bytes, t0.elapsed());
+            .record(Door::Posix, class, bucket, bytes, t0.elapsed());
+    }
+
+    /// The bucket an inode lives in, for ops that have not computed its path anyway.
+    fn bucket_of(&self, ino: u64) -> Option<String> {
+        self.inodes.path(ino).map(|p| p.bucket)
     }
 
     fn ttl(&self, seq0: u64) -> Duration {
@@ -919,6 +923,30 @@ impl LodeFs {
         self.dirs.lock().expect("dirs").get(&fh.0).cloned()
     }
 
+    /// Feeds the entries of an open directory from `offset` on to `add` (listing more as
+    /// needed) until `add` reports the reply full. Returns the directory's bucket.
+    fn walk_dir(
+        &self,
+        fh: FileHandle,
+        offset: u64,
+        mut add: impl FnMut(&DirHandle, usize, &DirEntry) -> bool,
+    ) -> Result<String, i32> {
+        let dh = self.dir_handle(fh).ok_or(libc::EBADF)?;
+        let mut dh = dh.lock().expect("dir handle");
+        let mut i = offset as usize;
+        loop {
+            while i >= dh.entries.len() && !dh.done {
+                self.fill(&mut dh)?;
+            }
+            let Some(e) = dh.entries.get(i) else { break };
+            if add(&dh, i, e) {
+                break;
+            }
+            i += 1;
+        }
+        Ok(dh.path.bucket.clone())
+    }
+
     fn handle(
         &self,
         fh: FileHandle,
@@ -960,18 +988,21 @@ impl Filesystem for LodeFs {
         let t0 = Instant::now();
         let seq0 = self.seq.load(Ordering::Acquire);
         let r = name_str(name).and_then(|n| {
-            let (_, f) = self.resolve(parent.0, n)?;
-            let ino = match &f {
-                Found::Open(..) => self.inodes.lookup(parent.0, n, Kind::File),
-                _ => self.inodes.lookup(parent.0, n, Self::kind_of(&f)),
-            };
-            Ok(self.found_attr(ino, &f))
+            let (p, f) = self.resolve(parent.0, n)?;
+            let ino = self.inodes.lookup(parent.0, n, Self::kind_of(&f));
+            Ok((self.found_attr(ino, &f), p.bucket))
         });
-        match r {
-            Ok(attr) => reply.entry(&self.ttl(seq0), &attr, Generation(0)),
-            Err(e) => reply.error(err(e)),
-        }
-        self.rec(Class::Meta, parent.0, 0, t0);
+        let bucket = match r {
+            Ok((attr, bucket)) => {
+                reply.entry(&self.ttl(seq0), &attr, Generation(0));
+                Some(bucket)
+            }
+            Err(e) => {
+                reply.error(err(e));
+                None
+            }
+        };
+        self.rec(Class::Meta, bucket.as_deref(), 0, t0);
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -985,7 +1016,7 @@ impl Filesystem for LodeFs {
             Ok(a) => reply.attr(&self.ttl(seq0), &a),
             Err(e) => reply.error(err(e)),
         }
-        self.rec(Class::Meta, ino.0, 0, t0);
+        self.rec(Class::Meta, self.bucket_of(ino.0).as_deref(), 0, t0);
     }
 
     fn setattr(
@@ -1070,7 +1101,7 @@ impl Filesystem for LodeFs {
         let t0 = Instant::now();
         let of = self.file_state(ino.0);
         let fh = self.open_handle(ino.0, of);
-        self.rec(Class::Meta, ino.0, 0, t0);
+        self.rec(Class::Meta, self.bucket_of(ino.0).as_deref(), 0, t0);
         let ro = flags.acc_mode() == OpenAccMode::O_RDONLY;
         // Read-only opens keep the page cache: every S3-side change invalidates it explicitly.
         reply.opened(
@@ -1105,7 +1136,12 @@ impl Filesystem for LodeFs {
                 let n = end.saturating_sub(offset) as usize;
                 let mut buf = vec![0u8; n];
                 let r = f.read_exact_at(&mut buf, offset);
-                self.rec(Class::Read, ino, buf.len() as u64, t0);
+                self.rec(
+                    Class::Read,
+                    self.bucket_of(ino).as_deref(),
+                    buf.len() as u64,
+                    t0,
+                );
                 return match r {
                     Ok(()) => reply.data(&buf),
                     Err(e) => reply.error(err(e.raw_os_error().unwrap_or(libc::EIO))),
@@ -1169,13 +1205,19 @@ impl Filesystem for LodeFs {
             let now = SystemTime::now();
             d.attrs.mtime = Some(now);
             of.touch(&d, Some(now));
-            Ok::<_, i32>(())
+            Ok::<_, i32>(p.bucket)
         })();
-        match r {
-            Ok(()) => reply.written(data.len() as u32),
-            Err(e) => reply.error(err(e)),
-        }
-        self.rec(Class::Write, ino, data.len() as u64, t0);
+        let bucket = match r {
+            Ok(bucket) => {
+                reply.written(data.len() as u32);
+                Some(bucket)
+            }
+            Err(e) => {
+                reply.error(err(e));
+                None
+            }
+        };
+        self.rec(Class::Write, bucket.as_deref(), data.len() as u64, t0);
     }
 
     fn flush(
@@ -1274,33 +1316,18 @@ impl Filesystem for LodeFs {
         mut reply: ReplyDirectory,
     ) {
         let t0 = Instant::now();
-        let Some(dh) = self.dir_handle(fh) else {
-            return reply.error(Errno::EBADF);
-        };
-        let mut dh = dh.lock().expect("dir handle");
-        let mut i = offset as usize;
-        loop {
-            while i >= dh.entries.len() && !dh.done {
-                if let Err(e) = self.fill(&mut dh) {
-                    return reply.error(err(e));
-                }
-            }
-            let Some(e) = dh.entries.get(i) else { break };
-            // `.` and `..` need no real inode numbers: the kernel ignores them.
+        // `.` and `..` need no real inode numbers: the kernel ignores them.
+        let r = self.walk_dir(fh, offset, |_, i, e| {
             let child = if i < 2 { ino.0 } else { u64::MAX };
-            if reply.add(INodeNo(child), (i + 1) as u64, file_type(e.kind), &e.name) {
-                break;
+            reply.add(INodeNo(child), (i + 1) as u64, file_type(e.kind), &e.name)
+        });
+        match r {
+            Ok(bucket) => {
+                reply.ok();
+                self.rec(Class::Meta, Some(&bucket), 0, t0);
             }
-            i += 1;
+            Err(e) => reply.error(err(e)),
         }
-        reply.ok();
-        self.svc.profile.record(
-            Door::Posix,
-            Class::Meta,
-            Some(&dh.path.bucket),
-            0,
-            t0.elapsed(),
-        );
     }
 
     fn readdirplus(
@@ -1313,57 +1340,41 @@ impl Filesystem for LodeFs {
     ) {
         let seq0 = self.seq.load(Ordering::Acquire);
         let t0 = Instant::now();
-        let Some(dh) = self.dir_handle(fh) else {
-            return reply.error(Errno::EBADF);
-        };
-        let mut dh = dh.lock().expect("dir handle");
-        let mut i = offset as usize;
-        loop {
-            while i >= dh.entries.len() && !dh.done {
-                if let Err(e) = self.fill(&mut dh) {
-                    return reply.error(err(e));
-                }
-            }
-            let Some(e) = dh.entries.get(i) else { break };
-            let full = if i < 2 {
+        let r = self.walk_dir(fh, offset, |dh, i, e| {
+            if i < 2 {
                 let a = self.attr(ino.0, Kind::Dir, 0, self.started, Attrs::default());
-                reply.add(
+                return reply.add(
                     INodeNo(ino.0),
                     (i + 1) as u64,
                     &e.name,
                     &Duration::ZERO,
                     &a,
                     Generation(0),
-                )
-            } else {
-                let child = self.inodes.lookup(dh.ino, &e.name, e.kind);
-                let a = self.entry_attr(&dh, e, child);
-                let full = reply.add(
-                    INodeNo(child),
-                    (i + 1) as u64,
-                    &e.name,
-                    &self.ttl(seq0),
-                    &a,
-                    Generation(0),
                 );
-                if full {
-                    self.inodes.forget(child, 1);
-                }
-                full
-            };
-            if full {
-                break;
             }
-            i += 1;
+            // Each entry returned counts as a kernel lookup; one that did not fit does not.
+            let child = self.inodes.lookup(dh.ino, &e.name, e.kind);
+            let a = self.entry_attr(dh, e, child);
+            let full = reply.add(
+                INodeNo(child),
+                (i + 1) as u64,
+                &e.name,
+                &self.ttl(seq0),
+                &a,
+                Generation(0),
+            );
+            if full {
+                self.inodes.forget(child, 1);
+            }
+            full
+        });
+        match r {
+            Ok(bucket) => {
+                reply.ok();
+                self.rec(Class::Meta, Some(&bucket), 0, t0);
+            }
+            Err(e) => reply.error(err(e)),
         }
-        reply.ok();
-        self.svc.profile.record(
-            Door::Posix,
-            Class::Meta,
-            Some(&dh.path.bucket),
-            0,
-            t0.elapsed(),
-        );
     }
 
     fn releasedir(

@@ -282,14 +282,6 @@ impl Inodes {
         }
         out
     }
-
-    pub fn len(&self) -> usize {
-        self.inner.lock().expect("inodes").nodes.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 #[cfg(test)]
