@@ -2,6 +2,7 @@
 # Runs every test: the Rust workspace (unit, conformance and integration tests; real RocksDB and
 # the real io_uring datapath) and the compat suite (real aws-cli and boto3 from PyPI against a
 # real `lode serve` process). Installs what it needs first.
+LODE_EXTRA_APT="chromium"
 source "$(dirname "$0")/scripts/setup.sh"
 build_lode
 
@@ -17,7 +18,7 @@ fi
 passed=$(grep -Eo "test result: ok. [0-9]+ passed" "$CARGO_TARGET_DIR/rust-tests.log" | awk '{s+=$4} END {print s+0}')
 echo "Rust: $passed passed, 0 failed"
 
-echo "==> compat tests (aws-cli, boto3)"
+echo "==> compat tests (aws-cli, boto3, s3torchconnector + torch, chromium)"
 VENV="${LODE_VENV:-$HOME/.cache/lode-venv}"
 if [ ! -x "$VENV/bin/pytest" ]; then
     python3 -m venv "$VENV"

@@ -9,7 +9,8 @@ export LODE_BIN
 need_apt=()
 # fuse3: fusermount3 and the FUSE tools (the POSIX door mounts directly as root, through
 # fusermount3 otherwise).
-for pkg in libclang-dev build-essential pkg-config fuse3; do
+# LODE_EXTRA_APT: what only the test command needs (chromium for the dashboard test).
+for pkg in libclang-dev build-essential pkg-config fuse3 ${LODE_EXTRA_APT:-}; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 # A Python with venv support (Debian's python3 lacks it without python3-venv).

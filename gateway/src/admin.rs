@@ -1,5 +1,5 @@
-//! The admin endpoint: `/healthz` (JSON; 503 while the datapath refuses writes) and `/metrics`
-//! (Prometheus text). Metric names are defined once, here.
+//! The admin endpoint: `/healthz` (JSON; 503 while the datapath refuses writes), `/metrics`
+//! (Prometheus text), `/api/profile` (JSON) and the dashboard page (`/`, `/dashboard`). Metric names are defined once, here.
 
 use std::sync::Arc;
 
@@ -19,6 +19,9 @@ pub const METRIC_SCRUB_CHUNKS: &str = "lode_scrub_chunks_total";
 pub const METRIC_SCRUB_CORRUPT: &str = "lode_scrub_corrupt_chunks_total";
 pub const METRIC_SCRUB_PASSES: &str = "lode_scrub_passes_total";
 pub const METRIC_SCRUB_LAST: &str = "lode_scrub_last_pass_end_timestamp_seconds";
+
+/// The dashboard: one static page (inline CSS and JS, no CDN) that polls `/api/profile`.
+const DASHBOARD: &str = include_str!("dashboard.html");
 
 fn health(svc: &ObjectService) -> (http::StatusCode, String) {
     let dp = svc.datapath();
@@ -274,6 +277,11 @@ pub async fn serve(
                             http::StatusCode::OK,
                             "application/json",
                             serde_json::to_string(&svc.profile.snapshot()).unwrap_or_default(),
+                        ),
+                        (&http::Method::GET, "/" | "/dashboard") => (
+                            http::StatusCode::OK,
+                            "text/html; charset=utf-8",
+                            DASHBOARD.to_owned(),
                         ),
                         (&http::Method::GET, "/api/scrub") => {
                             (http::StatusCode::OK, "application/json", scrub_report(&svc))
