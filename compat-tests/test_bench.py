@@ -2,7 +2,9 @@
 the JSON result in the documented shape."""
 
 import json
+import os
 import subprocess
+import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -54,5 +56,92 @@ def test_bench_list_workload(lode_server, tmp_path):
     assert p.returncode == 0, p.stderr.decode() + p.stdout.decode()
     assert "full listing: 2500 keys" in p.stdout.decode()
     r = json.loads(out.read_text())
-    assert set(r["classes"]) == {"first", "delim", "page"}
+    assert set(r["classes"]) == {"first-1k", "first", "delim", "page"}
     assert r["classes"]["page"]["ops"] == 3 and r["classes"]["first"]["ops"] == 20
+
+
+def bench(lode_server, workload, *args, timeout=600):
+    p = subprocess.run(
+        [lode_bin(), "bench", workload, "--endpoint", lode_server.endpoint, "--access-key", ACCESS_KEY,
+         "--secret-key", SECRET_KEY, *args],
+        capture_output=True, timeout=timeout,
+    )
+    assert p.returncode == 0, p.stderr.decode() + p.stdout.decode()
+    return p.stdout.decode()
+
+
+def test_bench_stream_read_and_checkpoint(lode_server, s3, tmp_path):
+    out = tmp_path / "s.json"
+    bench(lode_server, "stream-read", "--bucket", "bench-stream", "--size", "40MiB", "--part-size", "8MiB",
+          "--range-size", "3MiB", "--concurrency", "4", "--json", str(out))
+    r = json.loads(out.read_text())
+    g = r["classes"]["get"]
+    assert g["ops"] == 14 and g["errors"] == 0 and g["mib_per_sec"] > 0  # ceil(40/3) ranges
+    # The setup object is really there, whole, written as 5 parts.
+    objs = s3.list_objects_v2(Bucket="bench-stream")["Contents"]
+    shard = [o for o in objs if o["Key"].endswith("/shard.bin")]
+    assert len(shard) == 1 and shard[0]["Size"] == 40 << 20 and shard[0]["ETag"].endswith('-5"')
+
+    out = tmp_path / "c.json"
+    chart = tmp_path / "c.svg"
+    bench(lode_server, "checkpoint", "--bucket", "bench-ckpt", "--size", "20MiB", "--part-size", "5MiB",
+          "--saves", "12", "--concurrency", "3", "--json", str(out), "--chart", str(chart))
+    r = json.loads(out.read_text())
+    assert r["classes"]["part"]["ops"] == 4 and r["classes"]["checkpoint"]["ops"] == 1
+    assert r["classes"]["save"]["ops"] == 12
+    assert r["extra"]["checkpoint_secs"] > 0
+    ck = [o for o in s3.list_objects_v2(Bucket="bench-ckpt")["Contents"] if o["Key"].endswith("checkpoint.pt")]
+    assert ck[0]["Size"] == 20 << 20
+    svg = ET.parse(chart).getroot()  # well-formed SVG
+    assert svg.tag.endswith("svg")
+    lines = [e for e in svg.iter() if e.tag.endswith("polyline")]
+    assert len(lines) == 3  # one CDF per class: checkpoint, part, save
+
+
+def test_bench_compare_prints_ratios(lode_server, tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    bench(lode_server, "stat-storm", "--bucket", "bench-cmp", "--objects", "20", "--ops", "200", "--json", str(a))
+    text = bench(lode_server, "stat-storm", "--bucket", "bench-cmp", "--objects", "20", "--ops", "200",
+                 "--json", str(b), "--compare", str(a))
+    ra, rb = json.loads(a.read_text()), json.loads(b.read_text())
+    line = [x for x in text.splitlines() if x.startswith("head ")][-1].split()
+    want = rb["classes"]["head"]["ops_per_sec"] / ra["classes"]["head"]["ops_per_sec"]
+    assert abs(float(line[3].rstrip("x")) - want) < 0.01 + want * 0.01, (line, want)
+
+
+def test_bench_blender_reports_interference(lode_server, tmp_path):
+    out = tmp_path / "b.json"
+    text = bench(lode_server, "blender", "--bucket", "bench-blend", "--objects", "60", "--duration", "1.5",
+                 "--rate-scale", "0.3", "--classes", "get,head,put", "--json", str(out))
+    r = json.loads(out.read_text())
+    assert set(r["classes"]) == {"get", "head", "put"}
+    for c, x in r["classes"].items():
+        assert x["errors"] == 0 and x["ops"] > 0 and x["alone"]["ops"] > 0
+        assert abs(x["p99_vs_alone"] - x["p99_ms"] / x["alone"]["p99_ms"]) < 1e-6
+    assert "read/write by bytes" in text
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/fuse"), reason="needs FUSE (root)")
+def test_bench_posix_variant_over_the_mount(tmp_path):
+    from conftest import Lode
+    mnt = str(tmp_path / "mnt")
+    srv = Lode(str(tmp_path / "data"), extra_args=["--mount", mnt], device_size="256MiB")
+    srv.start()
+    try:
+        import boto3  # noqa: F401
+        from conftest import make_client
+        make_client(srv.endpoint).create_bucket(Bucket="posix-bench")
+        out = tmp_path / "p.json"
+        p = subprocess.run([lode_bin(), "bench", "train-read", "--posix", mnt, "--bucket", "posix-bench",
+                            "--objects", "30", "--concurrency", "4", "--json", str(out)], capture_output=True, timeout=300)
+        assert p.returncode == 0, p.stderr.decode() + p.stdout.decode()
+        r = json.loads(out.read_text())
+        assert r["params"]["target"] == f"posix {mnt}/posix-bench"
+        assert r["classes"]["get"]["ops"] == 30 and r["classes"]["get"]["errors"] == 0
+        # The files written through the mount are objects on the S3 side.
+        keys = make_client(srv.endpoint).list_objects_v2(Bucket="posix-bench")["Contents"]
+        files = [k for k in keys if not k["Key"].endswith("/")]  # mkdir made a directory marker
+        assert len(keys) == 31 and len(files) == 30
+        assert all(400_000 <= k["Size"] < 500_000 for k in files)
+    finally:
+        srv.stop()
