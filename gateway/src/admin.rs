@@ -1,5 +1,6 @@
 //! The admin endpoint: `/healthz` (JSON; 503 while the datapath refuses writes), `/metrics`
-//! (Prometheus text), `/api/profile` (JSON) and the dashboard page (`/`, `/dashboard`). Metric names are defined once, here.
+//! (Prometheus text), `/api/profile` (JSON) and the dashboard page (`/`, `/dashboard`). Metric
+//! names are defined once, here.
 
 use std::sync::Arc;
 

@@ -53,7 +53,7 @@ struct ServeArgs {
     /// Address of the S3 endpoint.
     #[arg(long, env = "LODE_LISTEN")]
     listen: Option<String>,
-    /// Address of the admin endpoint (/healthz, /metrics); empty disables it.
+    /// Address of the admin endpoint (/healthz, /metrics, /api/profile, the dashboard at /); empty disables it.
     #[arg(long, env = "LODE_ADMIN_LISTEN")]
     admin_listen: Option<String>,
     /// Data directory (RocksDB, device files, credentials).

@@ -61,7 +61,7 @@ impl Started {
             addr = self.addr,
             scheme = self.scheme,
             admin = match self.admin_addr {
-                Some(a) => format!("http://{a}/healthz, http://{a}/metrics"),
+                Some(a) => format!("http://{a}/healthz, http://{a}/metrics, dashboard http://{a}/"),
                 None => "disabled".to_owned(),
             },
             dir = self.data_dir.display(),

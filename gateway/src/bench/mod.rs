@@ -51,7 +51,12 @@ pub struct BenchArgs {
     pub endpoint: String,
     #[arg(long, env = "AWS_ACCESS_KEY_ID", default_value = "")]
     pub access_key: String,
-    #[arg(long, env = "AWS_SECRET_ACCESS_KEY", default_value = "", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "AWS_SECRET_ACCESS_KEY",
+        default_value = "",
+        hide_env_values = true
+    )]
     pub secret_key: String,
     #[arg(long, default_value = "us-east-1")]
     pub region: String,
@@ -302,7 +307,12 @@ async fn multipart(
     let next = Arc::new(AtomicUsize::new(0));
     let mut tasks = vec![];
     for _ in 0..concurrency.clamp(1, parts.max(1)) {
-        let (jobs, next, target, pb) = (Arc::clone(&jobs), Arc::clone(&next), Arc::clone(target), pb.clone());
+        let (jobs, next, target, pb) = (
+            Arc::clone(&jobs),
+            Arc::clone(&next),
+            Arc::clone(target),
+            pb.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             let mut mine = ClassSamples::default();
             let mut etags = vec![];
@@ -312,7 +322,11 @@ async fn multipart(
                 let t = Instant::now();
                 let o = target.exec(op).await?;
                 if !o.ok {
-                    bail!("part {} failed: {}", i + 1, String::from_utf8_lossy(&o.body));
+                    bail!(
+                        "part {} failed: {}",
+                        i + 1,
+                        String::from_utf8_lossy(&o.body)
+                    );
                 }
                 mine.add(t.elapsed(), o.bytes, o.ok);
                 etags.push((i as u32 + 1, o.etag.unwrap_or_default()));
@@ -348,9 +362,18 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<serde_json::Value> {
         Some(dir) => Target::Posix(dir.join(&a.bucket)),
         None => {
             if a.access_key.is_empty() || a.secret_key.is_empty() {
-                bail!("--access-key and --secret-key (or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) are required for S3");
+                bail!(
+                    "--access-key and --secret-key (or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) are required for S3"
+                );
             }
-            Target::s3(&a.endpoint, &a.bucket, &a.access_key, &a.secret_key, &a.region, a.concurrency)
+            Target::s3(
+                &a.endpoint,
+                &a.bucket,
+                &a.access_key,
+                &a.secret_key,
+                &a.region,
+                a.concurrency,
+            )
         }
     });
     target.prepare().await?;
@@ -374,14 +397,30 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<serde_json::Value> {
             let size = size_or("4KiB")?;
             let data = Payload::new(&mut rng, size);
             let jobs = (0..a.objects)
-                .map(|i| ("put", Op::Put { key: key(i), body: data.get(&mut rng, size) }))
+                .map(|i| {
+                    (
+                        "put",
+                        Op::Put {
+                            key: key(i),
+                            body: data.get(&mut rng, size),
+                        },
+                    )
+                })
                 .collect();
             results.push(run_jobs(&target, jobs, c, "put").await?);
             let mut order: Vec<usize> = (0..a.objects).collect();
             order.shuffle(&mut rng);
             let jobs = order
                 .into_iter()
-                .map(|i| ("get", Op::Get { key: key(i), range: None }))
+                .map(|i| {
+                    (
+                        "get",
+                        Op::Get {
+                            key: key(i),
+                            range: None,
+                        },
+                    )
+                })
                 .collect();
             results.push(run_jobs(&target, jobs, c, "get").await?);
         }
@@ -390,7 +429,13 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<serde_json::Value> {
             let jobs = (0..a.objects)
                 .map(|i| {
                     let n = losf_size(&mut rng);
-                    ("put", Op::Put { key: key(i), body: data.get(&mut rng, n) })
+                    (
+                        "put",
+                        Op::Put {
+                            key: key(i),
+                            body: data.get(&mut rng, n),
+                        },
+                    )
                 })
                 .collect();
             results.push(run_jobs(&target, jobs, c, "put").await?);
@@ -400,7 +445,13 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<serde_json::Value> {
             let jobs = (0..a.objects)
                 .map(|i| {
                     let n = rng.random_range(400_000..500_000);
-                    ("setup", Op::Put { key: key(i), body: data.get(&mut rng, n) })
+                    (
+                        "setup",
+                        Op::Put {
+                            key: key(i),
+                            body: data.get(&mut rng, n),
+                        },
+                    )
                 })
                 .collect();
             check(&run_jobs(&target, jobs, c, "setup").await?.0, "setup")?;
@@ -411,18 +462,39 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<serde_json::Value> {
                 if rng.random_bool(0.3) {
                     jobs.push(("head", Op::Head { key: key(i) }));
                 }
-                jobs.push(("get", Op::Get { key: key(i), range: None }));
+                jobs.push((
+                    "get",
+                    Op::Get {
+                        key: key(i),
+                        range: None,
+                    },
+                ));
             }
             results.push(run_jobs(&target, jobs, c, "epoch").await?);
         }
         "stat-storm" => {
             let data = Payload::new(&mut rng, 100);
             let jobs = (0..a.objects)
-                .map(|i| ("setup", Op::Put { key: key(i), body: data.get(&mut rng, 100) }))
+                .map(|i| {
+                    (
+                        "setup",
+                        Op::Put {
+                            key: key(i),
+                            body: data.get(&mut rng, 100),
+                        },
+                    )
+                })
                 .collect();
             check(&run_jobs(&target, jobs, c, "setup").await?.0, "setup")?;
             let jobs = (0..a.ops)
-                .map(|_| ("head", Op::Head { key: key(rng.random_range(0..a.objects)) }))
+                .map(|_| {
+                    (
+                        "head",
+                        Op::Head {
+                            key: key(rng.random_range(0..a.objects)),
+                        },
+                    )
+                })
                 .collect();
             results.push(run_jobs(&target, jobs, c, "head").await?);
         }
@@ -443,7 +515,10 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<serde_json::Value> {
                     let off = i * range;
                     (
                         "get",
-                        Op::Get { key: k.clone(), range: Some((off as u64, range.min(size - off) as u64)) },
+                        Op::Get {
+                            key: k.clone(),
+                            range: Some((off as u64, range.min(size - off) as u64)),
+                        },
                     )
                 })
                 .collect();
@@ -470,7 +545,13 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<serde_json::Value> {
             let jobs = (0..a.saves)
                 .map(|i| {
                     let n = rng.random_range(10_000..100_000);
-                    ("save", Op::Put { key: format!("{prefix}/save-{:04}", i % 16), body: small.get(&mut rng, n) })
+                    (
+                        "save",
+                        Op::Put {
+                            key: format!("{prefix}/save-{:04}", i % 16),
+                            body: small.get(&mut rng, n),
+                        },
+                    )
                 })
                 .collect();
             results.push(run_jobs(&target, jobs, c.min(4), "saves").await?);
@@ -480,8 +561,24 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<serde_json::Value> {
             let small = |i: usize| format!("{prefix}/small/{i:08}");
             let big = |i: usize| format!("{prefix}/big/d{:05}/{i:08}", i / 1000);
             let jobs = (0..1000)
-                .map(|i| ("setup", Op::Put { key: small(i), body: Bytes::new() }))
-                .chain((0..a.objects).map(|i| ("setup", Op::Put { key: big(i), body: Bytes::new() })))
+                .map(|i| {
+                    (
+                        "setup",
+                        Op::Put {
+                            key: small(i),
+                            body: Bytes::new(),
+                        },
+                    )
+                })
+                .chain((0..a.objects).map(|i| {
+                    (
+                        "setup",
+                        Op::Put {
+                            key: big(i),
+                            body: Bytes::new(),
+                        },
+                    )
+                }))
                 .collect();
             check(&run_jobs(&target, jobs, c, "setup").await?.0, "setup")?;
             let reps = a.ops.min(2000);
@@ -490,15 +587,30 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<serde_json::Value> {
                 ("first", format!("{prefix}/big/"), false),
                 ("delim", format!("{prefix}/big/"), true),
             ] {
-                let p = if a.posix.is_some() { p.trim_end_matches('/').to_owned() } else { p };
+                let p = if a.posix.is_some() {
+                    p.trim_end_matches('/').to_owned()
+                } else {
+                    p
+                };
                 let jobs = (0..reps)
-                    .map(|_| (class, Op::List { prefix: p.clone(), delimiter: delim }))
+                    .map(|_| {
+                        (
+                            class,
+                            Op::List {
+                                prefix: p.clone(),
+                                delimiter: delim,
+                            },
+                        )
+                    })
                     .collect();
                 results.push(run_jobs(&target, jobs, 1, class).await?);
             }
             let keys = full_listing(&target, &format!("{prefix}/big/"), &mut results).await?;
             if keys != a.objects {
-                bail!("the full listing returned {keys} keys, expected {}", a.objects);
+                bail!(
+                    "the full listing returned {keys} keys, expected {}",
+                    a.objects
+                );
             }
         }
         "blender" => blender(&a, &target, &prefix, &mut rng, &mut results, &mut extra).await?,
@@ -547,8 +659,11 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<serde_json::Value> {
     }
     if let Some(p) = &a.chart {
         let title = format!("lode bench {} — {}", a.workload, target.describe());
-        std::fs::write(p, report::chart(&title, &all, out["classes"].as_object().expect("classes")))
-            .with_context(|| format!("writing {}", p.display()))?;
+        std::fs::write(
+            p,
+            report::chart(&title, &all, out["classes"].as_object().expect("classes")),
+        )
+        .with_context(|| format!("writing {}", p.display()))?;
     }
     let errors: u64 = all.values().map(|c| c.errors).sum();
     if errors > 0 {
@@ -607,7 +722,10 @@ async fn full_listing(
         }
     };
     let secs = t0.elapsed().as_secs_f64();
-    println!("full listing: {keys} keys in {secs:.2} s = {:.0} keys/s", keys as f64 / secs);
+    println!(
+        "full listing: {keys} keys in {secs:.2} s = {:.0} keys/s",
+        keys as f64 / secs
+    );
     if !pages.lat_us.is_empty() {
         results.push((BTreeMap::from([("page".to_owned(), pages)]), t0.elapsed()));
     }
@@ -629,7 +747,13 @@ async fn blender(
     let jobs = (0..n)
         .map(|i| {
             let len = rng.random_range(400_000..500_000);
-            ("setup", Op::Put { key: skey(i), body: sample.get(rng, len) })
+            (
+                "setup",
+                Op::Put {
+                    key: skey(i),
+                    body: sample.get(rng, len),
+                },
+            )
         })
         .collect();
     let (s, _) = run_jobs(target, jobs, a.concurrency, "setup").await?;
@@ -649,40 +773,72 @@ async fn blender(
     // at 19/s during 1.5 s of every 4 s (~47/53 read/write by bytes), metadata ~70% of ops.
     let k = a.rate_scale;
     let stream = |class, rate: f64, workers, burst, make_op| {
-        Arc::new(Stream { class, rate: rate * k, workers, burst, make_op })
+        Arc::new(Stream {
+            class,
+            rate: rate * k,
+            workers,
+            burst,
+            make_op,
+        })
     };
     let streams = vec![
         stream("get", 150.0, 8, None, {
             let p = p.clone();
-            Arc::new(move |r: &mut rand::rngs::StdRng| Op::Get { key: format!("{p}/samples/{:08}", r.random_range(0..n)), range: None })
-                as Arc<dyn Fn(&mut rand::rngs::StdRng) -> Op + Send + Sync>
+            Arc::new(move |r: &mut rand::rngs::StdRng| Op::Get {
+                key: format!("{p}/samples/{:08}", r.random_range(0..n)),
+                range: None,
+            }) as Arc<dyn Fn(&mut rand::rngs::StdRng) -> Op + Send + Sync>
         }),
         stream("head", 600.0, 8, None, {
             let p = p.clone();
-            Arc::new(move |r: &mut rand::rngs::StdRng| Op::Head { key: format!("{p}/samples/{:08}", r.random_range(0..n)) })
+            Arc::new(move |r: &mut rand::rngs::StdRng| Op::Head {
+                key: format!("{p}/samples/{:08}", r.random_range(0..n)),
+            })
         }),
         stream("list", 50.0, 2, None, {
-            let lp = if posix { format!("{p}/samples") } else { format!("{p}/samples/") };
-            Arc::new(move |_: &mut rand::rngs::StdRng| Op::List { prefix: lp.clone(), delimiter: true })
+            let lp = if posix {
+                format!("{p}/samples")
+            } else {
+                format!("{p}/samples/")
+            };
+            Arc::new(move |_: &mut rand::rngs::StdRng| Op::List {
+                prefix: lp.clone(),
+                delimiter: true,
+            })
         }),
         stream("put", 100.0, 4, None, {
             let (p, d) = (p.clone(), Arc::clone(&s2));
             Arc::new(move |r: &mut rand::rngs::StdRng| {
                 let len = losf_size(r);
-                Op::Put { key: format!("{p}/ingest/{:016x}", r.random::<u64>()), body: d.get(r, len) }
+                Op::Put {
+                    key: format!("{p}/ingest/{:016x}", r.random::<u64>()),
+                    body: d.get(r, len),
+                }
             })
         }),
         stream("stream", 6.0, 2, None, {
             let (key, pos) = (shard.clone(), Arc::clone(&stream_pos));
             Arc::new(move |_: &mut rand::rngs::StdRng| {
                 let i = pos.fetch_add(1, Ordering::Relaxed) % (shard_size / (8 << 20));
-                Op::Get { key: key.clone(), range: Some(((i * (8 << 20)) as u64, 8 << 20)) }
+                Op::Get {
+                    key: key.clone(),
+                    range: Some(((i * (8 << 20)) as u64, 8 << 20)),
+                }
             })
         }),
-        stream("ckpt", 19.0, 6, Some((Duration::from_millis(1500), Duration::from_secs(4))), {
-            let (p, d) = (p.clone(), Arc::clone(&s2));
-            Arc::new(move |r: &mut rand::rngs::StdRng| Op::Put { key: format!("{p}/ckpt/{}", r.random_range(0..8)), body: d.get(r, 16 << 20) })
-        }),
+        stream(
+            "ckpt",
+            19.0,
+            6,
+            Some((Duration::from_millis(1500), Duration::from_secs(4))),
+            {
+                let (p, d) = (p.clone(), Arc::clone(&s2));
+                Arc::new(move |r: &mut rand::rngs::StdRng| Op::Put {
+                    key: format!("{p}/ckpt/{}", r.random_range(0..8)),
+                    body: d.get(r, 16 << 20),
+                })
+            },
+        ),
     ];
     let streams: Vec<_> = streams
         .into_iter()
@@ -695,30 +851,56 @@ async fn blender(
     let mut alone = Samples::new();
     for (i, s) in streams.iter().enumerate() {
         let one = std::slice::from_ref(s);
-        let got = run_streams(target, one, secs, a.seed + i as u64, &format!("{} alone", s.class)).await?;
+        let got = run_streams(
+            target,
+            one,
+            secs,
+            a.seed + i as u64,
+            &format!("{} alone", s.class),
+        )
+        .await?;
         report::merge_into(&mut alone, got);
     }
     let blend = run_streams(target, &streams, secs, a.seed + 100, "blend").await?;
     let wall = Duration::from_secs_f64(secs);
     let mut summary = serde_json::Map::new();
-    println!("{:<8} {:>12} {:>12} {:>8}", "class", "p99 alone", "p99 blend", "ratio");
+    println!(
+        "{:<8} {:>12} {:>12} {:>8}",
+        "class", "p99 alone", "p99 blend", "ratio"
+    );
     for (name, b) in &blend {
         let mut al = alone.get(name).cloned().unwrap_or_default();
         let mut bl = b.clone();
         let aj = report::summarize(&mut al, wall);
         let bj = report::summarize(&mut bl, wall);
-        let ratio = bj["p99_ms"].as_f64().unwrap_or(0.0) / aj["p99_ms"].as_f64().unwrap_or(0.0).max(1e-9);
+        let ratio =
+            bj["p99_ms"].as_f64().unwrap_or(0.0) / aj["p99_ms"].as_f64().unwrap_or(0.0).max(1e-9);
         println!(
             "{name:<8} {:>9.3} ms {:>9.3} ms {:>7.2}x",
             aj["p99_ms"].as_f64().unwrap_or(0.0),
             bj["p99_ms"].as_f64().unwrap_or(0.0),
             ratio
         );
-        summary.insert(name.clone(), serde_json::json!({"alone": aj, "p99_vs_alone": ratio}));
+        summary.insert(
+            name.clone(),
+            serde_json::json!({"alone": aj, "p99_vs_alone": ratio}),
+        );
     }
-    let rd: u64 = ["get", "stream"].iter().filter_map(|c| blend.get(*c)).map(|c| c.bytes).sum();
-    let wr: u64 = ["put", "ckpt"].iter().filter_map(|c| blend.get(*c)).map(|c| c.bytes).sum();
-    let meta: usize = ["head", "list"].iter().filter_map(|c| blend.get(*c)).map(|c| c.lat_us.len()).sum();
+    let rd: u64 = ["get", "stream"]
+        .iter()
+        .filter_map(|c| blend.get(*c))
+        .map(|c| c.bytes)
+        .sum();
+    let wr: u64 = ["put", "ckpt"]
+        .iter()
+        .filter_map(|c| blend.get(*c))
+        .map(|c| c.bytes)
+        .sum();
+    let meta: usize = ["head", "list"]
+        .iter()
+        .filter_map(|c| blend.get(*c))
+        .map(|c| c.lat_us.len())
+        .sum();
     let ops: usize = blend.values().map(|c| c.lat_us.len()).sum();
     let rpct = 100.0 * rd as f64 / (rd + wr).max(1) as f64;
     println!(
@@ -728,7 +910,10 @@ async fn blender(
     );
     extra.insert("blend".into(), summary.into());
     extra.insert("read_pct_bytes".into(), rpct.into());
-    extra.insert("metadata_pct_ops".into(), (100.0 * meta as f64 / ops.max(1) as f64).into());
+    extra.insert(
+        "metadata_pct_ops".into(),
+        (100.0 * meta as f64 / ops.max(1) as f64).into(),
+    );
     results.push((blend, wall));
     Ok(())
 }

@@ -126,11 +126,17 @@ const COLORS: [&str; 8] = [
 ];
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// An SVG with latency CDFs (log x) and ops/s per class.
-pub fn chart(title: &str, samples: &Samples, classes: &serde_json::Map<String, serde_json::Value>) -> String {
+pub fn chart(
+    title: &str,
+    samples: &Samples,
+    classes: &serde_json::Map<String, serde_json::Value>,
+) -> String {
     let (w, h) = (900.0, 380.0);
     let (l, r, t, b) = (60.0, 20.0, 40.0, 50.0);
     let cdf_w = 520.0;
@@ -146,11 +152,28 @@ pub fn chart(title: &str, samples: &Samples, classes: &serde_json::Map<String, s
         .values()
         .flat_map(|c| c.lat_us.iter().map(|&u| f64::from(u.max(1)) / 1000.0))
         .collect();
-    let lo = all.iter().copied().fold(f64::INFINITY, f64::min).max(0.001).log10().floor();
-    let hi = all.iter().copied().fold(0.0, f64::max).max(0.01).log10().ceil().max(lo + 1.0);
+    let lo = all
+        .iter()
+        .copied()
+        .fold(f64::INFINITY, f64::min)
+        .max(0.001)
+        .log10()
+        .floor();
+    let hi = all
+        .iter()
+        .copied()
+        .fold(0.0, f64::max)
+        .max(0.01)
+        .log10()
+        .ceil()
+        .max(lo + 1.0);
     let x = |ms: f64| l + (cdf_w - l) * ((ms.max(1e-3).log10() - lo) / (hi - lo));
     let y = |q: f64| t + (h - t - b) * (1.0 - q);
-    let _ = writeln!(s, r#"<text x="{l}" y="{}" >latency CDF (ms, log scale)</text>"#, t - 6.0);
+    let _ = writeln!(
+        s,
+        r#"<text x="{l}" y="{}" >latency CDF (ms, log scale)</text>"#,
+        t - 6.0
+    );
     for d in lo as i32..=hi as i32 {
         let ms = 10f64.powi(d);
         let _ = writeln!(
@@ -160,7 +183,11 @@ pub fn chart(title: &str, samples: &Samples, classes: &serde_json::Map<String, s
             t,
             h - b,
             h - b + 14.0,
-            if ms >= 1.0 { format!("{ms}") } else { format!("{ms:.3}").trim_end_matches('0').to_owned() }
+            if ms >= 1.0 {
+                format!("{ms}")
+            } else {
+                format!("{ms:.3}").trim_end_matches('0').to_owned()
+            }
         );
     }
     for q in [0.0, 0.5, 0.9, 0.99, 1.0] {
@@ -201,7 +228,11 @@ pub fn chart(title: &str, samples: &Samples, classes: &serde_json::Map<String, s
     // Throughput bars: ops/s per class (log-free; label shows MiB/s too).
     let bx = cdf_w + 50.0;
     let bw = w - r - bx;
-    let _ = writeln!(s, r#"<text x="{bx}" y="{}">ops/s per class</text>"#, t - 6.0);
+    let _ = writeln!(
+        s,
+        r#"<text x="{bx}" y="{}">ops/s per class</text>"#,
+        t - 6.0
+    );
     let max_ops = classes
         .values()
         .map(|c| c["ops_per_sec"].as_f64().unwrap_or(0.0))

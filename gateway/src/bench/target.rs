@@ -22,14 +22,31 @@ use hyper_util::rt::TokioExecutor;
 /// One operation; keys are relative to the bucket.
 #[derive(Debug, Clone)]
 pub enum Op {
-    Put { key: String, body: Bytes },
+    Put {
+        key: String,
+        body: Bytes,
+    },
     /// `range`: (offset, length).
-    Get { key: String, range: Option<(u64, u64)> },
-    Head { key: String },
+    Get {
+        key: String,
+        range: Option<(u64, u64)>,
+    },
+    Head {
+        key: String,
+    },
     /// The first page (1000 keys) under `prefix`.
-    List { prefix: String, delimiter: bool },
+    List {
+        prefix: String,
+        delimiter: bool,
+    },
     /// One part of a multipart upload (POSIX: a write at `offset` into the file).
-    Part { key: String, upload: String, part: u32, offset: u64, body: Bytes },
+    Part {
+        key: String,
+        upload: String,
+        part: u32,
+        offset: u64,
+        body: Bytes,
+    },
 }
 
 /// What an op did: success, bytes moved, and (for parts) the ETag.
@@ -55,7 +72,14 @@ pub enum Target {
 }
 
 impl Target {
-    pub fn s3(endpoint: &str, bucket: &str, ak: &str, sk: &str, region: &str, conns: usize) -> Self {
+    pub fn s3(
+        endpoint: &str,
+        bucket: &str,
+        ak: &str,
+        sk: &str,
+        region: &str,
+        conns: usize,
+    ) -> Self {
         let mut conn = HttpConnector::new();
         conn.set_nodelay(true);
         let http = Client::builder(TokioExecutor::new())
@@ -180,10 +204,19 @@ impl S3Client {
                 Bytes::new(),
                 None,
             ),
-            Op::Part { key, upload, part, body, .. } => (
+            Op::Part {
+                key,
+                upload,
+                part,
+                body,
+                ..
+            } => (
                 "PUT",
                 key.as_str(),
-                format!("partNumber={part}&uploadId={}", crate::admin::percent_encode(upload)),
+                format!(
+                    "partNumber={part}&uploadId={}",
+                    crate::admin::percent_encode(upload)
+                ),
                 body.clone(),
                 None,
             ),
@@ -192,12 +225,24 @@ impl S3Client {
         let (st, etag, got) = self.call_range(method, key, &query, body, range).await?;
         let ok = (200..300).contains(&st);
         let bytes = if method == "PUT" { sent } else { got.len() };
-        Ok(Outcome { ok, bytes, etag, body: got })
+        Ok(Outcome {
+            ok,
+            bytes,
+            etag,
+            body: got,
+        })
     }
 
     /// One ListObjectsV2 page (the full-listing walk of `list`).
-    pub async fn list_page(&self, prefix: &str, token: Option<&str>) -> anyhow::Result<(bool, Bytes)> {
-        let mut q = format!("list-type=2&max-keys=1000&prefix={}", crate::admin::percent_encode(prefix));
+    pub async fn list_page(
+        &self,
+        prefix: &str,
+        token: Option<&str>,
+    ) -> anyhow::Result<(bool, Bytes)> {
+        let mut q = format!(
+            "list-type=2&max-keys=1000&prefix={}",
+            crate::admin::percent_encode(prefix)
+        );
         if let Some(t) = token {
             q += &format!("&continuation-token={}", crate::admin::percent_encode(t));
         }
@@ -224,7 +269,11 @@ impl S3Client {
         body: Bytes,
         range: Option<(u64, u64)>,
     ) -> anyhow::Result<(u16, Option<String>, Bytes)> {
-        let path: String = key.split('/').map(crate::admin::percent_encode).collect::<Vec<_>>().join("/");
+        let path: String = key
+            .split('/')
+            .map(crate::admin::percent_encode)
+            .collect::<Vec<_>>()
+            .join("/");
         let mut uri = format!("{}/{}", self.endpoint, self.bucket);
         if !key.is_empty() {
             uri = format!("{uri}/{path}");
@@ -280,7 +329,12 @@ impl S3Client {
 }
 
 fn posix_exec(root: &Path, op: &Op) -> anyhow::Result<Outcome> {
-    let done = |bytes: usize| Outcome { ok: true, bytes, etag: None, body: Bytes::new() };
+    let done = |bytes: usize| Outcome {
+        ok: true,
+        bytes,
+        etag: None,
+        body: Bytes::new(),
+    };
     match op {
         Op::Put { key, body } => {
             let p = root.join(key);
@@ -291,7 +345,10 @@ fn posix_exec(root: &Path, op: &Op) -> anyhow::Result<Outcome> {
             Ok(done(body.len()))
         }
         Op::Get { key, range: None } => Ok(done(std::fs::read(root.join(key))?.len())),
-        Op::Get { key, range: Some((off, len)) } => {
+        Op::Get {
+            key,
+            range: Some((off, len)),
+        } => {
             let f = std::fs::File::open(root.join(key))?;
             let mut buf = vec![0u8; *len as usize];
             let mut got = 0;
@@ -312,8 +369,12 @@ fn posix_exec(root: &Path, op: &Op) -> anyhow::Result<Outcome> {
             let n = std::fs::read_dir(root.join(prefix))?.take(1000).count();
             Ok(done(n))
         }
-        Op::Part { key, offset, body, .. } => {
-            let f = std::fs::OpenOptions::new().write(true).open(root.join(key))?;
+        Op::Part {
+            key, offset, body, ..
+        } => {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(root.join(key))?;
             f.write_all_at(body, *offset)?;
             Ok(done(body.len()))
         }
