@@ -348,6 +348,24 @@ async fn multipart(
     Ok((BTreeMap::from([("part".to_owned(), samples)]), t0.elapsed()))
 }
 
+/// `n` PUTs of `class`: `key(i)` with a body of `size(rng)` bytes cut from `data`.
+fn put_jobs(
+    class: &'static str,
+    n: usize,
+    key: impl Fn(usize) -> String,
+    data: &Payload,
+    rng: &mut rand::rngs::StdRng,
+    mut size: impl FnMut(&mut rand::rngs::StdRng) -> usize,
+) -> Vec<(&'static str, Op)> {
+    (0..n)
+        .map(|i| {
+            let len = size(rng);
+            let body = data.get(rng, len);
+            (class, Op::Put { key: key(i), body })
+        })
+        .collect()
+}
+
 /// losf-ingest's size spread: 25% under 100 B, the rest log-spread over 10 KB-1 MB.
 fn losf_size(rng: &mut rand::rngs::StdRng) -> usize {
     if rng.random_bool(0.25) {
@@ -396,17 +414,7 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<serde_json::Value> {
         "small" => {
             let size = size_or("4KiB")?;
             let data = Payload::new(&mut rng, size);
-            let jobs = (0..a.objects)
-                .map(|i| {
-                    (
-                        "put",
-                        Op::Put {
-                            key: key(i),
-                            body: data.get(&mut rng, size),
-                        },
-                    )
-                })
-                .collect();
+            let jobs = put_jobs("put", a.objects, key, &data, &mut rng, |_| size);
             results.push(run_jobs(&target, jobs, c, "put").await?);
             let mut order: Vec<usize> = (0..a.objects).collect();
             order.shuffle(&mut rng);
@@ -426,34 +434,14 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<serde_json::Value> {
         }
         "losf-ingest" => {
             let data = Payload::new(&mut rng, 1 << 20);
-            let jobs = (0..a.objects)
-                .map(|i| {
-                    let n = losf_size(&mut rng);
-                    (
-                        "put",
-                        Op::Put {
-                            key: key(i),
-                            body: data.get(&mut rng, n),
-                        },
-                    )
-                })
-                .collect();
+            let jobs = put_jobs("put", a.objects, key, &data, &mut rng, losf_size);
             results.push(run_jobs(&target, jobs, c, "put").await?);
         }
         "train-read" => {
             let data = Payload::new(&mut rng, 500_000);
-            let jobs = (0..a.objects)
-                .map(|i| {
-                    let n = rng.random_range(400_000..500_000);
-                    (
-                        "setup",
-                        Op::Put {
-                            key: key(i),
-                            body: data.get(&mut rng, n),
-                        },
-                    )
-                })
-                .collect();
+            let jobs = put_jobs("setup", a.objects, key, &data, &mut rng, |r| {
+                r.random_range(400_000..500_000)
+            });
             check(&run_jobs(&target, jobs, c, "setup").await?.0, "setup")?;
             let mut order: Vec<usize> = (0..a.objects).collect();
             order.shuffle(&mut rng);
@@ -474,17 +462,7 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<serde_json::Value> {
         }
         "stat-storm" => {
             let data = Payload::new(&mut rng, 100);
-            let jobs = (0..a.objects)
-                .map(|i| {
-                    (
-                        "setup",
-                        Op::Put {
-                            key: key(i),
-                            body: data.get(&mut rng, 100),
-                        },
-                    )
-                })
-                .collect();
+            let jobs = put_jobs("setup", a.objects, key, &data, &mut rng, |_| 100);
             check(&run_jobs(&target, jobs, c, "setup").await?.0, "setup")?;
             let jobs = (0..a.ops)
                 .map(|_| {
