@@ -85,6 +85,27 @@ def expect_errno(code, fn, *args):
 # ---------------------------------------------------------------- sequences on the mount
 
 
+def test_a_whole_file_read_is_one_fuse_request(mounted, pb, ps3):
+    """The mount's readahead is raised to the 1 MiB that `init` negotiates (the kernel keeps
+    the 128 KiB bdi default otherwise): reading a 900 KB file whole costs one READ."""
+    import requests
+
+    st = os.stat(mounted.mnt)
+    knob = f"/sys/class/bdi/{os.major(st.st_dev)}:{os.minor(st.st_dev)}/read_ahead_kb"
+    assert open(knob).read().strip() == "1024"
+    b, d = pb
+    data = {f"r{i}": os.urandom(900_000 + i) for i in range(5)}
+    for k, v in data.items():
+        ps3.put_object(Bucket=b, Key=k, Body=v)
+    os.listdir(d)  # names and attributes come with readdirplus
+    reads = lambda: requests.get(mounted.admin + "/api/profile").json()["doors"]["posix"]["read"]["ops"]  # noqa: E731
+    before = reads()
+    for k, v in data.items():
+        with open(os.path.join(d, k), "rb") as f:
+            assert f.read() == v
+    assert reads() - before == len(data)
+
+
 def test_file_lifecycle_create_write_read_truncate_unlink(pb, ps3):
     b, d = pb
     p = os.path.join(d, "f.bin")

@@ -979,7 +979,7 @@ impl Filesystem for LodeFs {
             }
         }
         let _ = config.set_max_write(1 << 20);
-        let _ = config.set_max_readahead(1 << 20);
+        let _ = config.set_max_readahead(super::READAHEAD_KB << 10);
         let _ = config.set_max_background(64);
         Ok(())
     }
@@ -1103,11 +1103,13 @@ impl Filesystem for LodeFs {
         let fh = self.open_handle(ino.0, of);
         self.rec(Class::Meta, self.bucket_of(ino.0).as_deref(), 0, t0);
         let ro = flags.acc_mode() == OpenAccMode::O_RDONLY;
-        // Read-only opens keep the page cache: every S3-side change invalidates it explicitly.
+        // Read-only opens keep the page cache (every S3-side change invalidates it
+        // explicitly), and their close() skips the FLUSH round trip: they have nothing to
+        // commit.
         reply.opened(
             FileHandle(fh),
             if ro {
-                FopenFlags::FOPEN_KEEP_CACHE
+                FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH
             } else {
                 FopenFlags::empty()
             },
