@@ -2,7 +2,8 @@
 # Reproduces every number of the issue-6 closing note in one run on one machine: each workload
 # against lode and s3s-fs with the same client and concurrency, stream-read and checkpoint
 # against fio on the same disk (O_DIRECT, same block size and queue depth), listing at 10^3 vs
-# 10^6 keys, HEAD p99 at 16 clients, and the blender. Results land in $OUT (default
+# 10^6 keys, HEAD p99 at 16 clients, the blender, and the ceiling of the HTTP stack (a bare
+# in-memory handler, `lode bench-ceiling`). Results land in $OUT (default
 # /var/tmp/lode-bench-results). Needs: s3s-fs (`cargo install s3s-fs --version 0.14.1
 # --features binary --locked`), fio (`apt install fio`). About 15 minutes.
 set -euo pipefail
@@ -18,6 +19,15 @@ run "$ROOT/bench/vs-s3s-fs.sh" losf-ingest --objects 20000 --concurrency 16 2>&1
 run "$ROOT/bench/vs-s3s-fs.sh" train-read --objects 4000 --concurrency 16 2>&1 | tee "$OUT/train-read.txt"
 run "$ROOT/bench/vs-s3s-fs.sh" checkpoint --size 2GiB --part-size 64MiB --concurrency 8 2>&1 | tee "$OUT/checkpoint.txt"
 run "$ROOT/bench/vs-s3s-fs.sh" stat-storm --objects 10000 --ops 100000 --concurrency 16 2>&1 | tee "$OUT/stat-storm.txt"
+# The ceiling of the HTTP stack: the same client against a bare in-memory handler.
+"$LODE" bench-ceiling --listen 127.0.0.1:19501 >/dev/null 2>&1 & CEIL=$!
+for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/19501) 2>/dev/null && break; sleep 0.1; done
+for w in losf-ingest train-read; do
+    n=20000; [ $w = train-read ] && n=4000
+    run "$LODE" bench $w --endpoint http://127.0.0.1:19501 --access-key x --secret-key y --objects $n \
+        --concurrency 16 --json "$OUT/ceiling-$w.json" 2>&1 | tee "$OUT/ceiling-$w.txt"
+done
+kill $CEIL; wait $CEIL 2>/dev/null || true
 # Lode alone: streaming vs fio, listing, blender.
 WORK="$(mktemp -d /var/tmp/lode-bench-all.XXXXXX)"
 trap 'kill $PID 2>/dev/null; wait 2>/dev/null; rm -rf "$WORK"' EXIT

@@ -43,6 +43,12 @@ enum Cmd {
     Admin(AdminArgs),
     /// Run a benchmark workload against any S3 endpoint (see `lode bench --help`).
     Bench(lode_gateway::bench::BenchArgs),
+    /// Serve a bare in-memory S3 handler (no auth, hashing or disk): the ceiling of the HTTP
+    /// stack, to run `lode bench` against beside Lode.
+    BenchCeiling {
+        #[arg(long, default_value = "127.0.0.1:9500")]
+        listen: std::net::SocketAddr,
+    },
 }
 
 #[derive(clap::Args)]
@@ -375,6 +381,12 @@ fn main() -> anyhow::Result<()> {
                 .build()?;
             rt.block_on(lode_gateway::bench::run(args))?;
             Ok(())
+        }
+        Cmd::BenchCeiling { listen } => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(lode_gateway::bench::ceiling::serve(listen))
         }
         Cmd::ConfigTemplate => {
             print!("{}", lode_config::TEMPLATE);

@@ -25,6 +25,7 @@
 //! "p50_ms", "p99_ms", "p999_ms", ..}}}`), `--compare other.json` (ratios per class) and
 //! `--chart out.svg` (latency CDFs and ops/s per class).
 
+pub mod ceiling;
 mod report;
 mod target;
 
