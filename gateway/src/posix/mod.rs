@@ -82,17 +82,24 @@ impl Drop for PosixMount {
     }
 }
 
-/// Whether `path` is a mount point in this mount namespace, and its file system type.
-fn mounted_at(path: &Path) -> Option<String> {
+/// Whether `path` is a mount point in this mount namespace: its file system type and its
+/// device (`major:minor`), from /proc/self/mountinfo (no stat: a dead FUSE mount's root
+/// attributes may still be cached by the kernel).
+fn mounted_at(path: &Path) -> Option<(String, String)> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let want = path.to_str()?;
-    info.lines().find_map(|l| {
+    info.lines().rev().find_map(|l| {
         let f: Vec<&str> = l.split(' ').collect();
         let mp = f.get(4)?;
         let dash = f.iter().position(|x| *x == "-")?;
         // Spaces and such are octal-escaped in mountinfo.
         let mp = mp.replace("\\040", " ");
-        (mp == want).then(|| f.get(dash + 1).unwrap_or(&"").to_string())
+        (mp == want).then(|| {
+            (
+                f.get(dash + 1).unwrap_or(&"").to_string(),
+                f.get(2).unwrap_or(&"").to_string(),
+            )
+        })
     })
 }
 
@@ -114,8 +121,17 @@ fn prepare_mountpoint(path: &Path) -> Result<(), MountError> {
         }
         Err(e) => return Err(io(e)),
         Ok(_) => {
-            if mounted_at(path).is_some_and(|t| t.starts_with("fuse")) {
-                return Err(MountError::Busy(path.to_owned()));
+            if mounted_at(path).is_some_and(|(t, _)| t.starts_with("fuse")) {
+                // The stat may have come from the kernel's attribute cache; listing the root
+                // always asks the daemon, and a dead one answers ENOTCONN.
+                match std::fs::read_dir(path) {
+                    Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+                        tracing::warn!(mount = %path.display(), "replacing a stale FUSE mount (left by a crash)");
+                        rustix::mount::unmount(path, rustix::mount::UnmountFlags::DETACH)
+                            .map_err(|e| io(e.into()))?;
+                    }
+                    _ => return Err(MountError::Busy(path.to_owned())),
+                }
             }
         }
     }
@@ -211,14 +227,10 @@ pub const READAHEAD_KB: u32 = 1024;
 /// reply negotiates, so a 300 KB file took three READ round trips. Raise the mount's bdi
 /// `read_ahead_kb` to the negotiated size. Needs root (sysfs); otherwise the default stays.
 fn raise_readahead(path: &Path, kb: u32) {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(dev) = std::fs::metadata(path).map(|m| m.dev()) else {
+    let Some((_, dev)) = mounted_at(path) else {
         return;
     };
-    // glibc's gnu_dev_major/gnu_dev_minor.
-    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
-    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
-    let knob = format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb");
+    let knob = format!("/sys/class/bdi/{dev}/read_ahead_kb");
     match std::fs::write(&knob, kb.to_string()) {
         Ok(()) => tracing::debug!(knob, kb, "raised the mount's readahead"),
         Err(e) => {
