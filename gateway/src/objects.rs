@@ -736,6 +736,23 @@ impl ObjectService {
     pub async fn open_object(&self, bucket: &str, key: &str) -> ObjResult<ObjectHandle> {
         check_key(key)?;
         let guard = self.dp.read_guard();
+        // Cached metadata answers right here; only a lookup that must read from disk takes
+        // the hop to a blocking thread.
+        let okey = keys::object(bucket, key);
+        match self.meta.get_cached(Table::Objects, &okey)? {
+            Some(Some(v)) => {
+                return Ok(ObjectHandle {
+                    record: records::decode::<ObjectRecord>(&v)?,
+                    guard,
+                });
+            }
+            Some(None) => match self.meta.get_cached(Table::Buckets, bucket.as_bytes())? {
+                Some(None) => return Err(ObjError::NoSuchBucket),
+                Some(Some(_)) => return Err(ObjError::NoSuchKey),
+                None => {}
+            },
+            None => {}
+        }
         let (b, k) = (bucket.to_owned(), key.to_owned());
         let record = self
             .blocking(

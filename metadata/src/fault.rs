@@ -49,6 +49,13 @@ impl<S: MetadataStore> MetadataStore for FaultyMetadataStore<S> {
         self.inner.get(table, key)
     }
 
+    fn get_cached(&self, table: Table, key: &[u8]) -> Result<Option<Option<Vec<u8>>>, MetaError> {
+        if self.fail_reads.load(Ordering::SeqCst) {
+            return Err(injected());
+        }
+        self.inner.get_cached(table, key)
+    }
+
     fn cursor(&self, table: Table) -> Result<Box<dyn Cursor + '_>, MetaError> {
         if self.fail_reads.load(Ordering::SeqCst) {
             return Err(injected());

@@ -109,6 +109,14 @@ pub trait Transaction {
 /// The metadata storage boundary.
 pub trait MetadataStore: Send + Sync + 'static {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, MetaError>;
+
+    /// A point read that never waits for IO: `Ok(None)` when the answer is not in memory (the
+    /// caller then uses [`MetadataStore::get`] where blocking is fine). Lets an async caller
+    /// answer a cached lookup without a hop to a blocking thread. Default: never answers.
+    fn get_cached(&self, table: Table, key: &[u8]) -> Result<Option<Option<Vec<u8>>>, MetaError> {
+        let _ = (table, key);
+        Ok(None)
+    }
     fn cursor(&self, table: Table) -> Result<Box<dyn Cursor + '_>, MetaError>;
     fn begin(&self) -> Box<dyn Transaction + '_>;
 

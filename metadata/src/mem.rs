@@ -33,6 +33,10 @@ impl MetadataStore for MemMetadataStore {
         Ok(s.tables.get(&table).and_then(|t| t.get(key)).cloned())
     }
 
+    fn get_cached(&self, table: Table, key: &[u8]) -> Result<Option<Option<Vec<u8>>>, MetaError> {
+        self.get(table, key).map(Some)
+    }
+
     fn cursor(&self, table: Table) -> Result<Box<dyn Cursor + '_>, MetaError> {
         let s = self.state.read().expect("mem store");
         let snap: Vec<(Vec<u8>, Vec<u8>)> = s

@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 
 use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBRawIteratorWithThreadMode, ErrorKind,
-    OptimisticTransactionDB, OptimisticTransactionOptions, Options, WriteOptions,
+    OptimisticTransactionDB, OptimisticTransactionOptions, Options, ReadOptions, ReadTier,
+    WriteOptions,
 };
 
 use crate::{Cursor, MetaError, MetadataStore, Table, Transaction};
@@ -88,6 +89,17 @@ impl RocksMetadataStore {
 impl MetadataStore for RocksMetadataStore {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, MetaError> {
         self.db.get_cf(self.cf(table), key).map_err(backend)
+    }
+
+    fn get_cached(&self, table: Table, key: &[u8]) -> Result<Option<Option<Vec<u8>>>, MetaError> {
+        // Memtables and the block cache only: RocksDB answers Incomplete instead of reading.
+        let mut ro = ReadOptions::default();
+        ro.set_read_tier(ReadTier::BlockCache);
+        match self.db.get_cf_opt(self.cf(table), key, &ro) {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if e.kind() == ErrorKind::Incomplete => Ok(None),
+            Err(e) => Err(backend(e)),
+        }
     }
 
     fn cursor(&self, table: Table) -> Result<Box<dyn Cursor + '_>, MetaError> {

@@ -59,6 +59,35 @@ fn put_get_delete_and_tables_are_separate() {
 }
 
 #[test]
+fn cached_reads_agree_with_reads() {
+    for (name, _d, s) in backends() {
+        put(&*s, Table::Objects, b"k1", b"v1");
+        put(&*s, Table::Objects, b"k1", b"v2");
+        put(&*s, Table::Objects, b"gone", b"x");
+        let mut t = s.begin();
+        t.delete(Table::Objects, b"gone").unwrap();
+        t.commit().unwrap();
+        for k in [&b"k1"[..], b"gone", b"never"] {
+            // When the store answers from memory, the answer is what `get` says (the newest).
+            if let Some(v) = s.get_cached(Table::Objects, k).unwrap() {
+                assert_eq!(v, s.get(Table::Objects, k).unwrap(), "{name}");
+            }
+        }
+        // Fresh writes sit in memory (RocksDB: the memtable), so they are answered there.
+        assert_eq!(
+            s.get_cached(Table::Objects, b"k1").unwrap(),
+            Some(Some(b"v2".to_vec())),
+            "{name}"
+        );
+        assert_eq!(
+            s.get_cached(Table::Buckets, b"k1").unwrap().flatten(),
+            None,
+            "{name}"
+        );
+    }
+}
+
+#[test]
 fn scan_is_ordered_and_bounded() {
     for (name, _d, s) in backends() {
         for k in ["b", "a", "c/1", "c", "d"] {
