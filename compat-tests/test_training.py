@@ -4,7 +4,8 @@ and torch's DataLoader against a real lode, and torchvision's ImageFolder over t
 One generated image-like set (`LODE_TRAIN_SAMPLES`, 20,000 by default: 100-500 KB each, raw and
 packed into tar shards; see trainset.py), uploaded once with boto3, then read back:
 - S3MapDataset.from_prefix, shuffled, 4 workers, path-style: every sample once, bit-exact;
-- S3IterableDataset over the tar shards (shuffled shard order, sharded across 4 workers);
+- S3IterableDataset over the tar shards: from a shuffled list of shards and from_prefix,
+  sharded across the workers;
 - the range-based reader (seek/read pieces in a shuffled order);
 - virtual-hosted addressing (`<bucket>.<domain>` resolves, the bare domain does not, so a
   path-style fallback would fail);
@@ -80,6 +81,22 @@ def test_iterable_dataset_over_tar_shards(train):
     ds = trainset.s3_shards(train.bucket, train.srv.endpoint, keys)
     shards = trainset.epoch(ds, workers=4, shuffle=False, batch=1)
     assert len(shards) == len(keys)  # sharded across workers: each shard read once
+    check_epoch([s for shard in shards for s in shard], train.hashes)
+
+
+def test_iterable_dataset_from_prefix(train):
+    """`S3IterableDataset.from_prefix` as the docs show it: the listing order, sharded across
+    workers (an iterable dataset cannot be shuffled by the DataLoader; the shuffled shard order
+    is tested above)."""
+    from s3torchconnector import S3IterableDataset
+
+    ds = S3IterableDataset.from_prefix(
+        f"s3://{train.bucket}/shards/", region="us-east-1", endpoint=train.srv.endpoint,
+        transform=trainset.tar_samples, s3client_config=S3ClientConfig(force_path_style=True),
+        enable_sharding=True,
+    )
+    shards = trainset.epoch(ds, workers=3, shuffle=False, batch=1)
+    assert len(shards) == (SAMPLES + trainset.SHARD - 1) // trainset.SHARD
     check_epoch([s for shard in shards for s in shard], train.hashes)
 
 
