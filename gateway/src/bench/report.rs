@@ -190,7 +190,7 @@ pub fn chart(
             }
         );
     }
-    for q in [0.0, 0.5, 0.9, 0.99, 1.0] {
+    for q in [0.0, 0.25, 0.5, 0.75, 0.9, 1.0] {
         let _ = writeln!(
             s,
             r##"<line x1="{l}" x2="{cdf_w}" y1="{0}" y2="{0}" stroke="#e4e7ec"/><text x="{1}" y="{2}" text-anchor="end">{q}</text>"##,
