@@ -115,15 +115,13 @@ def vhost(train):
     if os.geteuid() != 0:
         pytest.skip("needs root to add an /etc/hosts entry")
     line = f"127.0.0.1 {train.bucket}.{VHOST_DOMAIN}  # lode compat test\n"
-    with open("/etc/hosts") as f:
-        before = f.read()
     with open("/etc/hosts", "a") as f:
         f.write(line)
     yield f"http://{VHOST_DOMAIN}:{train.srv.port}"
     with open("/etc/hosts") as f:
         now = f.read()
     with open("/etc/hosts", "w") as f:
-        f.write(now.replace(line, "") if now.replace(line, "") else before)
+        f.write(now.replace(line, ""))
 
 
 def test_virtual_hosted_addressing(train, vhost):

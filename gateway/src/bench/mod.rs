@@ -141,13 +141,22 @@ impl Payload {
     }
 }
 
-/// Runs `jobs` (class, op) over `concurrency` workers; returns the samples and the wall time.
-async fn run_jobs(
+/// What [`run_pool`] saw: samples per class, wall time, the ETag of every part that was
+/// stored, and the first failure (for the error message).
+struct Ran {
+    samples: Samples,
+    wall: Duration,
+    etags: Vec<(u32, String)>,
+    failure: Option<String>,
+}
+
+/// Runs `jobs` (class, op) over `concurrency` workers.
+async fn run_pool(
     target: &Arc<Target>,
     jobs: Vec<(&'static str, Op)>,
     concurrency: usize,
     what: &str,
-) -> anyhow::Result<(Samples, Duration)> {
+) -> anyhow::Result<Ran> {
     let pb = progress(jobs.len() as u64, what);
     let jobs = Arc::new(jobs);
     let next = Arc::new(AtomicUsize::new(0));
@@ -162,30 +171,77 @@ async fn run_jobs(
         );
         tasks.push(tokio::spawn(async move {
             let mut mine = Samples::new();
+            let mut etags = vec![];
+            let mut failure = None;
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some((class, op)) = jobs.get(i) else {
                     break;
                 };
                 let t = Instant::now();
+                let what = match op {
+                    Op::Part { part, .. } => format!("part {part}"),
+                    _ => format!("{class} #{i}"),
+                };
                 let (ok, n) = match target.exec(op).await {
-                    Ok(o) => (o.ok, o.bytes),
-                    Err(_) => (false, 0),
+                    Ok(o) => {
+                        if !o.ok {
+                            failure.get_or_insert_with(|| {
+                                format!("{what} failed: {}", String::from_utf8_lossy(&o.body))
+                            });
+                        } else if let Op::Part { part, .. } = op {
+                            etags.push((*part, o.etag.unwrap_or_default()));
+                        }
+                        (o.ok, o.bytes)
+                    }
+                    Err(e) => {
+                        failure.get_or_insert_with(|| format!("{what} failed: {e:#}"));
+                        (false, 0)
+                    }
                 };
                 mine.entry((*class).to_owned())
                     .or_default()
                     .add(t.elapsed(), n, ok);
                 pb.inc(1);
             }
-            mine
+            (mine, etags, failure)
         }));
     }
-    let mut all = Samples::new();
+    let mut ran = Ran {
+        samples: Samples::new(),
+        wall: Duration::ZERO,
+        etags: vec![],
+        failure: None,
+    };
     for t in tasks {
-        report::merge_into(&mut all, t.await?);
+        let (samples, etags, failure) = t.await?;
+        report::merge_into(&mut ran.samples, samples);
+        ran.etags.extend(etags);
+        ran.failure = ran.failure.or(failure);
     }
     pb.finish_and_clear();
-    Ok((all, start.elapsed()))
+    ran.wall = start.elapsed();
+    Ok(ran)
+}
+
+/// [`run_pool`], for the workloads: samples and wall time.
+async fn run_jobs(
+    target: &Arc<Target>,
+    jobs: Vec<(&'static str, Op)>,
+    concurrency: usize,
+    what: &str,
+) -> anyhow::Result<(Samples, Duration)> {
+    let ran = run_pool(target, jobs, concurrency, what).await?;
+    Ok((ran.samples, ran.wall))
+}
+
+/// Fails when any request of `s` failed (setup phases must be clean).
+fn no_errors(s: &Samples, what: &str) -> anyhow::Result<()> {
+    let e: u64 = s.values().map(|c| c.errors).sum();
+    if e > 0 {
+        bail!("{e} {what} requests failed");
+    }
+    Ok(())
 }
 
 /// A class of the blender: an open-loop stream of ops at `rate` per second (while active; a
@@ -302,51 +358,18 @@ async fn multipart(
             )
         })
         .collect();
-    // Parts need their ETags: run them here rather than through run_jobs.
-    let pb = progress(parts as u64, "parts");
-    let jobs = Arc::new(jobs);
-    let next = Arc::new(AtomicUsize::new(0));
-    let mut tasks = vec![];
-    for _ in 0..concurrency.clamp(1, parts.max(1)) {
-        let (jobs, next, target, pb) = (
-            Arc::clone(&jobs),
-            Arc::clone(&next),
-            Arc::clone(target),
-            pb.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            let mut mine = ClassSamples::default();
-            let mut etags = vec![];
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some((_, op)) = jobs.get(i) else { break };
-                let t = Instant::now();
-                let o = target.exec(op).await?;
-                if !o.ok {
-                    bail!(
-                        "part {} failed: {}",
-                        i + 1,
-                        String::from_utf8_lossy(&o.body)
-                    );
-                }
-                mine.add(t.elapsed(), o.bytes, o.ok);
-                etags.push((i as u32 + 1, o.etag.unwrap_or_default()));
-                pb.inc(1);
-            }
-            Ok((mine, etags))
-        }));
+    let Ran {
+        samples,
+        mut etags,
+        failure,
+        ..
+    } = run_pool(target, jobs, concurrency.min(parts), "parts").await?;
+    if let Some(f) = failure {
+        bail!("{f}");
     }
-    let mut samples = ClassSamples::default();
-    let mut etags = vec![];
-    for t in tasks {
-        let (s, e) = t.await??;
-        samples.merge(s);
-        etags.extend(e);
-    }
-    pb.finish_and_clear();
     etags.sort();
     target.complete_multipart(key, &upload, &etags).await?;
-    Ok((BTreeMap::from([("part".to_owned(), samples)]), t0.elapsed()))
+    Ok((samples, t0.elapsed()))
 }
 
 /// `n` PUTs of `class`: `key(i)` with a body of `size(rng)` bytes cut from `data`.
@@ -404,13 +427,6 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<serde_json::Value> {
     // Per class: samples and the wall time of the phase it ran in.
     let mut results: Vec<(Samples, Duration)> = vec![];
     let mut extra = serde_json::Map::new();
-    let check = |s: &Samples, what: &str| -> anyhow::Result<()> {
-        let e: u64 = s.values().map(|c| c.errors).sum();
-        if e > 0 {
-            bail!("{e} {what} requests failed");
-        }
-        Ok(())
-    };
     match a.workload.as_str() {
         "small" => {
             let size = size_or("4KiB")?;
@@ -443,7 +459,7 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<serde_json::Value> {
             let jobs = put_jobs("setup", a.objects, key, &data, &mut rng, |r| {
                 r.random_range(400_000..500_000)
             });
-            check(&run_jobs(&target, jobs, c, "setup").await?.0, "setup")?;
+            no_errors(&run_jobs(&target, jobs, c, "setup").await?.0, "setup")?;
             let mut order: Vec<usize> = (0..a.objects).collect();
             order.shuffle(&mut rng);
             let mut jobs = vec![];
@@ -464,7 +480,7 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<serde_json::Value> {
         "stat-storm" => {
             let data = Payload::new(&mut rng, 100);
             let jobs = put_jobs("setup", a.objects, key, &data, &mut rng, |_| 100);
-            check(&run_jobs(&target, jobs, c, "setup").await?.0, "setup")?;
+            no_errors(&run_jobs(&target, jobs, c, "setup").await?.0, "setup")?;
             let jobs = (0..a.ops)
                 .map(|_| {
                     (
@@ -514,7 +530,7 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<serde_json::Value> {
             let data = Payload::new(&mut rng, part.min(size));
             let k = format!("{prefix}/checkpoint.pt");
             let (parts, took) = multipart(&target, &k, size, part, c, &data, &mut rng).await?;
-            check(&parts, "part")?;
+            no_errors(&parts, "part")?;
             let mut whole = ClassSamples::default();
             whole.add(took, size, true);
             extra.insert("checkpoint_secs".into(), took.as_secs_f64().into());
@@ -559,7 +575,7 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<serde_json::Value> {
                     )
                 }))
                 .collect();
-            check(&run_jobs(&target, jobs, c, "setup").await?.0, "setup")?;
+            no_errors(&run_jobs(&target, jobs, c, "setup").await?.0, "setup")?;
             let reps = a.ops.min(2000);
             for (class, p, delim) in [
                 ("first-1k", format!("{prefix}/small/"), false),
@@ -735,10 +751,10 @@ async fn blender(
             )
         })
         .collect();
-    let (s, _) = run_jobs(target, jobs, a.concurrency, "setup").await?;
-    if s.values().any(|c| c.errors > 0) {
-        bail!("blender setup failed");
-    }
+    no_errors(
+        &run_jobs(target, jobs, a.concurrency, "setup").await?.0,
+        "setup",
+    )?;
     let shard = format!("{prefix}/shard.bin");
     let shard_size = 256usize << 20;
     multipart(target, &shard, shard_size, 16 << 20, 4, &sample, rng).await?;
