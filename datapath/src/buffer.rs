@@ -6,6 +6,7 @@
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
+use std::sync::Mutex;
 
 /// The alignment (and size granularity) of every device IO.
 pub const ALIGN: usize = 4096;
@@ -18,11 +19,71 @@ pub const fn align_up(n: usize) -> usize {
 /// A heap buffer whose start and capacity are multiples of 4 KiB, as `O_DIRECT` needs.
 ///
 /// `len` is the logical length (the bytes that matter); the IO length is `io_len()`, which is
-/// `len` rounded up to 4 KiB. Bytes between `len` and the capacity are zero on allocation.
+/// `len` rounded up to 4 KiB. Bytes past `len` hold zeroes or bytes of an earlier use of the
+/// memory (buffers are recycled through a small pool): whoever writes them to a device zeroes
+/// the padding first ([`AlignedBuf::zero_tail`]).
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
     cap: usize,
+    /// The size of the allocation: `cap` rounded up to its pool class.
+    alloc: usize,
     len: usize,
+}
+
+/// Allocations up to this size are rounded to 4 KiB classes, larger ones to 64 KiB classes.
+const SMALL: usize = 64 << 10;
+/// Largest allocation kept for reuse (a default chunk).
+const POOL_MAX_ALLOC: usize = 4 << 20;
+/// At most this many bytes sit in the pool.
+const POOL_MAX_BYTES: usize = 64 << 20;
+
+/// The allocation size used for a buffer of capacity `cap` (a multiple of 4 KiB).
+const fn class_of(cap: usize) -> usize {
+    if cap <= SMALL {
+        cap
+    } else {
+        cap.div_ceil(SMALL) * SMALL
+    }
+}
+
+/// A freed allocation waiting for reuse.
+struct Free(NonNull<u8>);
+// SAFETY: a pooled allocation is owned by the pool alone (no other pointer to it exists).
+unsafe impl Send for Free {}
+
+/// Freed allocations by size class, so the hot read and write paths reuse memory instead of
+/// zeroing fresh memory for every chunk. Memory is reused as it is, never shared.
+struct Pool {
+    free: std::collections::HashMap<usize, Vec<Free>>,
+    bytes: usize,
+}
+
+static POOL: Mutex<Option<Pool>> = Mutex::new(None);
+
+fn pool_take(alloc: usize) -> Option<NonNull<u8>> {
+    let mut g = POOL.lock().unwrap_or_else(|e| e.into_inner());
+    let p = g.as_mut()?;
+    let f = p.free.get_mut(&alloc)?.pop()?;
+    p.bytes -= alloc;
+    Some(f.0)
+}
+
+/// Keeps the allocation for reuse; hands it back when the pool is full.
+fn pool_put(ptr: NonNull<u8>, alloc: usize) -> Option<NonNull<u8>> {
+    if alloc > POOL_MAX_ALLOC {
+        return Some(ptr);
+    }
+    let mut g = POOL.lock().unwrap_or_else(|e| e.into_inner());
+    let p = g.get_or_insert_with(|| Pool {
+        free: Default::default(),
+        bytes: 0,
+    });
+    if p.bytes + alloc > POOL_MAX_BYTES {
+        return Some(ptr);
+    }
+    p.bytes += alloc;
+    p.free.entry(alloc).or_default().push(Free(ptr));
+    None
 }
 
 // SAFETY: AlignedBuf owns its allocation exclusively (like Vec<u8>); no interior sharing.
@@ -31,16 +92,31 @@ unsafe impl Send for AlignedBuf {}
 unsafe impl Sync for AlignedBuf {}
 
 impl AlignedBuf {
-    /// A zeroed buffer of at least `cap` bytes (rounded up to 4 KiB), with logical length 0.
+    /// A buffer of `cap` bytes rounded up to 4 KiB, with logical length 0: recycled memory
+    /// when the pool has some of its class, else freshly zeroed memory.
     pub fn with_capacity(cap: usize) -> Self {
         let cap = align_up(cap.max(1));
-        let layout = Layout::from_size_align(cap, ALIGN).expect("aligned layout");
-        // SAFETY: layout has non-zero size (cap >= ALIGN).
+        let alloc = class_of(cap);
+        if let Some(ptr) = pool_take(alloc) {
+            return Self {
+                ptr,
+                cap,
+                alloc,
+                len: 0,
+            };
+        }
+        let layout = Layout::from_size_align(alloc, ALIGN).expect("aligned layout");
+        // SAFETY: layout has non-zero size (alloc >= cap >= ALIGN).
         let raw = unsafe { alloc_zeroed(layout) };
         let Some(ptr) = NonNull::new(raw) else {
             std::alloc::handle_alloc_error(layout)
         };
-        Self { ptr, cap, len: 0 }
+        Self {
+            ptr,
+            cap,
+            alloc,
+            len: 0,
+        }
     }
 
     /// A buffer holding a copy of `data`.
@@ -95,7 +171,8 @@ impl AlignedBuf {
 
     /// The whole capacity as a mutable slice (for reads into the buffer).
     pub fn full_mut(&mut self) -> &mut [u8] {
-        // SAFETY: ptr is valid for cap bytes, zero-initialised at allocation, uniquely borrowed.
+        // SAFETY: ptr is valid for alloc >= cap bytes, all initialised (zeroed when allocated,
+        // whatever a previous owner wrote when recycled), uniquely borrowed.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.cap) }
     }
 
@@ -128,9 +205,12 @@ impl AsRef<[u8]> for AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        let layout = Layout::from_size_align(self.cap, ALIGN).expect("aligned layout");
-        // SAFETY: allocated in with_capacity with this exact layout; freed once.
-        unsafe { dealloc(self.ptr.as_ptr(), layout) }
+        if let Some(ptr) = pool_put(self.ptr, self.alloc) {
+            let layout = Layout::from_size_align(self.alloc, ALIGN).expect("aligned layout");
+            // SAFETY: allocated in with_capacity with this exact layout; freed once, since the
+            // pool did not take it.
+            unsafe { dealloc(ptr.as_ptr(), layout) }
+        }
     }
 }
 
@@ -159,5 +239,26 @@ mod tests {
         b.zero_tail();
         assert!(b.full_mut()[100..4096].iter().all(|&x| x == 0));
         assert_eq!(&b[..], &[7u8; 100][..]);
+    }
+
+    #[test]
+    fn recycled_buffers_keep_their_requested_capacity() {
+        // 300,000 bytes: a 64 KiB class of 327,680 bytes behind a 4 KiB-aligned capacity.
+        let mut a = AlignedBuf::with_capacity(300_000);
+        assert_eq!(a.capacity(), 303_104);
+        assert_eq!(a.extend_from_slice(&vec![9u8; 400_000]), 303_104);
+        let p = a.as_mut_ptr() as usize;
+        drop(a);
+        // Same class, smaller request: the capacity is what was asked, not the class size.
+        let mut b = AlignedBuf::with_capacity(290_000);
+        assert_eq!(b.capacity(), 290_816);
+        assert_eq!(b.remaining(), 290_816);
+        assert_eq!(b.as_mut_ptr() as usize % ALIGN, 0);
+        // Another thread may have taken the pooled one; when this is it, the padding rule holds.
+        if b.as_mut_ptr() as usize == p {
+            b.set_len(10);
+            b.zero_tail();
+            assert!(b.full_mut()[10..4096].iter().all(|&x| x == 0));
+        }
     }
 }
