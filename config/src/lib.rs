@@ -167,7 +167,8 @@ pub struct PosixConfig {
     pub allow_other: bool,
     /// `mkdir` at the top of the mount creates a bucket, `rmdir` there deletes an empty one.
     pub allow_bucket_create: bool,
-    /// Threads reading FUSE requests.
+    /// Threads serving FUSE requests. A file read blocks its thread for the device read (no hop
+    /// to another thread), so this is also how many mount reads reach the device at once.
     pub threads: usize,
     /// How long the kernel may cache names and attributes (ms). Changes made through S3
     /// invalidate the kernel's caches at once whatever this is, so it only bounds how long a
@@ -188,7 +189,7 @@ impl Default for PosixConfig {
             mount: PathBuf::new(),
             allow_other: false,
             allow_bucket_create: true,
-            threads: 4,
+            threads: 8,
             attr_ttl_ms: 30_000,
             uid: None,
             gid: None,

@@ -82,4 +82,19 @@ impl ChunkStore for FileChunkStore {
         let f = self.file(dev)?;
         blocking(move || f.sync_data().map_err(ChunkError::Io)).await
     }
+
+    fn read_blocking(
+        &self,
+        extent: Extent,
+        mut buf: AlignedBuf,
+    ) -> Option<Result<AlignedBuf, ChunkError>> {
+        Some((|| {
+            let n = buf.io_len();
+            device::check_bounds(&self.infos, extent, n)?;
+            self.file(extent.dev)?
+                .read_exact_at(&mut buf.full_mut()[..n], extent.offset)
+                .map_err(ChunkError::Io)?;
+            Ok(buf)
+        })())
+    }
 }

@@ -10,6 +10,7 @@
 //! joins it before closing them).
 #![allow(unsafe_code)]
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -254,4 +255,67 @@ fn run(mut ring: IoUring, rx: mpsc::Receiver<Msg>, wake_fd: RawFd, depth: usize)
             let _ = unsafe { libc::write(wake_fd, (&raw const one).cast(), 8) };
         }
     }
+}
+
+/// Reads `buf.io_len()` bytes at `offset` of `fd` on the calling thread, through a small ring of
+/// that thread's own, and blocks the thread until the read completes. For threads that may block
+/// (the FUSE workers): a read then costs no hop to the ring thread and back.
+pub(crate) fn read_here(fd: RawFd, offset: u64, mut buf: AlignedBuf) -> Done {
+    thread_local! {
+        static RING: RefCell<Option<IoUring>> = const { RefCell::new(None) };
+    }
+    RING.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            match IoUring::new(4) {
+                Ok(r) => *slot = Some(r),
+                Err(e) => return (Err(e), Some(buf)),
+            }
+        }
+        let ring = slot.as_mut().expect("ring just set");
+        let e = opcode::Read::new(types::Fd(fd), buf.as_mut_ptr(), buf.io_len() as u32)
+            .offset(offset)
+            .build()
+            .user_data(1);
+        // SAFETY: `buf` stays owned by this function until the read's completion is reaped below
+        // (or is leaked if the ring fails with the read in flight), so the kernel never writes
+        // into freed memory.
+        if unsafe { ring.submission().push(&e) }.is_err() {
+            return (
+                Err(io::Error::other("io_uring: empty ring is full")),
+                Some(buf),
+            );
+        }
+        let mut submitted = false;
+        loop {
+            match ring.submit_and_wait(1) {
+                Ok(n) => submitted |= n > 0,
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                    ) => {}
+                Err(e) if !submitted && !ring.submission().is_empty() => {
+                    // Never reached the kernel: take it back out of the queue by dropping the ring.
+                    *slot = None;
+                    return (Err(e), Some(buf));
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "io_uring wait failed with a read in flight");
+                    std::mem::forget(buf);
+                    *slot = None;
+                    return (Err(e), None);
+                }
+            }
+            if let Some(c) = ring.completion().next() {
+                let res = c.result();
+                let r = if res < 0 {
+                    Err(io::Error::from_raw_os_error(-res))
+                } else {
+                    Ok(res as usize)
+                };
+                return (r, Some(buf));
+            }
+        }
+    })
 }

@@ -5,7 +5,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 
-use crate::ring::{Op, Ring};
+use crate::ring::{Op, Ring, read_here};
 use crate::{AlignedBuf, ChunkError, ChunkStore, DeviceInfo, Extent, device};
 
 /// The production backend: one io_uring thread serves every device.
@@ -102,5 +102,18 @@ impl ChunkStore for UringChunkStore {
         let fd = self.fd(dev)?;
         let (res, _) = self.ring.submit(Op::Sync { fd }).await;
         res.map(|_| ()).map_err(ChunkError::Io)
+    }
+
+    fn read_blocking(
+        &self,
+        extent: Extent,
+        buf: AlignedBuf,
+    ) -> Option<Result<AlignedBuf, ChunkError>> {
+        let want = buf.io_len();
+        Some((|| {
+            device::check_bounds(&self.infos, extent, want)?;
+            let (res, buf) = read_here(self.fd(extent.dev)?, extent.offset, buf);
+            finish(res, buf, want)
+        })())
     }
 }

@@ -258,3 +258,86 @@ async fn concurrent_syncs_are_grouped_and_every_caller_is_covered() {
     dp.sync([e.dev]).await.unwrap();
     assert_eq!(dp.syncs_issued(), n + 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_on_a_blocking_thread_agree_with_async_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    for store in backends(dir.path()) {
+        let name = store.backend_name();
+        let mut written = vec![];
+        for i in 0..8u32 {
+            let len = [1usize, 4096, 300_000, 512 << 10][i as usize % 4];
+            let ext = Extent {
+                dev: i % 2,
+                offset: u64::from(i) * (512 << 10),
+                len: 512 << 10,
+            };
+            let data = pattern(len, i as u8 + 100);
+            store
+                .write(ext, AlignedBuf::from_slice(&data))
+                .await
+                .unwrap();
+            written.push((ext, data));
+        }
+        let s = Arc::clone(&store);
+        std::thread::spawn(move || {
+            for (ext, data) in written {
+                let mut b = AlignedBuf::with_capacity(data.len());
+                b.set_len(data.len());
+                match s.read_blocking(ext, b) {
+                    // The in-memory store has no blocking path; the caller falls back to `read`.
+                    None => assert_eq!(s.backend_name(), "memory"),
+                    Some(r) => assert_eq!(&r.unwrap()[..], &data[..], "{}", s.backend_name()),
+                }
+            }
+            let oob = Extent {
+                dev: 0,
+                offset: DEV,
+                len: 4096,
+            };
+            let mut b = AlignedBuf::with_capacity(10);
+            b.set_len(10);
+            if let Some(r) = s.read_blocking(oob, b) {
+                assert!(r.is_err(), "{}: out-of-bounds read accepted", s.backend_name());
+            }
+        })
+        .join()
+        .unwrap_or_else(|_| panic!("{name}: blocking reads"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn datapath_reads_on_a_blocking_thread_check_crc32c() {
+    let dir = tempfile::tempdir().unwrap();
+    let devs = vec![(dir.path().join("u0.img"), DEV)];
+    let store: Arc<dyn ChunkStore> = Arc::new(UringChunkStore::open(&devs, 8).unwrap());
+    let dp = Arc::new(Datapath::new(Arc::clone(&store), true));
+    let mut alloc = lode_datapath::Allocation::empty(&dp);
+    let ext = alloc.grow(300_000).unwrap();
+    let (chunk, _) = dp
+        .write_chunk(ext, AlignedBuf::from_slice(&pattern(300_000, 7)))
+        .await
+        .unwrap();
+    alloc.commit();
+    let handle = tokio::runtime::Handle::current();
+    let (dp2, h2) = (Arc::clone(&dp), handle.clone());
+    let got = std::thread::spawn(move || {
+        lode_datapath::allow_blocking_reads_on_this_thread();
+        h2.block_on(dp2.read_chunk(&chunk))
+    })
+    .join()
+    .unwrap()
+    .unwrap();
+    assert_eq!(&got[..], &pattern(300_000, 7)[..]);
+    // Damage the chunk on the device: the blocking path checks the crc32c like the async one.
+    let mut bad = pattern(300_000, 7);
+    bad[123_456] ^= 0xff;
+    store.write(ext, AlignedBuf::from_slice(&bad)).await.unwrap();
+    let r = std::thread::spawn(move || {
+        lode_datapath::allow_blocking_reads_on_this_thread();
+        handle.block_on(dp.read_chunk(&chunk))
+    })
+    .join()
+    .unwrap();
+    assert!(matches!(r, Err(ChunkError::Corrupt { .. })), "{r:?}");
+}

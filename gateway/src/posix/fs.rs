@@ -1160,23 +1160,26 @@ impl Filesystem for LodeFs {
             Err(ObjError::NoSuchKey) => return reply.error(Errno::ESTALE),
             Err(e) => return reply.error(err(e.errno())),
         };
-        let svc = Arc::clone(&self.svc);
-        let bucket = p.bucket;
-        self.rt.spawn(async move {
+        // On this FUSE thread: the device read blocks it (see
+        // `allow_blocking_reads_on_this_thread`), which costs no hop to a runtime worker and the
+        // ring thread and back. Only a sequential reader's read-ahead goes to the runtime.
+        lode_datapath::allow_blocking_reads_on_this_thread();
+        let svc = &self.svc;
+        let n = self.rt.block_on(async {
             let mut c = cache.lock().await;
-            let n = match svc.read_at(h, offset, u64::from(size), &mut c).await {
-                Ok(b) => {
-                    reply.data(&b);
-                    b.len() as u64
-                }
-                Err(e) => {
-                    reply.error(err(e.errno()));
-                    0
-                }
-            };
-            svc.profile
-                .record(Door::Posix, Class::Read, Some(&bucket), n, t0.elapsed());
+            svc.read_at(h, offset, u64::from(size), &mut c).await
         });
+        let n = match n {
+            Ok(b) => {
+                reply.data(&b);
+                b.len() as u64
+            }
+            Err(e) => {
+                reply.error(err(e.errno()));
+                0
+            }
+        };
+        self.rec(Class::Read, Some(&p.bucket), n, t0);
     }
 
     fn write(
