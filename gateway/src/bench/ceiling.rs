@@ -102,7 +102,15 @@ async fn handle(
                 r
             }
             Some(b) => match range(&headers, b.len()) {
-                Some((s, e)) => resp(206, b.slice(s..e)),
+                Some((s, e)) => {
+                    let mut r = resp(206, b.slice(s..e));
+                    let cr = format!("bytes {s}-{}/{}", e - 1, b.len());
+                    r.headers_mut().insert(
+                        http::header::CONTENT_RANGE,
+                        http::HeaderValue::from_str(&cr).expect("ascii"),
+                    );
+                    r
+                }
                 None => resp(200, b.clone()),
             },
         },
