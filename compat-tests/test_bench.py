@@ -168,3 +168,37 @@ def test_bench_ceiling_serves_the_workloads(tmp_path):
     finally:
         srv.kill()
         srv.wait()
+
+
+def test_bench_ceiling_fuse_serves_a_copy_of_a_tree(tmp_path):
+    """`lode bench-ceiling --fuse-source --fuse-mount` (the bare FUSE ceiling the train-epoch
+    benchmark compares the mount with) serves the same bytes and names as the source tree."""
+    import hashlib
+    import random
+    src, mnt = tmp_path / "src", tmp_path / "mnt"
+    rng = random.Random(5)
+    want = {}
+    for i in range(40):
+        p = src / f"class_{i % 3}" / f"{i:04d}.jpg"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        data = rng.randbytes(rng.randint(0, 700_000))
+        p.write_bytes(data)
+        want[str(p.relative_to(src))] = hashlib.sha256(data).hexdigest()
+    srv = subprocess.Popen([lode_bin(), "bench-ceiling", "--fuse-source", str(src), "--fuse-mount", str(mnt)],
+                           stdout=subprocess.PIPE)
+    try:
+        line = srv.stdout.readline().decode()
+        assert "40 files" in line and "FUSE on" in line, line
+        got = {}
+        for d, _, fs in os.walk(mnt):
+            for f in fs:
+                with open(os.path.join(d, f), "rb") as fh:
+                    got[os.path.relpath(os.path.join(d, f), mnt)] = hashlib.sha256(fh.read()).hexdigest()
+        assert got == want
+        with open(mnt / "class_1" / "0001.jpg", "rb") as fh:
+            fh.seek(100_000)
+            assert fh.read(10) == (src / "class_1" / "0001.jpg").read_bytes()[100_000:100_010]
+    finally:
+        srv.terminate()
+        srv.wait(timeout=30)
+    assert not os.path.ismount(mnt)

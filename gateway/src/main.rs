@@ -44,10 +44,20 @@ enum Cmd {
     /// Run a benchmark workload against any S3 endpoint (see `lode bench --help`).
     Bench(lode_gateway::bench::BenchArgs),
     /// Serve a bare in-memory S3 handler (no auth, hashing or disk): the ceiling of the HTTP
-    /// stack, to run `lode bench` against beside Lode.
+    /// stack, to run `lode bench` against beside Lode. With --fuse-source and --fuse-mount, a
+    /// bare FUSE mount of an in-memory copy of a directory instead: the ceiling of FUSE.
     BenchCeiling {
         #[arg(long, default_value = "127.0.0.1:9500")]
         listen: std::net::SocketAddr,
+        /// Directory to load into memory and serve over FUSE (needs --fuse-mount).
+        #[arg(long, requires = "fuse_mount")]
+        fuse_source: Option<PathBuf>,
+        /// Where to mount it.
+        #[arg(long, requires = "fuse_source")]
+        fuse_mount: Option<PathBuf>,
+        /// FUSE threads (Lode's default is 8).
+        #[arg(long, default_value_t = 8)]
+        fuse_threads: usize,
     },
 }
 
@@ -382,11 +392,23 @@ fn main() -> anyhow::Result<()> {
             rt.block_on(lode_gateway::bench::run(args))?;
             Ok(())
         }
-        Cmd::BenchCeiling { listen } => {
+        Cmd::BenchCeiling {
+            listen,
+            fuse_source,
+            fuse_mount,
+            fuse_threads,
+        } => {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
-            rt.block_on(lode_gateway::bench::ceiling::serve(listen))
+            match (fuse_source, fuse_mount) {
+                (Some(src), Some(mnt)) => rt.block_on(lode_gateway::bench::ceiling_fuse::serve(
+                    &src,
+                    &mnt,
+                    fuse_threads,
+                )),
+                _ => rt.block_on(lode_gateway::bench::ceiling::serve(listen)),
+            }
         }
         Cmd::ConfigTemplate => {
             print!("{}", lode_config::TEMPLATE);

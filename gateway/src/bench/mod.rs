@@ -26,6 +26,7 @@
 //! `--chart out.svg` (latency CDFs and ops/s per class).
 
 pub mod ceiling;
+pub mod ceiling_fuse;
 mod report;
 mod target;
 

@@ -223,6 +223,11 @@ pub fn mount(
 /// The readahead `init` asks for (`fs.rs`: `set_max_readahead`), in KiB.
 pub const READAHEAD_KB: u32 = 1024;
 
+/// Raises the readahead of the FUSE mount at `path` to what `init` negotiates (see below).
+pub fn raise_mount_readahead(path: &Path) {
+    raise_readahead(path, READAHEAD_KB);
+}
+
 /// The kernel caps a FUSE mount's readahead at its bdi default (128 KiB) whatever the `init`
 /// reply negotiates, so a 300 KB file took three READ round trips. Raise the mount's bdi
 /// `read_ahead_kb` to the negotiated size. Needs root (sysfs); otherwise the default stays.
