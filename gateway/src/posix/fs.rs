@@ -1269,6 +1269,12 @@ impl Filesystem for LodeFs {
         let Some(h) = self.handles.lock().expect("handles").remove(&fh.0) else {
             return reply.error(Errno::EBADF);
         };
+        if !h.of.is_dirty() {
+            // Nothing to commit (a reader's close): done on this thread, no runtime hop.
+            self.rt
+                .block_on(Self::put_state(&self.svc, &self.inodes, h.ino, &h.of));
+            return reply.ok();
+        }
         let (svc, inodes) = (Arc::clone(&self.svc), Arc::clone(&self.inodes));
         self.rt.spawn(async move {
             Self::put_state(&svc, &inodes, h.ino, &h.of).await;
