@@ -298,7 +298,11 @@ async fn reads_on_a_blocking_thread_agree_with_async_reads() {
             let mut b = AlignedBuf::with_capacity(10);
             b.set_len(10);
             if let Some(r) = s.read_blocking(oob, b) {
-                assert!(r.is_err(), "{}: out-of-bounds read accepted", s.backend_name());
+                assert!(
+                    r.is_err(),
+                    "{}: out-of-bounds read accepted",
+                    s.backend_name()
+                );
             }
         })
         .join()
@@ -332,7 +336,10 @@ async fn datapath_reads_on_a_blocking_thread_check_crc32c() {
     // Damage the chunk on the device: the blocking path checks the crc32c like the async one.
     let mut bad = pattern(300_000, 7);
     bad[123_456] ^= 0xff;
-    store.write(ext, AlignedBuf::from_slice(&bad)).await.unwrap();
+    store
+        .write(ext, AlignedBuf::from_slice(&bad))
+        .await
+        .unwrap();
     let r = std::thread::spawn(move || {
         lode_datapath::allow_blocking_reads_on_this_thread();
         handle.block_on(dp.read_chunk(&chunk))
