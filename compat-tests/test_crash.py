@@ -265,3 +265,36 @@ def test_failpoints_at_each_commit_step(tmp_path, point, visible):
         assert p.returncode == 0, p.stdout.decode() + p.stderr.decode()
     finally:
         srv.remove()
+
+
+def test_a_lode_whose_data_dir_is_deleted_stops_before_it_can_harm_the_next_one(tmp_path):
+    """`rm -rf` of a running lode's data dir and a new lode on the same path: the old process
+    must not flush its RocksDB by path into the new directory (that once deleted every SST of
+    the new store). It aborts as soon as the directory is gone, and the new one keeps its data."""
+    import shutil
+    data = str(tmp_path / "data")
+    old = Lode(data).start()
+    s3 = make_client(old.endpoint)
+    s3.create_bucket(Bucket="old")
+    for i in range(20):
+        s3.put_object(Bucket="old", Key=f"k{i}", Body=b"o" * 1000)
+    shutil.rmtree(data)
+    deadline = time.time() + 10
+    while old.proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert old.proc.poll() is not None, "a lode whose data dir was deleted kept running"
+    assert b"was removed or replaced" in open(old.log_path, "rb").read()
+    old.stop()
+    new = Lode(data).start()
+    try:
+        s3 = make_client(new.endpoint)
+        s3.create_bucket(Bucket="new")
+        for i in range(50):
+            s3.put_object(Bucket="new", Key=f"k{i}", Body=b"n" * 5000)
+        new.restart()
+        s3 = make_client(new.endpoint)
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket="new")["Contents"]]
+        assert len(keys) == 50
+        assert s3.get_object(Bucket="new", Key="k7")["Body"].read() == b"n" * 5000
+    finally:
+        new.remove()

@@ -114,6 +114,42 @@ pub fn open_stores(cfg: &LodeConfig) -> anyhow::Result<(Arc<dyn MetadataStore>, 
     Ok((Arc::new(meta), Arc::new(Datapath::new(store, sync))))
 }
 
+/// RocksDB finds its files by path. If the metadata directory is removed or replaced under a
+/// running lode (an `rm -rf` of the data dir and a new lode started on the same path), this
+/// process would go on writing flushes, manifests and deletions by name into the new
+/// directory, destroying the new server's data. So a watchdog stops this process at once,
+/// without flushing anything, when the directory's identity changes.
+fn watch_metadata_dir(dir: PathBuf) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let id = |p: &std::path::Path| std::fs::metadata(p).map(|m| (m.dev(), m.ino()));
+    let want = id(&dir).with_context(|| format!("reading {}", dir.display()))?;
+    std::thread::Builder::new()
+        .name("lode-dirwatch".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(Duration::from_millis(250));
+                match id(&dir) {
+                    Ok(now) if now == want => {}
+                    found => {
+                        tracing::error!(
+                            dir = %dir.display(),
+                            found = if found.is_ok() { "another directory" } else { "nothing" },
+                            "the metadata directory was removed or replaced under this process: \
+                             aborting without a flush, so nothing is written into what now has \
+                             its path"
+                        );
+                        eprintln!(
+                            "lode: {} was removed or replaced while lode was running; aborting",
+                            dir.display()
+                        );
+                        std::process::abort();
+                    }
+                }
+            }
+        })?;
+    Ok(())
+}
+
 /// `lode scrub`: one offline pass over every chunk, unpaced.
 pub async fn scrub_once(cfg: &LodeConfig) -> anyhow::Result<crate::scrub::PassReport> {
     let (meta, dp) = open_stores(cfg)?;
@@ -146,6 +182,7 @@ pub async fn serve(
         .with_context(|| format!("creating data dir {}", cfg.data_dir.display()))?;
     let data_dir = std::fs::canonicalize(&cfg.data_dir)?;
     let (meta, dp) = open_stores(&cfg)?;
+    watch_metadata_dir(cfg.resolve(&cfg.metadata.path))?;
     let backend_name = dp.store().backend_name();
     let ndev = dp.store().devices().len();
     let svc = Arc::new(ObjectService::open(
