@@ -105,7 +105,7 @@ def main():
         for k in med:
             ratio = med[k] / med["local"]
             tgt = f">= {targets[k]:.2f}: {'met' if ratio >= targets[k] else 'MISSED'}" if k in targets else ""
-            print(f"{k:<14}{med[k]:>11.0f}{med[k] * total_bytes / a.samples / 2**20:>9.0f}{ratio:>10.2f}   {tgt}")
+            print(f"{k:<14}{med[k]:>11.0f}{med[k] * total_bytes / a.samples / 2**20:>9.0f}{ratio:>10.3f}   {tgt}")
         if a.ceilings:
             for k in ("s3", "mount"):
                 print(f"{k} reaches {med[k] / med[k + '-ceiling']:.2f} of its ceiling; the ceiling is "
