@@ -68,14 +68,7 @@ impl ChunkStore for FileChunkStore {
     async fn read(&self, extent: Extent, buf: AlignedBuf) -> Result<AlignedBuf, ChunkError> {
         device::check_bounds(&self.infos, extent, buf.io_len())?;
         let f = self.file(extent.dev)?;
-        blocking(move || {
-            let mut buf = buf;
-            let n = buf.io_len();
-            f.read_exact_at(&mut buf.full_mut()[..n], extent.offset)
-                .map_err(ChunkError::Io)?;
-            Ok(buf)
-        })
-        .await
+        blocking(move || pread(&f, extent, buf)).await
     }
 
     async fn sync(&self, dev: u32) -> Result<(), ChunkError> {
@@ -86,15 +79,20 @@ impl ChunkStore for FileChunkStore {
     fn read_blocking(
         &self,
         extent: Extent,
-        mut buf: AlignedBuf,
+        buf: AlignedBuf,
     ) -> Option<Result<AlignedBuf, ChunkError>> {
-        Some((|| {
-            let n = buf.io_len();
-            device::check_bounds(&self.infos, extent, n)?;
-            self.file(extent.dev)?
-                .read_exact_at(&mut buf.full_mut()[..n], extent.offset)
-                .map_err(ChunkError::Io)?;
-            Ok(buf)
-        })())
+        Some(
+            device::check_bounds(&self.infos, extent, buf.io_len())
+                .and_then(|()| self.file(extent.dev))
+                .and_then(|f| pread(&f, extent, buf)),
+        )
     }
+}
+
+/// Reads `buf.io_len()` bytes of the extent into `buf`, on the calling thread.
+fn pread(f: &File, extent: Extent, mut buf: AlignedBuf) -> Result<AlignedBuf, ChunkError> {
+    let n = buf.io_len();
+    f.read_exact_at(&mut buf.full_mut()[..n], extent.offset)
+        .map_err(ChunkError::Io)?;
+    Ok(buf)
 }
