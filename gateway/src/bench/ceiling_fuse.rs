@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     KernelConfig, MountOption, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
     ReplyEmpty, ReplyEntry, ReplyOpen, Request,
 };
@@ -85,15 +85,7 @@ impl Tree {
 
 impl Filesystem for Tree {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        for flag in [
-            InitFlags::FUSE_DO_READDIRPLUS,
-            InitFlags::FUSE_READDIRPLUS_AUTO,
-            InitFlags::FUSE_PARALLEL_DIROPS,
-        ] {
-            let _ = config.add_capabilities(flag);
-        }
-        let _ = config.set_max_readahead(crate::posix::READAHEAD_KB << 10);
-        let _ = config.set_max_background(64);
+        crate::posix::fs::negotiate(config);
         Ok(())
     }
 
@@ -238,7 +230,7 @@ pub async fn serve(source: &Path, mount: &Path, threads: usize) -> anyhow::Resul
     fc.clone_fd = true;
     let session = fuser::Session::new(tree, mount, &fc)?;
     let bg = session.spawn()?;
-    crate::posix::raise_mount_readahead(mount);
+    crate::posix::raise_readahead(mount);
     println!(
         "bench-ceiling: {files} files of {} in memory ({:.1} s), FUSE on {} ({threads} threads)",
         source.display(),

@@ -959,6 +959,24 @@ impl LodeFs {
     }
 }
 
+/// What Lode's mount asks of the kernel at `init` (also used by the FUSE ceiling of `lode
+/// bench-ceiling`, which must run on the same setup).
+pub(crate) fn negotiate(config: &mut KernelConfig) {
+    for flag in [
+        InitFlags::FUSE_DO_READDIRPLUS,
+        InitFlags::FUSE_READDIRPLUS_AUTO,
+        InitFlags::FUSE_PARALLEL_DIROPS,
+        InitFlags::FUSE_AUTO_INVAL_DATA,
+    ] {
+        if let Err(unsupported) = config.add_capabilities(flag) {
+            tracing::debug!(?unsupported, "kernel lacks a FUSE capability");
+        }
+    }
+    let _ = config.set_max_write(1 << 20);
+    let _ = config.set_max_readahead(super::READAHEAD_KB << 10);
+    let _ = config.set_max_background(64);
+}
+
 fn file_type(k: Kind) -> FileType {
     match k {
         Kind::File => FileType::RegularFile,
@@ -968,19 +986,7 @@ fn file_type(k: Kind) -> FileType {
 
 impl Filesystem for LodeFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        for flag in [
-            InitFlags::FUSE_DO_READDIRPLUS,
-            InitFlags::FUSE_READDIRPLUS_AUTO,
-            InitFlags::FUSE_PARALLEL_DIROPS,
-            InitFlags::FUSE_AUTO_INVAL_DATA,
-        ] {
-            if let Err(unsupported) = config.add_capabilities(flag) {
-                tracing::debug!(?unsupported, "kernel lacks a FUSE capability");
-            }
-        }
-        let _ = config.set_max_write(1 << 20);
-        let _ = config.set_max_readahead(super::READAHEAD_KB << 10);
-        let _ = config.set_max_background(64);
+        negotiate(config);
         Ok(())
     }
 
