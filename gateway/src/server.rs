@@ -138,10 +138,6 @@ fn watch_metadata_dir(dir: PathBuf) -> anyhow::Result<()> {
                              aborting without a flush, so nothing is written into what now has \
                              its path"
                         );
-                        eprintln!(
-                            "lode: {} was removed or replaced while lode was running; aborting",
-                            dir.display()
-                        );
                         std::process::abort();
                     }
                 }

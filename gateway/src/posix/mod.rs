@@ -212,7 +212,7 @@ pub fn mount(
         seq,
         svc: Arc::downgrade(&svc),
     }));
-    raise_readahead(&path, READAHEAD_KB);
+    raise_readahead(&path);
     tracing::info!(mount = %path.display(), threads = cfg.threads, "POSIX door mounted");
     Ok(PosixMount {
         session: Some(bg),
@@ -223,15 +223,12 @@ pub fn mount(
 /// The readahead `init` asks for (`fs.rs`: `set_max_readahead`), in KiB.
 pub const READAHEAD_KB: u32 = 1024;
 
-/// Raises the readahead of the FUSE mount at `path` to what `init` negotiates (see below).
-pub fn raise_mount_readahead(path: &Path) {
-    raise_readahead(path, READAHEAD_KB);
-}
-
 /// The kernel caps a FUSE mount's readahead at its bdi default (128 KiB) whatever the `init`
 /// reply negotiates, so a 300 KB file took three READ round trips. Raise the mount's bdi
-/// `read_ahead_kb` to the negotiated size. Needs root (sysfs); otherwise the default stays.
-fn raise_readahead(path: &Path, kb: u32) {
+/// `read_ahead_kb` to the negotiated size ([`READAHEAD_KB`]). Needs root (sysfs); otherwise
+/// the default stays.
+pub fn raise_readahead(path: &Path) {
+    let kb = READAHEAD_KB;
     let Some((_, dev)) = mounted_at(path) else {
         return;
     };
