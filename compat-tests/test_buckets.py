@@ -47,13 +47,8 @@ def test_delete_non_empty_bucket_refused(s3, bucket):
     with pytest.raises(ClientError) as e:
         s3.delete_bucket(Bucket=bucket)
     assert code(e) == "BucketNotEmpty" and status(e) == 409
-    # An open multipart upload also keeps the bucket non-empty.
-    s3.delete_object(Bucket=bucket, Key="x")
-    up = s3.create_multipart_upload(Bucket=bucket, Key="m")
-    with pytest.raises(ClientError) as e:
-        s3.delete_bucket(Bucket=bucket)
-    assert code(e) == "BucketNotEmpty"
-    s3.abort_multipart_upload(Bucket=bucket, Key="m", UploadId=up["UploadId"])
+    # Open multipart uploads do not keep a bucket (AWS deletes them with it):
+    # test_aws_parity.py::test_delete_bucket_takes_its_in_progress_uploads_and_their_space.
 
 
 def test_object_ops_on_missing_bucket(s3):

@@ -96,6 +96,21 @@ def test_a_user_cannot_touch_another_users_bucket_through_s3(multi):
     assert a.get_object(Bucket=bucket, Key="secret.txt")["Body"].read() == b"alice only"
 
 
+def test_creating_another_users_bucket_is_bucket_already_exists(multi):
+    a, b = client_for(multi, multi.alice), client_for(multi, multi.bob)
+    bucket = "taken-" + uuid.uuid4().hex[:8]
+    a.create_bucket(Bucket=bucket)
+    with pytest.raises(ClientError) as e:
+        b.create_bucket(Bucket=bucket)
+    assert (e.value.response["ResponseMetadata"]["HTTPStatusCode"], e.value.response["Error"]["Code"]) == (409, "BucketAlreadyExists")
+    with pytest.raises(ClientError) as e:
+        a.create_bucket(Bucket=bucket)
+    assert e.value.response["Error"]["Code"] == "BucketAlreadyOwnedByYou"
+    # The owner did not change: bob still cannot write there.
+    denied(b.put_object, Bucket=bucket, Key="x", Body=b"x")
+    a.delete_bucket(Bucket=bucket)
+
+
 def test_grants_and_revocation_take_effect_at_once(multi):
     a, b = client_for(multi, multi.alice), client_for(multi, multi.bob)
     bucket = "shared-" + uuid.uuid4().hex[:8]

@@ -36,7 +36,8 @@ fn needed(op: &str) -> Perm {
         | "UploadPart"
         | "UploadPartCopy"
         | "CompleteMultipartUpload"
-        | "AbortMultipartUpload" => Perm::Write,
+        | "AbortMultipartUpload"
+        | "PostObject" => Perm::Write,
         // DeleteBucket and every bucket configuration call: the owner's.
         _ => Perm::Own,
     }

@@ -16,6 +16,10 @@ pub enum ObjError {
     NoSuchUpload,
     #[error("Your previous request to create the named bucket succeeded and you already own it.")]
     BucketAlreadyOwnedByYou,
+    #[error(
+        "The requested bucket name is not available. The bucket namespace is shared by all users of the system. Please select a different name and try again."
+    )]
+    BucketAlreadyExists,
     #[error("The bucket you tried to delete is not empty")]
     BucketNotEmpty,
     #[error("The specified bucket is not valid: {0}")]
@@ -30,6 +34,7 @@ pub enum ObjError {
     NotModified,
     #[error("The requested range is not satisfiable")]
     InvalidRange,
+    /// GET/HEAD `partNumber` naming a part the object does not have (AWS: `400 InvalidPart`).
     #[error("The requested partnumber is not satisfiable")]
     InvalidPartNumber,
     #[error("{0}")]
@@ -62,6 +67,8 @@ pub enum ObjError {
         "The request signature we calculated does not match the signature you provided (aws-chunked chunk or trailer signature)."
     )]
     ChunkSignature,
+    #[error("The provided 'x-amz-content-sha256' header does not match what was computed.")]
+    ContentSha256Mismatch,
     #[error(transparent)]
     Chunk(#[from] ChunkError),
     #[error(transparent)]
@@ -78,6 +85,8 @@ impl ObjError {
     pub fn from_body(msg: String) -> Self {
         if msg.contains("SignatureMismatch") {
             ObjError::ChunkSignature
+        } else if msg.contains("Sha256Mismatch") {
+            ObjError::ContentSha256Mismatch
         } else if msg.contains("FormatError") || msg.contains("TooLarge") || msg.contains("TooMany")
         {
             ObjError::InvalidRequest(format!("Malformed aws-chunked request body: {msg}"))
@@ -94,7 +103,9 @@ impl ObjError {
         use libc::*;
         match self {
             ObjError::NoSuchBucket | ObjError::NoSuchKey | ObjError::NoSuchUpload => ENOENT,
-            ObjError::BucketAlreadyOwnedByYou | ObjError::PreconditionFailed => EEXIST,
+            ObjError::BucketAlreadyOwnedByYou
+            | ObjError::BucketAlreadyExists
+            | ObjError::PreconditionFailed => EEXIST,
             ObjError::BucketNotEmpty | ObjError::DirectoryNotEmpty => ENOTEMPTY,
             ObjError::KeyTooLong => ENAMETOOLONG,
             ObjError::InvalidBucketName(_)
@@ -130,6 +141,7 @@ impl From<ObjError> for S3Error {
             ObjError::NoSuchKey => C::NoSuchKey,
             ObjError::NoSuchUpload => C::NoSuchUpload,
             ObjError::BucketAlreadyOwnedByYou => C::BucketAlreadyOwnedByYou,
+            ObjError::BucketAlreadyExists => C::BucketAlreadyExists,
             ObjError::BucketNotEmpty => C::BucketNotEmpty,
             // Only the POSIX door renames or removes directories.
             ObjError::DirectoryNotEmpty => C::InvalidRequest,
@@ -144,14 +156,7 @@ impl From<ObjError> for S3Error {
                 );
             }
             ObjError::InvalidRange => C::InvalidRange,
-            ObjError::InvalidPartNumber => {
-                return with_status(
-                    C::Custom("InvalidPartNumber".into()),
-                    msg,
-                    http::StatusCode::RANGE_NOT_SATISFIABLE,
-                );
-            }
-            ObjError::InvalidPart(_) => C::InvalidPart,
+            ObjError::InvalidPartNumber | ObjError::InvalidPart(_) => C::InvalidPart,
             ObjError::InvalidPartOrder => C::InvalidPartOrder,
             ObjError::EntityTooSmall => C::EntityTooSmall,
             ObjError::EntityTooLarge => C::EntityTooLarge,
@@ -162,6 +167,13 @@ impl From<ObjError> for S3Error {
             ObjError::IncompleteBody => C::IncompleteBody,
             ObjError::NotImplemented(_) => C::NotImplemented,
             ObjError::ChunkSignature => C::SignatureDoesNotMatch,
+            ObjError::ContentSha256Mismatch => {
+                return with_status(
+                    C::Custom("XAmzContentSHA256Mismatch".into()),
+                    msg,
+                    http::StatusCode::BAD_REQUEST,
+                );
+            }
             ObjError::RequestTimeout => C::RequestTimeout,
             ObjError::Body(_) => {
                 tracing::debug!(error = %msg, "request body failed");
@@ -233,11 +245,17 @@ mod tests {
             (ObjError::PreconditionFailed, "PreconditionFailed", 412),
             (ObjError::NotModified, "NotModified", 304),
             (ObjError::InvalidRange, "InvalidRange", 416),
-            (ObjError::InvalidPartNumber, "InvalidPartNumber", 416),
+            (ObjError::InvalidPartNumber, "InvalidPart", 400),
+            (ObjError::BucketAlreadyExists, "BucketAlreadyExists", 409),
             (ObjError::EntityTooSmall, "EntityTooSmall", 400),
             (ObjError::EntityTooLarge, "EntityTooLarge", 400),
             (ObjError::BadDigest("x".into()), "BadDigest", 400),
             (ObjError::ChunkSignature, "SignatureDoesNotMatch", 403),
+            (
+                ObjError::ContentSha256Mismatch,
+                "XAmzContentSHA256Mismatch",
+                400,
+            ),
             (ObjError::RequestTimeout, "RequestTimeout", 400),
             (ObjError::NotImplemented("x".into()), "NotImplemented", 501),
             (
@@ -292,6 +310,10 @@ mod tests {
         assert!(matches!(
             ObjError::from_body("AwsChunkedStreamError: FormatError".into()),
             ObjError::InvalidRequest(_)
+        ));
+        assert!(matches!(
+            ObjError::from_body("UploadStreamError: Sha256Mismatch".into()),
+            ObjError::ContentSha256Mismatch
         ));
         assert!(matches!(
             ObjError::from_body("connection reset".into()),

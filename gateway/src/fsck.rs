@@ -216,6 +216,7 @@ mod tests {
                 })
                 .collect(),
             parts: vec![],
+            upload_id: None,
         })
     }
 

@@ -88,7 +88,7 @@ pub fn keys(data: &[u8]) {
 
 fn roundtrip<T>(data: &[u8])
 where
-    T: serde::Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
+    T: records::Record + PartialEq + std::fmt::Debug,
 {
     if let Ok(r) = records::decode::<T>(data) {
         let again: T = records::decode(&records::encode(&r)).expect("re-encoded record decodes");

@@ -26,3 +26,4 @@ pub mod s3;
 pub mod scrub;
 pub mod server;
 pub mod users;
+pub mod wire;

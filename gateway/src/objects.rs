@@ -19,8 +19,8 @@ use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
 use lode_datapath::{AlignedBuf, Allocation, ChunkRef, ChunkWriter, Datapath, Extent, ReadGuard};
 use lode_metadata::records::{
-    self, BucketRecord, Checksums, ChunkLoc, ExtentRecord, ObjectMeta, ObjectRecord, PartRecord,
-    PartSummary, Segment, UploadRecord,
+    self, AbortedUpload, BucketRecord, Checksums, ChunkLoc, ExtentRecord, ObjectMeta, ObjectRecord,
+    PartRecord, PartSummary, Segment, UploadRecord,
 };
 use lode_metadata::{MetaError, MetadataStore, Table, Transaction, keys, transact};
 use md5::{Digest, Md5};
@@ -211,13 +211,23 @@ pub struct Integrity {
 /// Preconditions on a write (`If-Match` / `If-None-Match` of PutObject and Complete).
 #[derive(Default, Clone)]
 pub struct WriteCond {
+    /// An ETag, or `*`.
     pub if_match: Option<String>,
+    /// `If-None-Match: *`: the key must not exist.
     pub if_none_match_any: bool,
+    /// `If-None-Match: "etag"`: the current object must not have this ETag (a missing key
+    /// passes).
+    pub if_none_match: Option<String>,
 }
 
 impl WriteCond {
     fn check(&self, old: Option<&ObjectRecord>) -> ObjResult<()> {
         if self.if_none_match_any && old.is_some() {
+            return Err(ObjError::PreconditionFailed);
+        }
+        if let (Some(not), Some(o)) = (&self.if_none_match, old)
+            && not.trim_matches('"') == o.etag
+        {
             return Err(ObjError::PreconditionFailed);
         }
         if let Some(want) = &self.if_match {
@@ -348,7 +358,7 @@ pub(crate) fn drop_refs(
     Ok(())
 }
 
-pub(crate) fn get_rec<T: serde::de::DeserializeOwned>(
+pub(crate) fn get_rec<T: records::Record>(
     txn: &mut dyn Transaction,
     t: Table,
     k: &[u8],
@@ -358,9 +368,60 @@ pub(crate) fn get_rec<T: serde::de::DeserializeOwned>(
         .transpose()
 }
 
+/// Removes an upload (read for update by the caller) and its parts in `t`, collecting the
+/// extents whose last reference goes.
+fn drop_upload(
+    m: &dyn MetadataStore,
+    t: &mut dyn Transaction,
+    uk: &[u8],
+    upload_id: &str,
+    freed: &mut Vec<Extent>,
+) -> Result<(), MetaError> {
+    let prefix = keys::part_prefix(upload_id);
+    let end = keys::prefix_successor(&prefix);
+    for (pk, v) in m.scan(Table::Parts, &prefix, end.as_deref(), usize::MAX)? {
+        let p: PartRecord = records::decode(&v)?;
+        drop_refs(t, &p.segments, freed)?;
+        t.delete(Table::Parts, &pk)?;
+    }
+    t.delete(Table::Uploads, uk)
+}
+
+/// How long an aborted upload is remembered for a retried abort.
+const ABORTED_MEMORY_MS: i64 = 24 * 3600 * 1000;
+
+/// Forgets up to 32 of the oldest aborted-upload tombstones that are over a day old (run after
+/// each abort, so the tombstones stay about one day's aborts).
+fn prune_aborted(m: &dyn MetadataStore) -> Result<(), MetaError> {
+    let end = keys::prefix_successor(keys::ABORTED_PREFIX);
+    let old = now_ms() - ABORTED_MEMORY_MS;
+    let stale: Vec<Vec<u8>> = m
+        .scan(Table::System, keys::ABORTED_PREFIX, end.as_deref(), 32)?
+        .into_iter()
+        .filter(|(_, v)| records::decode::<AbortedUpload>(v).is_ok_and(|a| a.aborted_ms < old))
+        .map(|(k, _)| k)
+        .collect();
+    if stale.is_empty() {
+        return Ok(());
+    }
+    let mut t = m.begin();
+    for k in &stale {
+        t.delete(Table::System, k)?;
+    }
+    t.commit()
+}
+
 fn new_upload_id() -> String {
     let r: [u8; 16] = rand::random();
     format!("{:x}{}", now_ms(), hex::encode(r))
+}
+
+/// Whether a Complete's part list names exactly the parts an object was completed from.
+fn same_parts(done: &[PartSummary], asked: &[(i32, String, crate::checksum::ChecksumSet)]) -> bool {
+    done.len() == asked.len()
+        && done.iter().zip(asked).all(|(d, (n, e, _))| {
+            i64::from(d.number) == i64::from(*n) && e.trim_matches('"') == d.etag
+        })
 }
 
 /// The S3 multipart ETag: MD5 of the concatenated binary part MD5s, `-N`.
@@ -446,8 +507,12 @@ impl ObjectService {
         let (name, owner) = (name.to_owned(), owner.to_owned());
         self.blocking(move |m| {
             transact(m, |t| {
-                if t.get_for_update(Table::Buckets, name.as_bytes())?.is_some() {
-                    return Err(ObjError::BucketAlreadyOwnedByYou);
+                if let Some(old) = get_rec::<BucketRecord>(t, Table::Buckets, name.as_bytes())? {
+                    return Err(if old.owner == owner {
+                        ObjError::BucketAlreadyOwnedByYou
+                    } else {
+                        ObjError::BucketAlreadyExists
+                    });
                 }
                 let rec = BucketRecord {
                     created_ms: now_ms(),
@@ -484,29 +549,42 @@ impl ObjectService {
         .await
     }
 
+    /// Deletes a bucket that holds no object. Multipart uploads still in progress go with it,
+    /// their parts' space included, in the same transaction (as S3 does).
     pub async fn delete_bucket(&self, name: &str) -> ObjResult<()> {
         let name = name.to_owned();
         let gate = Arc::clone(&self.bucket_gate);
+        let dp = Arc::clone(&self.dp);
         self.blocking(move |m| {
             let _exclusive = gate.write().expect("bucket gate");
             let prefix = keys::bucket_prefix(&name);
             let end = keys::prefix_successor(&prefix);
-            transact(m, |t| {
+            let freed = transact(m, |t| {
                 if t.get_for_update(Table::Buckets, name.as_bytes())?.is_none() {
                     return Err(ObjError::NoSuchBucket);
                 }
                 if !m
                     .scan(Table::Objects, &prefix, end.as_deref(), 1)?
                     .is_empty()
-                    || !m
-                        .scan(Table::Uploads, &prefix, end.as_deref(), 1)?
-                        .is_empty()
                 {
                     return Err(ObjError::BucketNotEmpty);
                 }
+                let mut freed = vec![];
+                for (uk, _) in m.scan(Table::Uploads, &prefix, end.as_deref(), usize::MAX)? {
+                    let Some((_, id)) = keys::split_upload(&uk[prefix.len()..]) else {
+                        continue;
+                    };
+                    let id = String::from_utf8_lossy(id).into_owned();
+                    // Read for update: a part committing into this upload now conflicts.
+                    if t.get_for_update(Table::Uploads, &uk)?.is_some() {
+                        drop_upload(m, t, &uk, &id, &mut freed)?;
+                    }
+                }
                 t.delete(Table::Buckets, name.as_bytes())?;
-                Ok(())
-            })
+                Ok(freed)
+            })?;
+            dp.free_committed(freed);
+            Ok(())
         })
         .await
     }
@@ -678,6 +756,7 @@ impl ObjectService {
             checksums: ing.checksums.clone(),
             segments: ing.segments,
             parts: vec![],
+            upload_id: None,
         };
         let result = PutResult {
             etag,
@@ -880,6 +959,7 @@ impl ObjectService {
                 }
                 let mut rec = src.clone();
                 rec.last_modified_ms = now_ms();
+                rec.upload_id = None;
                 if let Some(meta) = &new_meta {
                     rec.meta = meta.clone();
                 }
@@ -909,6 +989,10 @@ impl ObjectService {
         self.blocking(move |m| {
             if m.get(Table::Buckets, b.as_bytes())?.is_none() {
                 return Err(ObjError::NoSuchBucket);
+            }
+            if max == 0 {
+                // S3: `max-keys=0` is an empty page that is not truncated.
+                return Ok(lode_metadata::list::ListPage::default());
             }
             let q = lode_metadata::list::ListQuery {
                 prefix: &prefix,
@@ -1175,26 +1259,40 @@ impl ObjectService {
         .await
     }
 
+    /// AbortMultipartUpload. Retry-safe: aborting an upload that this key already aborted (within
+    /// a day) succeeds again; an upload that completed or never existed is `NoSuchUpload`.
     pub async fn abort_upload(&self, bucket: &str, key: &str, upload_id: &str) -> ObjResult<()> {
         let uk = keys::upload(bucket, key, upload_id);
-        let prefix = keys::part_prefix(upload_id);
+        let tomb_key = keys::aborted(upload_id);
+        let tomb = records::encode(&AbortedUpload {
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+            aborted_ms: now_ms(),
+        });
+        let (b, k, id) = (bucket.to_owned(), key.to_owned(), upload_id.to_owned());
         let dp = Arc::clone(&self.dp);
         self.blocking(move |m| {
-            let end = keys::prefix_successor(&prefix);
             let freed = transact(m, |t| {
                 if t.get_for_update(Table::Uploads, &uk)?.is_none() {
-                    return Err(ObjError::NoSuchUpload);
+                    if m.get(Table::Buckets, b.as_bytes())?.is_none() {
+                        return Err(ObjError::NoSuchBucket);
+                    }
+                    return match get_rec::<AbortedUpload>(t, Table::System, &tomb_key)? {
+                        Some(a) if a.bucket == b && a.key == k => Ok(None),
+                        _ => Err(ObjError::NoSuchUpload),
+                    };
                 }
                 let mut freed = vec![];
-                for (pk, v) in m.scan(Table::Parts, &prefix, end.as_deref(), usize::MAX)? {
-                    let p: PartRecord = records::decode(&v)?;
-                    drop_refs(t, &p.segments, &mut freed)?;
-                    t.delete(Table::Parts, &pk)?;
-                }
-                t.delete(Table::Uploads, &uk)?;
-                Ok(freed)
+                drop_upload(m, t, &uk, &id, &mut freed)?;
+                t.put(Table::System, &tomb_key, &tomb)?;
+                Ok(Some(freed))
             })?;
-            dp.free_committed(freed);
+            if let Some(freed) = freed {
+                dp.free_committed(freed);
+                if let Err(e) = prune_aborted(m) {
+                    tracing::warn!(error = %e, "pruning aborted-upload tombstones failed");
+                }
+            }
             Ok(())
         })
         .await
@@ -1235,7 +1333,17 @@ impl ObjectService {
                     return Err(ObjError::NoSuchBucket);
                 }
                 let Some(up) = get_rec::<UploadRecord>(t, Table::Uploads, &uk)? else {
-                    return Err(ObjError::NoSuchUpload);
+                    // A retry whose first reply was lost: while the key still holds the object
+                    // this upload made, with the same parts, answer with it again.
+                    return match get_rec::<ObjectRecord>(t, Table::Objects, &okey)? {
+                        Some(rec)
+                            if rec.upload_id.as_deref() == Some(id.as_str())
+                                && same_parts(&rec.parts, &parts) =>
+                        {
+                            Ok((rec, vec![]))
+                        }
+                        _ => Err(ObjError::NoSuchUpload),
+                    };
                 };
                 let mut stored: BTreeMap<u32, PartRecord> = BTreeMap::new();
                 for (pk, v) in m.scan(Table::Parts, &prefix, end.as_deref(), usize::MAX)? {
@@ -1272,9 +1380,11 @@ impl ObjectService {
                     meta: up.meta.clone(),
                     checksums,
                     segments: chosen.iter().flat_map(|(_, p)| p.segments.iter().cloned()).collect(),
+                    upload_id: Some(id.clone()),
                     parts: chosen
                         .iter()
-                        .map(|(_, p)| PartSummary {
+                        .map(|(n, p)| PartSummary {
+                            number: *n,
                             size: p.size,
                             etag: p.etag.clone(),
                             checksums: p.checksums.clone(),

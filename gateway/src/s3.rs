@@ -140,12 +140,25 @@ fn etag(e: &str) -> ETag {
 }
 
 /// The algorithms to compute for an upload: the announced one, the header values, the trailer.
+/// A `Content-MD5` header that is not the base64 of 16 bytes (an empty one included) is
+/// `400 InvalidDigest` before any byte of the body is read.
 fn integrity<T>(
     req: &S3Request<T>,
     content_md5: Option<String>,
     algorithm: Option<&ChecksumAlgorithm>,
     expected: ChecksumSet,
 ) -> S3Result<Integrity> {
+    if let Some(raw) = req.headers.get("content-md5") {
+        use base64::engine::general_purpose::STANDARD;
+        let ok = raw
+            .to_str()
+            .ok()
+            .and_then(|s| STANDARD.decode(s.trim()).ok())
+            .is_some_and(|b| b.len() == 16);
+        if !ok {
+            return Err(ObjError::InvalidDigest.into());
+        }
+    }
     let mut algos: Vec<Algo> = expected.values.iter().map(|(a, _)| *a).collect();
     if let Some(a) = algorithm {
         let a = Algo::parse(a.as_str())
@@ -210,6 +223,10 @@ fn write_cond(
             ETagCondition::ETag(e) => e.value().to_owned(),
         }),
         if_none_match_any: if_none_match.is_some_and(ETagCondition::is_any),
+        if_none_match: match if_none_match {
+            Some(ETagCondition::ETag(e)) => Some(e.value().to_owned()),
+            _ => None,
+        },
     }
 }
 
@@ -245,6 +262,41 @@ fn check_read_conditions(
         return Err(ObjError::NotModified);
     }
     Ok(())
+}
+
+/// GET/HEAD preconditions as S3 answers them: a `304 Not Modified` carries the object's ETag
+/// and Last-Modified, as AWS sends them.
+fn read_conditions(
+    rec: &ObjectRecord,
+    if_match: Option<&ETagCondition>,
+    if_none_match: Option<&ETagCondition>,
+    if_modified_since: Option<&Timestamp>,
+    if_unmodified_since: Option<&Timestamp>,
+) -> S3Result<()> {
+    check_read_conditions(
+        rec,
+        if_match,
+        if_none_match,
+        if_modified_since,
+        if_unmodified_since,
+    )
+    .map_err(|e| {
+        let not_modified = matches!(e, ObjError::NotModified);
+        let mut err = s3s::S3Error::from(e);
+        if not_modified {
+            let mut h = http::HeaderMap::new();
+            if let Ok(v) = http::HeaderValue::from_str(&format!("\"{}\"", rec.etag)) {
+                h.insert(http::header::ETAG, v);
+            }
+            if let Some(v) = fmt_http_date(&ts(rec.last_modified_ms))
+                .and_then(|d| http::HeaderValue::from_str(&d).ok())
+            {
+                h.insert(http::header::LAST_MODIFIED, v);
+            }
+            err.set_headers(h);
+        }
+        err
+    })
 }
 
 /// The bucket and key of `x-amz-copy-source` (access points and versions are not built).
@@ -316,12 +368,12 @@ fn plan_read(
                 "Cannot specify both Range header and partNumber query parameter"
             ));
         }
-        let (s, e, count) = part_range(rec, n)?;
+        let (s, e, idx) = part_range(rec, n)?;
         (plan.start, plan.end) = (s, e);
         if !rec.parts.is_empty() {
-            plan.parts_count = Some(count as i32);
+            plan.parts_count = Some(rec.parts.len() as i32);
             plan.content_range = Some(format!("bytes {}-{}/{}", s, e.saturating_sub(1), rec.size));
-            part_sums = rec.parts.get(n as usize - 1).map(|p| p.checksums.clone());
+            part_sums = Some(rec.parts[idx].checksums.clone());
         }
     } else if let Some(r) = range {
         let rr = r.check(rec.size).map_err(|_| ObjError::InvalidRange)?;
@@ -339,24 +391,29 @@ fn plan_read(
     Ok(plan)
 }
 
-/// The byte range of part `n` of an object (1-based), and the part count.
+/// The byte range of the part numbered `n` (as uploaded; a completion may skip numbers) and its
+/// index among the object's parts. An object from a single PUT has part 1 only.
 fn part_range(rec: &ObjectRecord, n: i32) -> Result<(u64, u64, usize), ObjError> {
+    if !(1..=crate::objects::MAX_PARTS).contains(&n) {
+        return Err(ObjError::InvalidArgument(format!(
+            "Part number must be an integer between 1 and {}, inclusive",
+            crate::objects::MAX_PARTS
+        )));
+    }
     if rec.parts.is_empty() {
         return if n == 1 {
-            Ok((0, rec.size, 1))
+            Ok((0, rec.size, 0))
         } else {
             Err(ObjError::InvalidPartNumber)
         };
     }
-    if n < 1 || n as usize > rec.parts.len() {
-        return Err(ObjError::InvalidPartNumber);
-    }
-    let start: u64 = rec.parts[..n as usize - 1].iter().map(|p| p.size).sum();
-    Ok((
-        start,
-        start + rec.parts[n as usize - 1].size,
-        rec.parts.len(),
-    ))
+    let idx = rec
+        .parts
+        .iter()
+        .position(|p| i64::from(p.number) == i64::from(n))
+        .ok_or(ObjError::InvalidPartNumber)?;
+    let start: u64 = rec.parts[..idx].iter().map(|p| p.size).sum();
+    Ok((start, start + rec.parts[idx].size, idx))
 }
 
 fn list_token(last: &str) -> String {
@@ -505,26 +562,60 @@ impl S3 for LodeS3 {
     ) -> S3Result<S3Response<ListBucketsOutput>> {
         let me = owner_of(req.credentials.as_ref());
         let user = self.user(req.credentials.as_ref());
-        let buckets = self
+        let i = &req.input;
+        // AWS: 1..=10000, and 10000 when not given.
+        let max = match i.max_buckets {
+            None => 10_000,
+            Some(n) if (1..=10_000).contains(&n) => n as usize,
+            Some(_) => {
+                return Err(s3_error!(
+                    InvalidArgument,
+                    "max-buckets must be an integer between 1 and 10000"
+                ));
+            }
+        };
+        let after = i
+            .continuation_token
+            .as_deref()
+            .map(parse_token)
+            .transpose()?;
+        // Every bucket lives in this gateway's region.
+        let region_ok = i.bucket_region.as_deref().is_none_or(|r| r == self.region);
+        let mut visible = self
             .svc
             .list_buckets()
             .await?
             .into_iter()
-            .filter(|(n, _)| req.input.prefix.as_deref().is_none_or(|p| n.starts_with(p)))
+            .filter(|_| region_ok)
+            .filter(|(n, _)| i.prefix.as_deref().is_none_or(|p| n.starts_with(p)))
+            .filter(|(n, _)| after.as_deref().is_none_or(|a| n.as_str() > a))
             .filter(|(n, r)| {
                 self.users
                     .allowed(&user, n, &r.owner, crate::users::Perm::Read)
-            })
+            });
+        let buckets: Vec<Bucket> = visible
+            .by_ref()
+            .take(max)
             .map(|(name, r)| Bucket {
                 name: Some(name),
                 creation_date: Some(ts(r.created_ms)),
                 bucket_region: Some(self.region.clone()),
             })
             .collect();
+        let more = visible.next().is_some();
+        let token = more
+            .then(|| {
+                buckets
+                    .last()
+                    .and_then(|b| b.name.as_deref())
+                    .map(list_token)
+            })
+            .flatten();
         Ok(S3Response::new(ListBucketsOutput {
             buckets: Some(buckets),
             owner: Some(owner(&me)),
-            ..Default::default()
+            continuation_token: token,
+            prefix: i.prefix.clone(),
         }))
     }
 
@@ -607,7 +698,7 @@ impl S3 for LodeS3 {
         let i = req.input;
         let h = self.svc.open_object(&i.bucket, &i.key).await?;
         let rec = h.record.clone();
-        check_read_conditions(
+        read_conditions(
             &rec,
             i.if_match.as_ref(),
             i.if_none_match.as_ref(),
@@ -667,7 +758,7 @@ impl S3 for LodeS3 {
         let i = req.input;
         let h = self.svc.open_object(&i.bucket, &i.key).await?;
         let rec = &h.record;
-        check_read_conditions(
+        read_conditions(
             rec,
             i.if_match.as_ref(),
             i.if_none_match.as_ref(),
@@ -705,6 +796,109 @@ impl S3 for LodeS3 {
             resp.status = Some(http::StatusCode::PARTIAL_CONTENT);
         }
         Ok(resp)
+    }
+
+    /// GetObjectAttributes: ETag, Checksum, ObjectParts (paged with `x-amz-max-parts` and
+    /// `x-amz-part-number-marker`; only for multipart objects), StorageClass, ObjectSize.
+    #[instrument(skip_all, fields(bucket = %req.input.bucket, key = %req.input.key))]
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+        let i = req.input;
+        if i.version_id.as_deref().is_some_and(|v| v != "null") {
+            return Err(s3_error!(InvalidArgument, "Invalid version id specified"));
+        }
+        // SDKs send one `x-amz-object-attributes` header with comma-separated names.
+        let names: Vec<&str> = i
+            .object_attributes
+            .iter()
+            .flat_map(|a| a.as_str().split(','))
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .collect();
+        let wanted = |a: &str| names.contains(&a);
+        if names.is_empty()
+            || names.iter().any(|a| {
+                ![
+                    ObjectAttributes::ETAG,
+                    ObjectAttributes::CHECKSUM,
+                    ObjectAttributes::OBJECT_PARTS,
+                    ObjectAttributes::STORAGE_CLASS,
+                    ObjectAttributes::OBJECT_SIZE,
+                ]
+                .contains(a)
+            })
+        {
+            return Err(s3_error!(
+                InvalidArgument,
+                "Invalid attribute name specified."
+            ));
+        }
+        let max = match i.max_parts {
+            None => 1000,
+            Some(n) if n >= 0 => n.min(1000) as usize,
+            Some(_) => return Err(s3_error!(InvalidArgument, "max-parts must be non-negative")),
+        };
+        let marker = i.part_number_marker.unwrap_or(0);
+        let rec = self.svc.open_object(&i.bucket, &i.key).await?.record;
+        let checksum =
+            (wanted(ObjectAttributes::CHECKSUM) && !rec.checksums.is_empty()).then(|| {
+                let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) =
+                    checksum_fields(&rec.checksums);
+                Checksum {
+                    checksum_crc32: crc32,
+                    checksum_crc32c: crc32c,
+                    checksum_crc64nvme: crc64nvme,
+                    checksum_sha1: sha1,
+                    checksum_sha256: sha256,
+                    checksum_type: ctype,
+                }
+            });
+        let object_parts =
+            (wanted(ObjectAttributes::OBJECT_PARTS) && !rec.parts.is_empty()).then(|| {
+                let after: Vec<_> = rec
+                    .parts
+                    .iter()
+                    .filter(|p| i64::from(p.number) > i64::from(marker))
+                    .collect();
+                let truncated = after.len() > max;
+                let page: Vec<ObjectPart> = after
+                    .into_iter()
+                    .take(max)
+                    .map(|p| {
+                        let (crc32, crc32c, crc64nvme, sha1, sha256, _) =
+                            checksum_fields(&p.checksums);
+                        ObjectPart {
+                            part_number: Some(p.number as i32),
+                            size: Some(p.size as i64),
+                            checksum_crc32: crc32,
+                            checksum_crc32c: crc32c,
+                            checksum_crc64nvme: crc64nvme,
+                            checksum_sha1: sha1,
+                            checksum_sha256: sha256,
+                        }
+                    })
+                    .collect();
+                GetObjectAttributesParts {
+                    total_parts_count: Some(rec.parts.len() as i32),
+                    part_number_marker: Some(marker),
+                    next_part_number_marker: page.last().and_then(|p| p.part_number),
+                    max_parts: Some(max as i32),
+                    is_truncated: Some(truncated),
+                    parts: Some(page),
+                }
+            });
+        Ok(S3Response::new(GetObjectAttributesOutput {
+            e_tag: wanted(ObjectAttributes::ETAG).then(|| etag(&rec.etag)),
+            last_modified: Some(ts(rec.last_modified_ms)),
+            checksum,
+            object_parts,
+            storage_class: wanted(ObjectAttributes::STORAGE_CLASS)
+                .then(|| StorageClass::from_static(StorageClass::STANDARD)),
+            object_size: wanted(ObjectAttributes::OBJECT_SIZE).then_some(rec.size as i64),
+            ..Default::default()
+        }))
     }
 
     #[instrument(skip_all, fields(bucket = %req.input.bucket, key = %req.input.key))]
@@ -842,7 +1036,7 @@ impl S3 for LodeS3 {
         Ok(S3Response::new(ListObjectsV2Output {
             name: Some(i.bucket),
             prefix: Some(e(i.prefix).unwrap_or_default()),
-            delimiter: e(i.delimiter),
+            delimiter: e(i.delimiter.filter(|d| !d.is_empty())),
             start_after: e(i.start_after),
             max_keys: Some(max as i32),
             key_count: Some((contents.len() + prefixes.len()) as i32),
@@ -884,8 +1078,10 @@ impl S3 for LodeS3 {
         let e = |s: Option<String>| if enc { s.map(|s| url_encode(&s)) } else { s };
         Ok(S3Response::new(ListObjectsOutput {
             name: Some(i.bucket),
-            prefix: Some(e(i.prefix).unwrap_or_default()),
-            delimiter: e(i.delimiter),
+            // V1 returns Prefix as sent even with encoding-type=url (botocore decodes it only
+            // for V2).
+            prefix: Some(i.prefix.unwrap_or_default()),
+            delimiter: e(i.delimiter.filter(|d| !d.is_empty())),
             marker: Some(e(i.marker).unwrap_or_default()),
             next_marker: if page.truncated {
                 e(page.last.clone())

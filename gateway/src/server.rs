@@ -18,6 +18,10 @@ use tokio::net::TcpListener;
 use crate::auth::{Credentials, KeyStore, Source};
 use crate::objects::{ObjectService, ServiceConfig};
 
+/// The largest browser-form upload (s3s reads the file into memory before the object service
+/// sees it; AWS allows 5 GiB).
+pub const POST_OBJECT_MAX: u64 = 256 << 20;
+
 /// What a started server tells its caller (and prints in the banner).
 pub struct Started {
     pub addr: SocketAddr,
@@ -221,6 +225,12 @@ pub async fn serve(
     if !cfg.server.domain.is_empty() {
         builder.set_host(crate::host::VirtualHosts::new(&cfg.server.domain));
     }
+    // s3s holds a form upload's file in memory: bound it (SEMANTICS.md rule 16).
+    let mut s3s_cfg = s3s::config::S3Config::default();
+    s3s_cfg.post_object_max_file_size = cfg.server.max_object_size.0.min(POST_OBJECT_MAX);
+    builder.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(
+        s3s_cfg,
+    ))));
     let s3 = builder.build();
 
     let tls = if cfg.server.tls_cert.as_os_str().is_empty() {
@@ -322,6 +332,11 @@ pub async fn serve(
         let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
             let s3 = s3.clone();
             let req = req.map(s3s::Body::from);
+            let form_upload = crate::wire::is_form_upload(&req);
+            let body_limits = (
+                objects.config().max_object_size,
+                objects.config().body_idle_timeout,
+            );
             let id = ids.fetch_add(1, Ordering::Relaxed);
             let permit = Arc::clone(&inflight).try_acquire_owned();
             let objects = Arc::clone(&objects);
@@ -330,9 +345,16 @@ pub async fn serve(
                 let rid = format!("{id:016X}");
                 let t0 = std::time::Instant::now();
                 let mut resp = match permit {
-                    Ok(_permit) => s3.call(req).await?,
+                    Ok(_permit) => match prepare(req, body_limits, &rid).await {
+                        Ok(req) => s3.call(req).await?,
+                        Err(refusal) => refusal,
+                    },
                     Err(_) => slow_down(&rid),
                 };
+                if form_upload {
+                    crate::wire::fix_policy_refusal(&mut resp, &rid);
+                }
+                crate::wire::add_request_id(&mut resp, &rid);
                 let bytes = match class {
                     crate::profile::Class::Read => resp
                         .headers()
@@ -491,17 +513,39 @@ fn classify<B>(
 /// retries with backoff.
 fn slow_down(request_id: &str) -> http::Response<s3s::Body> {
     tracing::warn!("request limit reached: answering 503 SlowDown");
-    let xml = format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>SlowDown</Code>\
-         <Message>Please reduce your request rate.</Message><RequestId>{request_id}</RequestId></Error>"
-    );
-    let mut r = http::Response::new(s3s::Body::from(xml));
-    *r.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
-    r.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/xml"),
-    );
-    r
+    crate::wire::error_response(
+        http::StatusCode::SERVICE_UNAVAILABLE,
+        "SlowDown",
+        "Please reduce your request rate.",
+        request_id,
+    )
+}
+
+/// The HTTP-layer fix-ups of `crate::wire` before s3s sees a request: a refused presigned
+/// expiry, a plain chunked body spooled to a known length, a form upload's `${filename}`.
+/// `(max body, idle timeout)` bound the spool.
+async fn prepare(
+    req: http::Request<s3s::Body>,
+    (max, idle): (u64, Duration),
+    request_id: &str,
+) -> Result<http::Request<s3s::Body>, http::Response<s3s::Body>> {
+    if let Some((code, msg)) = crate::wire::presign_expiry_error(req.uri()) {
+        return Err(crate::wire::error_response(
+            http::StatusCode::FORBIDDEN,
+            code,
+            &msg,
+            request_id,
+        ));
+    }
+    if crate::wire::is_plain_chunked(&req) && req.method() == http::Method::PUT {
+        return crate::wire::spool_chunked(req, max, idle)
+            .await
+            .map_err(|e| e.response(request_id));
+    }
+    if crate::wire::is_form_upload(&req) {
+        return Ok(req.map(crate::wire::post_filename));
+    }
+    Ok(req)
 }
 
 /// Resolves when SIGINT or SIGTERM arrives.

@@ -64,6 +64,9 @@ struct UserRecord {
     created_ms: i64,
 }
 
+impl records::Record for UserRecord {}
+impl records::Record for Perm {}
+
 /// A user as listed (no secret).
 #[derive(Debug, Clone, Serialize)]
 pub struct UserInfo {

@@ -47,6 +47,17 @@ pub fn part_prefix(upload_id: &str) -> Vec<u8> {
     k
 }
 
+/// Where the system table remembers an aborted upload (so a retried abort still succeeds).
+pub const ABORTED_PREFIX: &[u8] = b"aborted\0";
+
+/// `aborted \0 upload_id` in the system table. Upload ids begin with their creation time in
+/// fixed-width hex, so these keys sort oldest upload first.
+pub fn aborted(upload_id: &str) -> Vec<u8> {
+    let mut k = ABORTED_PREFIX.to_vec();
+    k.extend_from_slice(upload_id.as_bytes());
+    k
+}
+
 /// `dev(BE) offset(BE)` in the extents table.
 pub fn extent(dev: u32, offset: u64) -> [u8; 12] {
     let mut k = [0u8; 12];

@@ -1,26 +1,41 @@
 //! Versioned records. Every value starts with a format byte; the body is postcard-encoded.
-//! Old formats stay decodable: when v2 comes, `mod v1` keeps the old structs and `decode`
-//! migrates them.
+//! Each record type says which format it writes (`Record::FORMAT`); older formats stay
+//! decodable: `mod v1` keeps the old structs and `Record::decode_old` migrates them.
 
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
 use crate::MetaError;
 
-/// The current record format.
+/// The first record format (every type but `ObjectRecord` still writes it).
 pub const FORMAT_V1: u8 = 1;
+/// `ObjectRecord` since it names its multipart upload and its parts' numbers.
+pub const FORMAT_V2: u8 = 2;
 
-pub fn encode<T: Serialize>(r: &T) -> Vec<u8> {
-    let mut out = vec![FORMAT_V1];
+/// A value stored in the metadata store, with its format byte.
+pub trait Record: Serialize + DeserializeOwned {
+    /// The format this type is written in.
+    const FORMAT: u8 = FORMAT_V1;
+
+    /// Decodes a body written in an older `format` (the default knows none).
+    fn decode_old(format: u8, _body: &[u8]) -> Result<Self, MetaError> {
+        Err(MetaError::UnknownFormat(format))
+    }
+}
+
+fn postcard_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, MetaError> {
+    postcard::from_bytes(body).map_err(|e| MetaError::Corrupt(e.to_string()))
+}
+
+pub fn encode<T: Record>(r: &T) -> Vec<u8> {
+    let mut out = vec![T::FORMAT];
     out.extend(postcard::to_stdvec(r).expect("records always serialize"));
     out
 }
 
-pub fn decode<T: DeserializeOwned>(b: &[u8]) -> Result<T, MetaError> {
+pub fn decode<T: Record>(b: &[u8]) -> Result<T, MetaError> {
     match b.first() {
-        Some(&FORMAT_V1) => {
-            postcard::from_bytes(&b[1..]).map_err(|e| MetaError::Corrupt(e.to_string()))
-        }
-        Some(&v) => Err(MetaError::UnknownFormat(v)),
+        Some(&f) if f == T::FORMAT => postcard_body(&b[1..]),
+        Some(&f) => T::decode_old(f, &b[1..]),
         None => Err(MetaError::Corrupt("empty record".into())),
     }
 }
@@ -103,6 +118,8 @@ impl Segment {
 /// Summary of one part of a completed multipart object (for `partNumber` reads).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartSummary {
+    /// The part number it was uploaded with (completions may skip numbers).
+    pub number: u32,
     pub size: u64,
     pub etag: String,
     pub checksums: Checksums,
@@ -119,6 +136,87 @@ pub struct ObjectRecord {
     pub segments: Vec<Segment>,
     /// Parts of a multipart object; empty for a single PUT.
     pub parts: Vec<PartSummary>,
+    /// The multipart upload this object was completed from (a retried Complete of that upload
+    /// answers with this object instead of `NoSuchUpload`).
+    pub upload_id: Option<String>,
+}
+
+impl Record for ObjectRecord {
+    const FORMAT: u8 = FORMAT_V2;
+
+    fn decode_old(format: u8, body: &[u8]) -> Result<Self, MetaError> {
+        match format {
+            FORMAT_V1 => Ok(postcard_body::<v1::ObjectRecord>(body)?.into()),
+            f => Err(MetaError::UnknownFormat(f)),
+        }
+    }
+}
+
+/// A multipart upload that was aborted, remembered for a day so that a retried abort (whose
+/// first reply was lost) answers 204 like the first one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AbortedUpload {
+    pub bucket: String,
+    pub key: String,
+    pub aborted_ms: i64,
+}
+
+impl Record for AbortedUpload {}
+impl Record for BucketRecord {}
+impl Record for UploadRecord {}
+impl Record for PartRecord {}
+impl Record for ExtentRecord {}
+
+/// Formats no longer written, kept to read old data dirs.
+mod v1 {
+    use serde::Deserialize;
+
+    use super::{Checksums, ObjectMeta, Segment};
+
+    #[derive(Deserialize)]
+    pub struct PartSummary {
+        pub size: u64,
+        pub etag: String,
+        pub checksums: Checksums,
+    }
+
+    #[derive(Deserialize)]
+    pub struct ObjectRecord {
+        pub size: u64,
+        pub etag: String,
+        pub last_modified_ms: i64,
+        pub meta: ObjectMeta,
+        pub checksums: Checksums,
+        pub segments: Vec<Segment>,
+        pub parts: Vec<PartSummary>,
+    }
+
+    impl From<ObjectRecord> for super::ObjectRecord {
+        /// v1 did not keep part numbers: its completions are read as parts 1..=N, which is what
+        /// v1's `partNumber` reads assumed.
+        fn from(r: ObjectRecord) -> Self {
+            Self {
+                size: r.size,
+                etag: r.etag,
+                last_modified_ms: r.last_modified_ms,
+                meta: r.meta,
+                checksums: r.checksums,
+                segments: r.segments,
+                parts: r
+                    .parts
+                    .into_iter()
+                    .zip(1u32..)
+                    .map(|(p, number)| super::PartSummary {
+                        number,
+                        size: p.size,
+                        etag: p.etag,
+                        checksums: p.checksums,
+                    })
+                    .collect(),
+                upload_id: None,
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -162,9 +260,10 @@ mod tests {
             checksums: Checksums::default(),
             segments: vec![Segment::Inline(b"xyz".to_vec())],
             parts: vec![],
+            upload_id: Some("u1".into()),
         };
         let b = encode(&r);
-        assert_eq!(b[0], FORMAT_V1);
+        assert_eq!(b[0], FORMAT_V2);
         assert_eq!(decode::<ObjectRecord>(&b).unwrap(), r);
         let mut bad = b.clone();
         bad[0] = 9;
@@ -188,5 +287,55 @@ mod tests {
         let r: ObjectRecord = decode(fixture).unwrap();
         assert_eq!(r.etag, "abc");
         assert_eq!(r.segments, vec![Segment::Inline(b"xyz".to_vec())]);
+        assert_eq!(r.upload_id, None);
+    }
+
+    /// A v1 multipart record (two parts) migrates with part numbers 1 and 2.
+    #[test]
+    fn v1_multipart_fixture_gets_part_numbers() {
+        #[derive(Serialize)]
+        struct P {
+            size: u64,
+            etag: String,
+            checksums: Checksums,
+        }
+        #[derive(Serialize)]
+        struct O {
+            size: u64,
+            etag: String,
+            last_modified_ms: i64,
+            meta: ObjectMeta,
+            checksums: Checksums,
+            segments: Vec<Segment>,
+            parts: Vec<P>,
+        }
+        let p = |e: &str| P {
+            size: 1,
+            etag: e.into(),
+            checksums: Checksums::default(),
+        };
+        let mut b = vec![FORMAT_V1];
+        b.extend(
+            postcard::to_stdvec(&O {
+                size: 2,
+                etag: "x-2".into(),
+                last_modified_ms: 7,
+                meta: ObjectMeta::default(),
+                checksums: Checksums::default(),
+                segments: vec![],
+                parts: vec![p("a"), p("b")],
+            })
+            .unwrap(),
+        );
+        let r: ObjectRecord = decode(&b).unwrap();
+        let got: Vec<(u32, &str)> = r
+            .parts
+            .iter()
+            .map(|p| (p.number, p.etag.as_str()))
+            .collect();
+        assert_eq!(got, vec![(1, "a"), (2, "b")]);
+        // Re-encoding writes the current format.
+        assert_eq!(encode(&r)[0], FORMAT_V2);
+        assert_eq!(decode::<ObjectRecord>(&encode(&r)).unwrap(), r);
     }
 }

@@ -217,6 +217,7 @@ fn rec(size: u64) -> Vec<u8> {
         checksums: Checksums::default(),
         segments: vec![],
         parts: vec![],
+        upload_id: None,
     })
 }
 

@@ -1,0 +1,380 @@
+#!/usr/bin/env bash
+# A throwaway single-host Ceph (Pacific) cluster on loopback, for tests of Lode's cluster mode.
+#
+#   scripts/ceph-dev.sh start DIR          1 mon + 3 BlueStore OSDs (files under DIR), waits for I/O
+#   scripts/ceph-dev.sh stop DIR [--purge] stop the daemons whose pid files are under DIR
+#                                          (--purge also removes DIR)
+#   scripts/ceph-dev.sh purge DIR          same as stop DIR --purge
+#   scripts/ceph-dev.sh status DIR         which daemons of DIR are alive, and `ceph -s`
+#   scripts/ceph-dev.sh kill-osd DIR N     SIGKILL osd.N (fault tests)
+#   scripts/ceph-dev.sh start-osd DIR N    restart osd.N on its existing data, wait until it is up
+#
+# Clients use DIR/ceph.conf (`ceph -c DIR/ceph.conf -s`, `rados -c DIR/ceph.conf lspools`,
+# rados_conf_read_file). No auth (auth_*_required = none), msgr2 only, 127.0.0.1 only, no mgr.
+# Pools default to size 3 / min_size 2 and 8 PGs; pool delete is allowed. `start` leaves no pool
+# behind (its smoke-test pool is deleted). Pid files: DIR/run/{mon.a,osd.N}.pid; logs: DIR/log.
+# Without a mgr, `ceph df` and PG/usage stats in `ceph -s` are empty; RADOS I/O is unaffected.
+# `start` on a DIR whose cluster runs prints so and exits 0 (restarting any OSD that is down); on
+# a DIR whose mon is not running (stopped, crashed) it wipes the old cluster and makes a new one.
+#
+# Disk: a BlueStore block file never gives space back; it grows with the bytes written, up to
+# CEPH_DEV_BLOCK_SIZE per OSD (default 4G, sparse). Callers must `stop DIR --purge` (or stop and
+# rm -rf DIR) when done. DIR may be on tmpfs (/dev/shm) to spare the disk.
+#
+# Environment:
+#   CEPH_DEV_MON_PORT   mon msgr2 port (default: first free port from 13300)
+#   CEPH_DEV_BLOCK_SIZE size of each OSD block file (default 4G; bytes or K/M/G/T suffix)
+#   CEPH_DEV_OSDS       number of OSDs (default 3)
+#   CEPH_DEV_PORT_MIN / CEPH_DEV_PORT_MAX  OSD bind port range (default 6800-7300)
+# Memory: osd_memory_target is at its floor (896 MiB); idle OSDs sit far below it.
+set -euo pipefail
+
+usage() {
+    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+}
+
+die() { echo "ceph-dev: $*" >&2; exit 1; }
+log() { echo "==> $*"; }
+
+CMD="${1:-}"
+[ -n "$CMD" ] && [ -n "${2:-}" ] || usage
+DIR="$(realpath -m -- "$2")"
+shift 2
+CONF="$DIR/ceph.conf"
+RUN="$DIR/run"
+PY=/usr/bin/python3  # ceph-common depends on it; not a pyenv/venv python
+
+ensure_packages() {
+    local need=() pkg
+    for pkg in ceph-mon ceph-osd ceph-common librados-dev; do
+        dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+    done
+    if ((${#need[@]})); then
+        log "installing Debian packages: ${need[*]}"
+        local sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+        $sudo apt-get update -qq
+        $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            "${need[@]}" >/dev/null
+    fi
+}
+
+# ceph CLI against DIR's cluster, never hanging for long.
+cephc() { timeout 30 ceph -c "$CONF" --connect-timeout 10 "$@"; }
+radosc() { timeout 30 rados -c "$CONF" "$@"; }
+
+# Prints the pid of daemon $1 (mon.a, osd.0, ...) if its pid file is under DIR and the process
+# is alive and is a ceph daemon of this DIR (guards against pid reuse); else fails.
+live_pid() {
+    local f="$RUN/$1.pid" pid
+    [ -f "$f" ] || return 1
+    pid="$(cat "$f" 2>/dev/null)" || return 1
+    [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+    [ -r "/proc/$pid/cmdline" ] || return 1
+    # Our daemons run as `ceph-{mon,osd} -c DIR/ceph.conf -i ID`.
+    local cmd
+    cmd="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" || return 1
+    case "$cmd" in
+    "ceph-mon -c $CONF "* | "ceph-osd -c $CONF "*) ;;
+    *) return 1 ;;
+    esac
+    echo "$pid"
+}
+
+# Names of the daemons that have a pid file under DIR.
+daemons() {
+    local f
+    for f in "$RUN"/*.pid; do
+        [ -e "$f" ] || continue
+        f="${f##*/}"; echo "${f%.pid}"
+    done
+}
+
+osd_ids() {
+    local d
+    for d in "$DIR"/osd.*; do
+        [ -d "$d" ] && echo "${d##*/osd.}"
+    done | sort -n
+}
+
+# SIGTERM to the given daemons of DIR, SIGKILL after 10 s; removes their pid files and sockets.
+term_daemons() {
+    local name pid pids=() i alive
+    for name in "$@"; do
+        if pid="$(live_pid "$name")"; then
+            kill -TERM "$pid" 2>/dev/null || true
+            pids+=("$pid")
+            STOPPED+=("$name")
+        fi
+    done
+    for ((i = 0; i < 100; i++)); do
+        alive=0
+        for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+        ((alive)) || break
+        sleep 0.1
+    done
+    for pid in "${pids[@]}"; do
+        if kill -0 "$pid" 2>/dev/null; then
+            echo "ceph-dev: pid $pid did not exit on SIGTERM, sending SIGKILL" >&2
+            kill -KILL "$pid" 2>/dev/null || true
+        fi
+    done
+    for pid in "${pids[@]}"; do
+        while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+    done
+    for name in "$@"; do rm -f "$RUN/$name.pid" "$RUN/$name.asok"; done
+}
+
+# OSDs first (they tell the mon they are going down), then the mon.
+stop_daemons() {
+    STOPPED=()
+    # shellcheck disable=SC2046
+    term_daemons $(daemons | grep -v '^mon\.' || true)
+    # shellcheck disable=SC2046
+    term_daemons $(daemons)
+    if ((${#STOPPED[@]})); then log "stopped ${STOPPED[*]}"; else log "no daemon of $DIR was running"; fi
+}
+
+# Starts osd.$1 and waits until the monitors mark it up (a new instance, if one was up before).
+start_osd() {
+    local id="$1" epoch deadline
+    epoch="$(cephc osd dump -f json | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["epoch"])')"
+    ceph-osd -c "$CONF" -i "$id" 2>>"$DIR/log/osd.$id.stderr"
+    deadline=$((SECONDS + 60))
+    until cephc osd dump -f json | "$PY" -c '
+import json, sys
+m = json.load(sys.stdin)
+o = [o for o in m["osds"] if o["osd"] == int(sys.argv[1])][0]
+sys.exit(0 if o["up"] and o["in"] and o["up_from"] > int(sys.argv[2]) else 1)' "$id" "$epoch"; do
+        ((SECONDS < deadline)) || die "osd.$id did not come up in 60 s (see $DIR/log/osd.$id.log)"
+        live_pid "osd.$id" >/dev/null || sleep 0.5
+        sleep 0.3
+    done
+}
+
+wait_all_up() {
+    local n="$1" deadline=$((SECONDS + 90)) stat
+    until stat="$(cephc osd stat -f json 2>/dev/null)" && "$PY" -c '
+import json, sys
+s = json.loads(sys.argv[1]); n = int(sys.argv[2])
+sys.exit(0 if s["num_osds"] == n and s["num_up_osds"] == n and s["num_in_osds"] == n else 1)' "$stat" "$n"
+    do
+        ((SECONDS < deadline)) || die "OSDs not all up and in after 90 s: $stat"
+        sleep 0.5
+    done
+}
+
+# Creates a pool, writes and reads back an object, deletes the pool.
+smoke_test() {
+    local pool="ceph-dev-smoke" tmp deadline
+    tmp="$(mktemp -d)"
+    cephc osd pool create "$pool" 8 8 >/dev/null 2>&1
+    echo "hello from ceph-dev $$" >"$tmp/in"
+    deadline=$((SECONDS + 60))
+    until radosc -p "$pool" put smoke "$tmp/in" 2>/dev/null; do
+        ((SECONDS < deadline)) || die "smoke test: rados put failed for 60 s"
+        sleep 0.5
+    done
+    radosc -p "$pool" get smoke "$tmp/out"
+    cmp -s "$tmp/in" "$tmp/out" || die "smoke test: object read back differs"
+    rm -rf "$tmp"
+    cephc osd pool delete "$pool" "$pool" --yes-i-really-really-mean-it >/dev/null 2>&1
+}
+
+free_port() {
+    local p
+    for ((p = 13300; p < 13400; p++)); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+    done
+    die "no free port in 13300-13399 (set CEPH_DEV_MON_PORT)"
+}
+
+write_conf() {
+    local fsid="$1" port="$2" block="$3"
+    cat >"$CONF" <<EOF
+# Written by scripts/ceph-dev.sh: a throwaway test cluster.
+[global]
+fsid = $fsid
+mon host = [v2:127.0.0.1:$port]
+public addr = 127.0.0.1
+cluster addr = 127.0.0.1
+ms bind msgr1 = false
+ms bind msgr2 = true
+ms bind port min = ${CEPH_DEV_PORT_MIN:-6800}
+ms bind port max = ${CEPH_DEV_PORT_MAX:-7300}
+auth cluster required = none
+auth service required = none
+auth client required = none
+auth supported = none
+osd pool default size = 3
+osd pool default min size = 2
+osd pool default pg num = 8
+osd pool default pgp num = 8
+osd pool default pg autoscale mode = off
+osd crush chooseleaf type = 0
+mon allow pool delete = true
+mon osd reporter subtree level = osd
+mon warn on pool no redundancy = false
+mon warn on insecure global id reclaim = false
+mon warn on insecure global id reclaim allowed = false
+mon data avail warn = 2
+mon data avail crit = 1
+
+[mon]
+mon data = $DIR/mon.\$id
+mon cluster log file = $DIR/log/cluster.log
+log file = $DIR/log/\$name.log
+pid file = $RUN/\$name.pid
+admin socket = $RUN/\$name.asok
+run dir = $RUN
+crash dir = $DIR/crash
+
+[osd]
+osd data = $DIR/osd.\$id
+osd objectstore = bluestore
+bluestore block create = true
+bluestore block size = $block
+log file = $DIR/log/\$name.log
+pid file = $RUN/\$name.pid
+admin socket = $RUN/\$name.asok
+run dir = $RUN
+crash dir = $DIR/crash
+osd memory target = 939524096
+bluestore cache autotune = false
+bluestore cache size = 67108864
+bluestore rocksdb options = compression=kNoCompression,max_write_buffer_number=2,min_write_buffer_number_to_merge=1,recycle_log_file_num=2,write_buffer_size=33554432,writable_file_max_buffer_size=0,compaction_readahead_size=2097152,max_background_compactions=1,max_total_wal_size=134217728
+osd op num shards = 2
+osd op num threads per shard = 1
+osd scrub min interval = 31536000
+osd scrub max interval = 31536000
+osd deep scrub interval = 31536000
+EOF
+}
+
+cmd_start() {
+    ensure_packages
+    local nosd="${CEPH_DEV_OSDS:-3}" id name dead=()
+    if [ -f "$DIR/ready" ] && live_pid mon.a >/dev/null; then
+        for id in $(osd_ids); do live_pid "osd.$id" >/dev/null || dead+=("$id"); done
+        if ((${#dead[@]} == 0)); then
+            log "a cluster of $DIR is already running"
+            echo "$CONF"
+            return 0
+        fi
+        log "a cluster of $DIR is running; restarting osd.${dead[*]}"
+        for id in "${dead[@]}"; do rm -f "$RUN/osd.$id.pid"; start_osd "$id"; done
+        wait_all_up "$(osd_ids | wc -l)"
+        echo "$CONF"
+        return 0
+    fi
+    if [ -e "$CONF" ] || [ -d "$RUN" ] || compgen -G "$DIR/mon.*" >/dev/null ||
+        compgen -G "$DIR/osd.*" >/dev/null; then
+        log "stale cluster in $DIR: cleaning"
+        stop_daemons
+        rm -rf "$DIR"/mon.* "$DIR"/osd.* "$RUN" "$DIR/log" "$DIR/crash" "$DIR/monmap" "$CONF" \
+            "$DIR/ready"
+    fi
+    # A failed start leaves no daemon running (its logs stay in DIR/log).
+    trap '[ -f "$DIR/ready" ] || { echo "ceph-dev: start failed; stopping its daemons" >&2; stop_daemons >&2; }' EXIT
+    local t0=$SECONDS fsid port block
+    fsid="$(cat /proc/sys/kernel/random/uuid)"
+    port="${CEPH_DEV_MON_PORT:-$(free_port)}"
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+        die "port $port is in use (CEPH_DEV_MON_PORT)"
+    fi
+    block="$(numfmt --from=iec "${CEPH_DEV_BLOCK_SIZE:-4G}")"
+    mkdir -p "$DIR" "$RUN" "$DIR/log" "$DIR/crash"
+    write_conf "$fsid" "$port" "$block"
+
+    log "mon.a on 127.0.0.1:$port"
+    monmaptool --create --fsid "$fsid" --addv a "[v2:127.0.0.1:$port]" "$DIR/monmap" >/dev/null
+    mkdir -p "$DIR/mon.a"
+    ceph-mon -c "$CONF" -i a --mkfs --monmap "$DIR/monmap" >>"$DIR/log/mkfs.mon.a.log" 2>&1 ||
+        die "ceph-mon --mkfs failed (see $DIR/log/mkfs.mon.a.log)"
+    ceph-mon -c "$CONF" -i a 2>>"$DIR/log/mon.a.stderr" ||
+        die "ceph-mon failed to start (see $DIR/log/mon.a.log)"
+    local deadline=$((SECONDS + 30))
+    until cephc mon stat >/dev/null 2>&1; do
+        ((SECONDS < deadline)) || die "mon.a did not answer in 30 s (see $DIR/log/mon.a.log)"
+        sleep 0.3
+    done
+
+    # mkfs and start the OSDs in parallel (about 5 s each when run one after the other).
+    local ids=() pids=() uuid
+    for ((i = 0; i < nosd; i++)); do
+        uuid="$(cat /proc/sys/kernel/random/uuid)"
+        id="$(cephc osd new "$uuid")"
+        mkdir -p "$DIR/osd.$id"
+        (ceph-osd -c "$CONF" -i "$id" --mkfs --osd-uuid "$uuid" >>"$DIR/log/mkfs.osd.$id.log" 2>&1 &&
+            ceph-osd -c "$CONF" -i "$id" 2>>"$DIR/log/osd.$id.stderr") &
+        ids+=("$id"); pids+=($!)
+    done
+    for ((i = 0; i < nosd; i++)); do
+        wait "${pids[i]}" || die "osd.${ids[i]} failed to start (see $DIR/log/*osd.${ids[i]}*)"
+    done
+    log "osd.${ids[*]} started"
+    wait_all_up "$nosd"
+    smoke_test
+    touch "$DIR/ready"
+    log "cluster up in $((SECONDS - t0)) s; smoke test passed (its pool was deleted)"
+    echo "$CONF"
+}
+
+cmd_stop() {
+    local purge=0
+    case "${1:-}" in --purge) purge=1 ;; "") ;; *) usage ;; esac
+    stop_daemons
+    if ((purge)); then
+        # Guard against `purge ~`: remove only a DIR this script set up (or an empty one).
+        if [ -d "$DIR" ] && ! grep -qs '^# Written by scripts/ceph-dev.sh' "$CONF" &&
+            [ -n "$(ls -A "$DIR")" ]; then
+            die "$DIR has no ceph.conf written by this script: not removing it"
+        fi
+        rm -rf "$DIR"
+        log "removed $DIR"
+    fi
+}
+
+cmd_status() {
+    local name pid any=0
+    for name in $(daemons); do
+        if pid="$(live_pid "$name")"; then
+            echo "$name: running (pid $pid)"; any=1
+        else
+            echo "$name: dead (stale pid file)"
+        fi
+    done
+    ((any)) || { echo "no daemon of $DIR is running"; return 1; }
+    if live_pid mon.a >/dev/null; then cephc -s; fi
+}
+
+osd_arg() {
+    [[ "${1:-}" =~ ^[0-9]+$ ]] || usage
+    [ -d "$DIR/osd.$1" ] || die "no osd.$1 in $DIR"
+}
+
+case "$CMD" in
+start) cmd_start ;;
+stop) cmd_stop "$@" ;;
+purge) cmd_stop --purge ;;
+status) cmd_status ;;
+kill-osd)
+    osd_arg "${1:-}"
+    pid="$(live_pid "osd.$1")" || die "osd.$1 is not running"
+    kill -KILL "$pid"
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+    rm -f "$RUN/osd.$1.pid" "$RUN/osd.$1.asok"
+    log "killed osd.$1 (pid $pid)"
+    ;;
+start-osd)
+    osd_arg "${1:-}"
+    if live_pid "osd.$1" >/dev/null; then
+        log "osd.$1 is already running"
+    else
+        rm -f "$RUN/osd.$1.pid"
+        start_osd "$1"
+        log "osd.$1 is up"
+    fi
+    ;;
+*) usage ;;
+esac
