@@ -1,0 +1,832 @@
+//! [`KvCatalog`]: the catalog over an ordered, transactional key-value store (RocksDB on one
+//! node, the memory store in tests). Every commit is one optimistic transaction that also
+//! keeps the chunks' reference counts (the extents table), so a record and its references
+//! change together or not at all. Tables and key encoding: `lode_metadata::keys`; the layout is
+//! the one single-node data dirs have always had.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use lode_metadata::records::{self, AbortedUpload, ExtentRecord, Record};
+use lode_metadata::{MemMetadataStore, MetadataStore, Table, Transaction, keys};
+
+use crate::{
+    Aborted, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit, CompleteFn, Cond, ListPage,
+    ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, Result, Segment, SysFn, UploadPage,
+    UploadQuery, UploadRecord, UploadState,
+};
+
+/// How long an aborted upload is remembered for a retried abort.
+const ABORTED_MEMORY_MS: i64 = 24 * 3600 * 1000;
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The catalog over a [`MetadataStore`].
+pub struct KvCatalog {
+    meta: Arc<dyn MetadataStore>,
+    /// Commits into a bucket hold it shared; DeleteBucket holds it exclusive, so nothing is
+    /// committed into a bucket being deleted. (Commits read the bucket record untracked: a
+    /// tracked read would serialize every commit into a bucket, defeating group commit.)
+    bucket_gate: Arc<RwLock<()>>,
+}
+
+/// A catalog in memory (tests).
+pub fn mem_catalog() -> KvCatalog {
+    KvCatalog::new(Arc::new(MemMetadataStore::new()))
+}
+
+fn chunks(segments: &[Segment]) -> impl Iterator<Item = &ChunkLoc> {
+    segments.iter().filter_map(|s| match s {
+        Segment::Chunk(c) => Some(c),
+        Segment::Inline(_) => None,
+    })
+}
+
+fn get_rec<T: Record>(t: &mut dyn Transaction, table: Table, k: &[u8]) -> Result<Option<T>> {
+    Ok(t.get_for_update(table, k)?
+        .map(|v| records::decode(&v))
+        .transpose()?)
+}
+
+/// Adds one reference to each chunk of `segments` (`Refs::Fresh`: new chunks, refs = 1).
+fn add_refs(t: &mut dyn Transaction, segments: &[Segment], refs: Refs) -> Result<()> {
+    for c in chunks(segments) {
+        let k = keys::extent(c.dev, c.offset);
+        let rec = match refs {
+            Refs::Fresh => ExtentRecord {
+                len: c.alloc_len,
+                refs: 1,
+            },
+            Refs::Shared => {
+                let Some(mut r) = get_rec::<ExtentRecord>(t, Table::Extents, &k)? else {
+                    return Err(CatalogError::Corrupt(format!(
+                        "extent {:?} has no record",
+                        (c.dev, c.offset)
+                    )));
+                };
+                r.refs += 1;
+                r
+            }
+        };
+        t.put(Table::Extents, &k, &records::encode(&rec))?;
+    }
+    Ok(())
+}
+
+/// Drops one reference from each chunk of `segments`, collecting those that reach zero.
+fn drop_refs(
+    t: &mut dyn Transaction,
+    segments: &[Segment],
+    freed: &mut Vec<ChunkLoc>,
+) -> Result<()> {
+    for c in chunks(segments) {
+        let k = keys::extent(c.dev, c.offset);
+        let Some(mut r) = get_rec::<ExtentRecord>(t, Table::Extents, &k)? else {
+            tracing::error!(
+                dev = c.dev,
+                offset = c.offset,
+                "dropping a reference to an unrecorded extent"
+            );
+            continue;
+        };
+        r.refs = r.refs.saturating_sub(1);
+        if r.refs == 0 {
+            t.delete(Table::Extents, &k)?;
+            freed.push(*c);
+        } else {
+            t.put(Table::Extents, &k, &records::encode(&r))?;
+        }
+    }
+    Ok(())
+}
+
+fn part_number(pk: &[u8]) -> Result<u32> {
+    pk.len()
+        .checked_sub(4)
+        .and_then(|i| pk[i..].try_into().ok())
+        .map(u32::from_be_bytes)
+        .ok_or_else(|| CatalogError::Corrupt("bad part key".into()))
+}
+
+/// Removes an upload (read for update by the caller) and its parts in `t`.
+fn drop_upload(
+    m: &dyn MetadataStore,
+    t: &mut dyn Transaction,
+    uk: &[u8],
+    id: &str,
+    freed: &mut Vec<ChunkLoc>,
+) -> Result<()> {
+    let prefix = keys::part_prefix(id);
+    let end = keys::prefix_successor(&prefix);
+    for (pk, v) in m.scan(Table::Parts, &prefix, end.as_deref(), usize::MAX)? {
+        let p: PartRecord = records::decode(&v)?;
+        drop_refs(t, &p.segments, freed)?;
+        t.delete(Table::Parts, &pk)?;
+    }
+    t.delete(Table::Uploads, uk)?;
+    Ok(())
+}
+
+/// Forgets up to 32 of the oldest aborted-upload tombstones that are over a day old.
+fn prune_aborted(m: &dyn MetadataStore) -> Result<()> {
+    let end = keys::prefix_successor(keys::ABORTED_PREFIX);
+    let old = now_ms() - ABORTED_MEMORY_MS;
+    let stale: Vec<Vec<u8>> = m
+        .scan(Table::System, keys::ABORTED_PREFIX, end.as_deref(), 32)?
+        .into_iter()
+        .filter(|(_, v)| records::decode::<AbortedUpload>(v).is_ok_and(|a| a.aborted_ms < old))
+        .map(|(k, _)| k)
+        .collect();
+    if stale.is_empty() {
+        return Ok(());
+    }
+    let mut t = m.begin();
+    for k in &stale {
+        t.delete(Table::System, k)?;
+    }
+    Ok(t.commit()?)
+}
+
+fn has_bucket(m: &dyn MetadataStore, b: &str) -> Result<()> {
+    match m.get(Table::Buckets, b.as_bytes())? {
+        Some(_) => Ok(()),
+        None => Err(CatalogError::NoSuchBucket),
+    }
+}
+
+impl KvCatalog {
+    pub fn new(meta: Arc<dyn MetadataStore>) -> Self {
+        Self {
+            meta,
+            bucket_gate: Arc::new(RwLock::new(())),
+        }
+    }
+
+    /// The store underneath (for the single-node tools that read it whole: fsck, scrub).
+    pub fn store(&self) -> &Arc<dyn MetadataStore> {
+        &self.meta
+    }
+
+    /// Runs `f` on the blocking pool (RocksDB calls may block on IO and fsync).
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&dyn MetadataStore, &RwLock<()>) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let meta = Arc::clone(&self.meta);
+        let gate = Arc::clone(&self.bucket_gate);
+        tokio::task::spawn_blocking(move || f(&*meta, &gate))
+            .await
+            .map_err(|e| CatalogError::Backend(Box::new(e)))?
+    }
+
+    /// `f` in a transaction, retried on conflict (`Contended` after 64 losses).
+    fn transact<T>(
+        m: &dyn MetadataStore,
+        f: impl FnMut(&mut dyn Transaction) -> Result<T>,
+    ) -> Result<T> {
+        lode_metadata::transact(m, f)
+    }
+}
+
+#[async_trait::async_trait]
+impl Catalog for KvCatalog {
+    fn backend_name(&self) -> &'static str {
+        "kv"
+    }
+
+    async fn create_bucket(&self, name: &str, rec: BucketRecord) -> Result<()> {
+        let name = name.to_owned();
+        self.blocking(move |m, _| {
+            Self::transact(m, |t| {
+                if let Some(old) = get_rec::<BucketRecord>(t, Table::Buckets, name.as_bytes())? {
+                    return Err(CatalogError::BucketExists { owner: old.owner });
+                }
+                t.put(Table::Buckets, name.as_bytes(), &records::encode(&rec))?;
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    async fn bucket(&self, name: &str) -> Result<Option<BucketRecord>> {
+        let name = name.to_owned();
+        self.blocking(move |m, _| {
+            Ok(m.get(Table::Buckets, name.as_bytes())?
+                .map(|v| records::decode(&v))
+                .transpose()?)
+        })
+        .await
+    }
+
+    async fn list_buckets(&self) -> Result<Vec<(String, BucketRecord)>> {
+        self.blocking(|m, _| {
+            m.scan(Table::Buckets, b"", None, usize::MAX)?
+                .into_iter()
+                .map(|(k, v)| {
+                    Ok((
+                        String::from_utf8_lossy(&k).into_owned(),
+                        records::decode(&v)?,
+                    ))
+                })
+                .collect()
+        })
+        .await
+    }
+
+    async fn delete_bucket(&self, name: &str) -> Result<Vec<ChunkLoc>> {
+        let name = name.to_owned();
+        self.blocking(move |m, gate| {
+            let _exclusive = gate.write().expect("bucket gate");
+            let prefix = keys::bucket_prefix(&name);
+            let end = keys::prefix_successor(&prefix);
+            Self::transact(m, |t| {
+                if t.get_for_update(Table::Buckets, name.as_bytes())?.is_none() {
+                    return Err(CatalogError::NoSuchBucket);
+                }
+                if !m
+                    .scan(Table::Objects, &prefix, end.as_deref(), 1)?
+                    .is_empty()
+                {
+                    return Err(CatalogError::BucketNotEmpty);
+                }
+                let mut freed = vec![];
+                for (uk, _) in m.scan(Table::Uploads, &prefix, end.as_deref(), usize::MAX)? {
+                    let Some((_, id)) = keys::split_upload(&uk[prefix.len()..]) else {
+                        continue;
+                    };
+                    let id = String::from_utf8_lossy(id).into_owned();
+                    // Read for update: a part committing into this upload now conflicts.
+                    if t.get_for_update(Table::Uploads, &uk)?.is_some() {
+                        drop_upload(m, t, &uk, &id, &mut freed)?;
+                    }
+                }
+                t.delete(Table::Buckets, name.as_bytes())?;
+                Ok(freed)
+            })
+        })
+        .await
+    }
+
+    async fn get(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
+        let (b, k) = (bucket.to_owned(), key.to_owned());
+        self.blocking(
+            move |m, _| match m.get(Table::Objects, &keys::object(&b, &k))? {
+                Some(v) => Ok(Some(records::decode(&v)?)),
+                None => has_bucket(m, &b).map(|()| None),
+            },
+        )
+        .await
+    }
+
+    fn get_cached(&self, bucket: &str, key: &str) -> Option<Result<Option<ObjectRecord>>> {
+        let okey = keys::object(bucket, key);
+        match self.meta.get_cached(Table::Objects, &okey) {
+            Err(e) => Some(Err(e.into())),
+            Ok(None) => None,
+            Ok(Some(Some(v))) => Some(records::decode(&v).map(Some).map_err(Into::into)),
+            Ok(Some(None)) => match self.meta.get_cached(Table::Buckets, bucket.as_bytes()) {
+                Err(e) => Some(Err(e.into())),
+                Ok(Some(None)) => Some(Err(CatalogError::NoSuchBucket)),
+                Ok(Some(Some(_))) => Some(Ok(None)),
+                Ok(None) => None,
+            },
+        }
+    }
+
+    async fn put(
+        &self,
+        bucket: &str,
+        key: &str,
+        rec: ObjectRecord,
+        cond: &Cond,
+        refs: Refs,
+    ) -> Result<Commit> {
+        let (b, k, cond) = (bucket.to_owned(), key.to_owned(), cond.clone());
+        self.blocking(move |m, gate| {
+            let _shared = gate.read().expect("bucket gate");
+            let okey = keys::object(&b, &k);
+            let value = records::encode(&rec);
+            Self::transact(m, |t| {
+                has_bucket(m, &b)?;
+                let old: Option<ObjectRecord> = get_rec(t, Table::Objects, &okey)?;
+                cond.check(old.as_ref())?;
+                add_refs(t, &rec.segments, refs)?;
+                let mut released = vec![];
+                if let Some(old) = &old {
+                    drop_refs(t, &old.segments, &mut released)?;
+                }
+                t.put(Table::Objects, &okey, &value)?;
+                Ok(Commit {
+                    previous: old,
+                    released,
+                })
+            })
+        })
+        .await
+    }
+
+    async fn delete(&self, bucket: &str, key: &str) -> Result<Commit> {
+        let (b, k) = (bucket.to_owned(), key.to_owned());
+        self.blocking(move |m, _| {
+            let okey = keys::object(&b, &k);
+            Self::transact(m, |t| {
+                has_bucket(m, &b)?;
+                let mut released = vec![];
+                let old = get_rec::<ObjectRecord>(t, Table::Objects, &okey)?;
+                if let Some(old) = &old {
+                    drop_refs(t, &old.segments, &mut released)?;
+                    t.delete(Table::Objects, &okey)?;
+                }
+                Ok(Commit {
+                    previous: old,
+                    released,
+                })
+            })
+        })
+        .await
+    }
+
+    async fn copy(
+        &self,
+        src: (&str, &str),
+        dst: (&str, &str),
+        make: RecordFn,
+    ) -> Result<(ObjectRecord, Commit)> {
+        let (sb, sk, db, dk) = (
+            src.0.to_owned(),
+            src.1.to_owned(),
+            dst.0.to_owned(),
+            dst.1.to_owned(),
+        );
+        self.blocking(move |m, gate| {
+            let _shared = gate.read().expect("bucket gate");
+            let (skey, dkey) = (keys::object(&sb, &sk), keys::object(&db, &dk));
+            Self::transact(m, |t| {
+                has_bucket(m, &db)?;
+                let Some(src) = get_rec::<ObjectRecord>(t, Table::Objects, &skey)? else {
+                    has_bucket(m, &sb)?;
+                    return Err(CatalogError::NoSuchKey);
+                };
+                let rec = make(&src)?;
+                add_refs(t, &rec.segments, Refs::Shared)?;
+                let mut released = vec![];
+                let old = get_rec::<ObjectRecord>(t, Table::Objects, &dkey)?;
+                if let Some(old) = &old {
+                    drop_refs(t, &old.segments, &mut released)?;
+                }
+                t.put(Table::Objects, &dkey, &records::encode(&rec))?;
+                Ok((
+                    rec,
+                    Commit {
+                        previous: old,
+                        released,
+                    },
+                ))
+            })
+        })
+        .await
+    }
+
+    async fn update(&self, bucket: &str, key: &str, f: RecordFn) -> Result<ObjectRecord> {
+        let (b, k) = (bucket.to_owned(), key.to_owned());
+        self.blocking(move |m, _| {
+            let okey = keys::object(&b, &k);
+            Self::transact(m, |t| {
+                let Some(rec) = get_rec::<ObjectRecord>(t, Table::Objects, &okey)? else {
+                    return Err(CatalogError::NoSuchKey);
+                };
+                let new = f(&rec)?;
+                if chunks(&new.segments).ne(chunks(&rec.segments)) {
+                    return Err(CatalogError::Corrupt(
+                        "update may not change an object's chunks".into(),
+                    ));
+                }
+                t.put(Table::Objects, &okey, &records::encode(&new))?;
+                Ok(new)
+            })
+        })
+        .await
+    }
+
+    async fn list(&self, bucket: &str, q: &ListQuery<'_>) -> Result<ListPage> {
+        let b = bucket.to_owned();
+        let (prefix, delimiter, after, max) = (
+            q.prefix.to_owned(),
+            q.delimiter.map(str::to_owned),
+            q.after.map(str::to_owned),
+            q.max,
+        );
+        self.blocking(move |m, _| {
+            has_bucket(m, &b)?;
+            if max == 0 {
+                return Ok(ListPage::default());
+            }
+            let q = ListQuery {
+                prefix: &prefix,
+                delimiter: delimiter.as_deref(),
+                after: after.as_deref(),
+                max,
+            };
+            Ok(lode_metadata::list::list_objects(m, &b, &q)?)
+        })
+        .await
+    }
+
+    async fn rename(&self, bucket: &str, from: &str, to: &str, no_replace: bool) -> Result<Commit> {
+        let (b, f, to) = (bucket.to_owned(), from.to_owned(), to.to_owned());
+        self.blocking(move |m, gate| {
+            let _shared = gate.read().expect("bucket gate");
+            let (fk, tk) = (keys::object(&b, &f), keys::object(&b, &to));
+            Self::transact(m, |t| {
+                let Some(rec) = get_rec::<ObjectRecord>(t, Table::Objects, &fk)? else {
+                    return Err(CatalogError::NoSuchKey);
+                };
+                let mut released = vec![];
+                let old = get_rec::<ObjectRecord>(t, Table::Objects, &tk)?;
+                if let Some(old) = &old {
+                    if no_replace {
+                        return Err(CatalogError::PreconditionFailed);
+                    }
+                    drop_refs(t, &old.segments, &mut released)?;
+                }
+                t.put(Table::Objects, &tk, &records::encode(&rec))?;
+                t.delete(Table::Objects, &fk)?;
+                Ok(Commit {
+                    previous: old,
+                    released,
+                })
+            })
+        })
+        .await
+    }
+
+    async fn rename_prefix(
+        &self,
+        bucket: &str,
+        from: &str,
+        to: &str,
+        max_key_len: usize,
+    ) -> Result<(usize, Vec<ChunkLoc>)> {
+        let (b, f, to) = (bucket.to_owned(), from.to_owned(), to.to_owned());
+        self.blocking(move |m, gate| {
+            let _shared = gate.read().expect("bucket gate");
+            let base = keys::bucket_prefix(&b).len();
+            let range = |p: &str| {
+                let s = keys::object(&b, p);
+                let e = keys::prefix_successor(&s);
+                (s, e)
+            };
+            let (ts, te) = range(&to);
+            let (fs, fe) = range(&f);
+            Self::transact(m, |t| {
+                let mut released = vec![];
+                for (k, _) in m.scan(Table::Objects, &ts, te.as_deref(), 2)? {
+                    if k[base..] != *to.as_bytes() {
+                        return Err(CatalogError::DirectoryNotEmpty);
+                    }
+                    if let Some(old) = get_rec::<ObjectRecord>(t, Table::Objects, &k)? {
+                        drop_refs(t, &old.segments, &mut released)?;
+                        t.delete(Table::Objects, &k)?;
+                    }
+                }
+                let moved = m.scan(Table::Objects, &fs, fe.as_deref(), usize::MAX)?;
+                if moved.is_empty() {
+                    return Err(CatalogError::NoSuchKey);
+                }
+                for (k, _) in &moved {
+                    let suffix = &k[fs.len()..];
+                    if to.len() + suffix.len() > max_key_len {
+                        return Err(CatalogError::Refused("Your key is too long".into()));
+                    }
+                    // Tracked read: a concurrent write to this key aborts the rename.
+                    let Some(v) = t.get_for_update(Table::Objects, k)? else {
+                        continue;
+                    };
+                    let mut nk = ts.clone();
+                    nk.extend_from_slice(suffix);
+                    t.put(Table::Objects, &nk, &v)?;
+                    t.delete(Table::Objects, k)?;
+                }
+                Ok((moved.len(), released))
+            })
+        })
+        .await
+    }
+
+    async fn remove_dir(&self, bucket: &str, prefix: &str) -> Result<Vec<ChunkLoc>> {
+        let (b, p) = (bucket.to_owned(), prefix.to_owned());
+        self.blocking(move |m, _| {
+            let s = keys::object(&b, &p);
+            let e = keys::prefix_successor(&s);
+            Self::transact(m, |t| {
+                let under = m.scan(Table::Objects, &s, e.as_deref(), 2)?;
+                if under.is_empty() {
+                    return Err(CatalogError::NoSuchKey);
+                }
+                if under.iter().any(|(k, _)| *k != s) {
+                    return Err(CatalogError::DirectoryNotEmpty);
+                }
+                let mut released = vec![];
+                if let Some(old) = get_rec::<ObjectRecord>(t, Table::Objects, &s)? {
+                    drop_refs(t, &old.segments, &mut released)?;
+                    t.delete(Table::Objects, &s)?;
+                }
+                Ok(released)
+            })
+        })
+        .await
+    }
+
+    async fn create_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: &str,
+        rec: UploadRecord,
+    ) -> Result<()> {
+        let (b, k, i) = (bucket.to_owned(), key.to_owned(), id.to_owned());
+        self.blocking(move |m, gate| {
+            let _shared = gate.read().expect("bucket gate");
+            Self::transact(m, |t| {
+                has_bucket(m, &b)?;
+                t.put(
+                    Table::Uploads,
+                    &keys::upload(&b, &k, &i),
+                    &records::encode(&rec),
+                )?;
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    async fn upload(&self, bucket: &str, key: &str, id: &str) -> Result<UploadRecord> {
+        let uk = keys::upload(bucket, key, id);
+        let b = bucket.to_owned();
+        self.blocking(move |m, _| match m.get(Table::Uploads, &uk)? {
+            Some(v) => Ok(records::decode(&v)?),
+            None => has_bucket(m, &b).and(Err(CatalogError::NoSuchUpload)),
+        })
+        .await
+    }
+
+    async fn put_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: &str,
+        n: u32,
+        part: PartRecord,
+    ) -> Result<Vec<ChunkLoc>> {
+        let uk = keys::upload(bucket, key, id);
+        let pk = keys::part(id, n);
+        self.blocking(move |m, _| {
+            let value = records::encode(&part);
+            Self::transact(m, |t| {
+                let Some(up) = t.get_for_update(Table::Uploads, &uk)? else {
+                    return Err(CatalogError::NoSuchUpload);
+                };
+                // Rewrite the upload record: Complete and Abort read it for update, so a part
+                // committed after their scan of the parts makes them retry and see it
+                // (otherwise the part would be orphaned, its chunks leaked).
+                t.put(Table::Uploads, &uk, &up)?;
+                add_refs(t, &part.segments, Refs::Fresh)?;
+                let mut released = vec![];
+                if let Some(old) = get_rec::<PartRecord>(t, Table::Parts, &pk)? {
+                    drop_refs(t, &old.segments, &mut released)?;
+                }
+                t.put(Table::Parts, &pk, &value)?;
+                Ok(released)
+            })
+        })
+        .await
+    }
+
+    async fn list_parts(
+        &self,
+        _bucket: &str,
+        _key: &str,
+        id: &str,
+        after: u32,
+        max: usize,
+    ) -> Result<(Vec<(u32, PartRecord)>, bool)> {
+        let start = keys::part(id, after.saturating_add(1));
+        let end = keys::prefix_successor(&keys::part_prefix(id));
+        let rows = self
+            .blocking(move |m, _| {
+                Ok(m.scan(Table::Parts, &start, end.as_deref(), max.saturating_add(1))?)
+            })
+            .await?;
+        let truncated = rows.len() > max;
+        let parts = rows
+            .into_iter()
+            .take(max)
+            .map(|(k, v)| Ok((part_number(&k)?, records::decode(&v)?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok((parts, truncated))
+    }
+
+    async fn list_uploads(&self, bucket: &str, q: &UploadQuery) -> Result<UploadPage> {
+        let b = bucket.to_owned();
+        let q = q.clone();
+        self.blocking(move |m, _| {
+            has_bucket(m, &b)?;
+            let prefix = q.prefix;
+            let base = keys::bucket_prefix(&b);
+            let mut full = base.clone();
+            full.extend_from_slice(prefix.as_bytes());
+            let mut c = m.cursor(Table::Uploads)?;
+            let start = match &q.key_marker {
+                Some(km) if km.as_str() >= prefix.as_str() => keys::object(&b, km),
+                _ => full.clone(),
+            };
+            c.seek(&start);
+            let mut page = UploadPage::default();
+            let delim = q.delimiter.filter(|d| !d.is_empty());
+            while let Some((k, v)) = c.current() {
+                if !k.starts_with(&full) {
+                    break;
+                }
+                let Some((key, id)) = keys::split_upload(&k[base.len()..]) else {
+                    c.next();
+                    continue;
+                };
+                let key = String::from_utf8_lossy(key).into_owned();
+                let id = String::from_utf8_lossy(id).into_owned();
+                let cp = delim.as_deref().and_then(|d| {
+                    key[prefix.len()..]
+                        .find(d)
+                        .map(|i| key[..prefix.len() + i + d.len()].to_owned())
+                });
+                if let Some(cp) = cp {
+                    if q.key_marker.as_deref().is_none_or(|km| cp.as_str() > km) {
+                        if page.uploads.len() + page.prefixes.len() >= q.max {
+                            page.truncated = true;
+                            break;
+                        }
+                        page.prefixes.push(cp.clone());
+                        page.last = Some((cp.clone(), String::new()));
+                    }
+                    match keys::prefix_successor(cp.as_bytes()) {
+                        Some(next) => {
+                            let mut k = base.clone();
+                            k.extend_from_slice(&next);
+                            c.seek(&k);
+                            continue;
+                        }
+                        None => break,
+                    }
+                }
+                let skip = match (&q.key_marker, &q.id_marker) {
+                    (Some(km), Some(im)) => key < *km || (key == *km && id <= *im),
+                    (Some(km), None) => key <= *km,
+                    _ => false,
+                };
+                if !skip {
+                    if page.uploads.len() + page.prefixes.len() >= q.max {
+                        page.truncated = true;
+                        break;
+                    }
+                    page.last = Some((key.clone(), id.clone()));
+                    page.uploads.push((key, id, records::decode(v)?));
+                }
+                c.next();
+            }
+            c.status()?;
+            Ok(page)
+        })
+        .await
+    }
+
+    async fn abort(&self, bucket: &str, key: &str, id: &str) -> Result<Aborted> {
+        let uk = keys::upload(bucket, key, id);
+        let tomb_key = keys::aborted(id);
+        let (b, k, id) = (bucket.to_owned(), key.to_owned(), id.to_owned());
+        self.blocking(move |m, _| {
+            let tomb = records::encode(&AbortedUpload {
+                bucket: b.clone(),
+                key: k.clone(),
+                aborted_ms: now_ms(),
+            });
+            let out = Self::transact(m, |t| {
+                if t.get_for_update(Table::Uploads, &uk)?.is_none() {
+                    has_bucket(m, &b)?;
+                    return match get_rec::<AbortedUpload>(t, Table::System, &tomb_key)? {
+                        Some(a) if a.bucket == b && a.key == k => Ok(Aborted::Before),
+                        _ => Err(CatalogError::NoSuchUpload),
+                    };
+                }
+                let mut freed = vec![];
+                drop_upload(m, t, &uk, &id, &mut freed)?;
+                t.put(Table::System, &tomb_key, &tomb)?;
+                Ok(Aborted::Now(freed))
+            })?;
+            if matches!(out, Aborted::Now(_))
+                && let Err(e) = prune_aborted(m)
+            {
+                tracing::warn!(error = %e, "pruning aborted-upload tombstones failed");
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn complete(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: &str,
+        cond: &Cond,
+        f: CompleteFn,
+    ) -> Result<(ObjectRecord, Commit)> {
+        let (b, k, id, cond) = (
+            bucket.to_owned(),
+            key.to_owned(),
+            id.to_owned(),
+            cond.clone(),
+        );
+        self.blocking(move |m, gate| {
+            let _shared = gate.read().expect("bucket gate");
+            let uk = keys::upload(&b, &k, &id);
+            let okey = keys::object(&b, &k);
+            let prefix = keys::part_prefix(&id);
+            let end = keys::prefix_successor(&prefix);
+            Self::transact(m, |t| {
+                has_bucket(m, &b)?;
+                let Some(up) = get_rec::<UploadRecord>(t, Table::Uploads, &uk)? else {
+                    return Err(CatalogError::NoSuchUpload);
+                };
+                let mut parts: BTreeMap<u32, PartRecord> = BTreeMap::new();
+                for (pk, _) in m.scan(Table::Parts, &prefix, end.as_deref(), usize::MAX)? {
+                    // Read for update: a concurrent re-upload of the part conflicts.
+                    if let Some(p) = get_rec::<PartRecord>(t, Table::Parts, &pk)? {
+                        parts.insert(part_number(&pk)?, p);
+                    }
+                }
+                let old: Option<ObjectRecord> = get_rec(t, Table::Objects, &okey)?;
+                cond.check(old.as_ref())?;
+                let done = f(UploadState {
+                    upload: &up,
+                    parts: &parts,
+                    current: old.as_ref(),
+                })?;
+                // The used parts' references move to the object; the others are released.
+                let mut released = vec![];
+                for (n, p) in &parts {
+                    if !done.used_parts.contains(n) {
+                        drop_refs(t, &p.segments, &mut released)?;
+                    }
+                    t.delete(Table::Parts, &keys::part(&id, *n))?;
+                }
+                if let Some(old) = &old {
+                    drop_refs(t, &old.segments, &mut released)?;
+                }
+                t.delete(Table::Uploads, &uk)?;
+                t.put(Table::Objects, &okey, &records::encode(&done.record))?;
+                Ok((
+                    done.record,
+                    Commit {
+                        previous: old,
+                        released,
+                    },
+                ))
+            })
+        })
+        .await
+    }
+
+    async fn sys_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let k = key.to_vec();
+        self.blocking(move |m, _| Ok(m.get(Table::System, &k)?))
+            .await
+    }
+
+    async fn sys_scan(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let p = prefix.to_vec();
+        self.blocking(move |m, _| {
+            let end = keys::prefix_successor(&p);
+            Ok(m.scan(Table::System, &p, end.as_deref(), usize::MAX)?)
+        })
+        .await
+    }
+
+    async fn sys_update(&self, key: &[u8], f: SysFn) -> Result<()> {
+        let k = key.to_vec();
+        self.blocking(move |m, _| {
+            Self::transact(m, |t| {
+                let cur = t.get_for_update(Table::System, &k)?;
+                match f(cur.as_deref())? {
+                    Some(v) => t.put(Table::System, &k, &v)?,
+                    None => t.delete(Table::System, &k)?,
+                }
+                Ok(())
+            })
+        })
+        .await
+    }
+}

@@ -1,0 +1,332 @@
+//! `lode-catalog`: the catalog boundary of Lode's object service, the part of the metadata
+//! that S3 and POSIX operations commit to: buckets, objects, multipart uploads and their parts,
+//! and a small system key space (users, grants).
+//!
+//! The boundary is shaped for a backend that is atomic per **partition of the key space**,
+//! not per multi-key transaction (Ceph RADOS is atomic per object): every commit changes **one
+//! key and what hangs off it** (its record, its multipart uploads and their parts, the chunks it
+//! releases) under the conditions S3 needs (if-absent, if-ETag-matches). A backend that keeps a
+//! key, its uploads and its parts in one partition object implements each commit as one guarded
+//! write op on that object. Bucket operations touch the bucket's own record (delete takes the
+//! bucket's uploads with it); POSIX directory renames are the one multi-key operation and say
+//! so on their method.
+//!
+//! Chunk reference counts are part of a commit: a record names its chunks ([`ChunkLoc`]),
+//! [`Refs`] says whether the chunks are new or shared, and every commit returns the chunks
+//! whose last reference went ([`Commit::released`]); the caller hands those to its blob store,
+//! which frees them once in-flight readers are done.
+//!
+//! Backends: [`KvCatalog`] over any [`lode_metadata::MetadataStore`] (RocksDB on one node;
+//! its memory store for tests, [`mem_catalog`]), and [`FaultyCatalog`], a fault-injecting
+//! wrapper. [`conformance`] is the suite every backend passes. This crate never depends on
+//! the gateway, a datapath or a concrete store.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub use lode_metadata::list::{ListPage, ListQuery};
+pub use lode_metadata::records::{
+    BucketRecord, Checksums, ChunkLoc, ObjectMeta, ObjectRecord, PartRecord, PartSummary, Segment,
+    UploadRecord,
+};
+
+pub mod conformance;
+mod faulty;
+mod kv;
+
+pub use faulty::{Fault, FaultyCatalog};
+pub use kv::{KvCatalog, mem_catalog};
+
+/// Errors of the catalog. Variants exist where callers branch on them.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CatalogError {
+    #[error("no such bucket")]
+    NoSuchBucket,
+    #[error("no such key")]
+    NoSuchKey,
+    #[error("no such upload")]
+    NoSuchUpload,
+    /// The bucket exists; `owner` created it.
+    #[error("bucket exists (owner {owner:?})")]
+    BucketExists { owner: String },
+    #[error("bucket not empty")]
+    BucketNotEmpty,
+    /// A write condition did not hold.
+    #[error("precondition failed")]
+    PreconditionFailed,
+    /// A directory rename or removal found other keys under the target.
+    #[error("directory not empty")]
+    DirectoryNotEmpty,
+    /// The commit kept losing races with concurrent commits of the same key; retry later.
+    #[error("too many concurrent updates of the same key")]
+    Contended,
+    /// The backend could not answer in time (a cluster with an inactive partition); the
+    /// operation may or may not have been applied, and retrying it is safe.
+    #[error("catalog unavailable: {0}")]
+    Unavailable(String),
+    /// The caller's own check (a closure given to the commit) refused: its error, passed back.
+    #[error(transparent)]
+    Refused(Box<dyn std::error::Error + Send + Sync>),
+    #[error("corrupt catalog record: {0}")]
+    Corrupt(String),
+    #[error("catalog backend error: {0}")]
+    Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+pub type Result<T> = std::result::Result<T, CatalogError>;
+
+impl From<lode_metadata::MetaError> for CatalogError {
+    fn from(e: lode_metadata::MetaError) -> Self {
+        use lode_metadata::MetaError as M;
+        match e {
+            M::Conflict => CatalogError::Contended,
+            M::Corrupt(s) => CatalogError::Corrupt(s),
+            M::UnknownFormat(v) => CatalogError::Corrupt(format!("unknown record format {v}")),
+            e => CatalogError::Backend(Box::new(e)),
+        }
+    }
+}
+
+/// Preconditions of a write: `If-Match` / `If-None-Match` of PutObject and Complete.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Cond {
+    /// An ETag (quotes allowed), or `*`: the key must exist (else `NoSuchKey`) and match.
+    pub if_match: Option<String>,
+    /// `If-None-Match: *`: the key must not exist.
+    pub if_none_match_any: bool,
+    /// `If-None-Match: "etag"`: the current object must not have this ETag.
+    pub if_none_match: Option<String>,
+}
+
+impl Cond {
+    /// Only if nothing is stored at the key.
+    pub fn absent() -> Self {
+        Cond {
+            if_none_match_any: true,
+            ..Default::default()
+        }
+    }
+
+    /// Checks the condition against the current record.
+    pub fn check(&self, current: Option<&ObjectRecord>) -> Result<()> {
+        if self.if_none_match_any && current.is_some() {
+            return Err(CatalogError::PreconditionFailed);
+        }
+        if let (Some(not), Some(o)) = (&self.if_none_match, current)
+            && not.trim_matches('"') == o.etag
+        {
+            return Err(CatalogError::PreconditionFailed);
+        }
+        if let Some(want) = &self.if_match {
+            match current {
+                None => return Err(CatalogError::NoSuchKey),
+                Some(o) if want != "*" && want.trim_matches('"') != o.etag => {
+                    return Err(CatalogError::PreconditionFailed);
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How a committed record's chunks are counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refs {
+    /// The chunks were just written for this record: each starts with one reference.
+    Fresh,
+    /// The chunks already belong to other records (a copy): each gains one reference.
+    Shared,
+}
+
+/// What a commit did.
+#[derive(Debug, Default)]
+pub struct Commit {
+    /// The record the commit replaced or removed.
+    pub previous: Option<ObjectRecord>,
+    /// Chunks whose last reference went with this commit.
+    pub released: Vec<ChunkLoc>,
+}
+
+/// A multipart upload as a Complete sees it, inside the commit.
+pub struct UploadState<'a> {
+    pub upload: &'a UploadRecord,
+    pub parts: &'a BTreeMap<u32, PartRecord>,
+    pub current: Option<&'a ObjectRecord>,
+}
+
+/// What a Complete commits: the object and which of the upload's parts it is made of (the
+/// chunks of those parts move to the object; the other parts are released).
+pub struct Completion {
+    pub record: ObjectRecord,
+    pub used_parts: Vec<u32>,
+}
+
+/// The outcome of an abort.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Aborted {
+    /// The upload and its parts were removed.
+    Now(Vec<ChunkLoc>),
+    /// It had been aborted already (recently): a retry.
+    Before,
+}
+
+/// One page of ListMultipartUploads.
+#[derive(Debug, Default)]
+pub struct UploadPage {
+    /// (key, upload id, record), in key then id order.
+    pub uploads: Vec<(String, String, UploadRecord)>,
+    pub prefixes: Vec<String>,
+    pub truncated: bool,
+    /// (key marker, upload id marker) to continue after.
+    pub last: Option<(String, String)>,
+}
+
+/// What ListMultipartUploads asks.
+#[derive(Debug, Default, Clone)]
+pub struct UploadQuery {
+    pub prefix: String,
+    pub delimiter: Option<String>,
+    pub key_marker: Option<String>,
+    pub id_marker: Option<String>,
+    pub max: usize,
+}
+
+/// A check or transformation the caller runs inside a commit, on the current record (it may
+/// run more than once: a commit that loses a race runs again).
+pub type RecordFn = Arc<dyn Fn(&ObjectRecord) -> Result<ObjectRecord> + Send + Sync>;
+/// What a Complete runs inside its commit.
+pub type CompleteFn = Arc<dyn Fn(UploadState<'_>) -> Result<Completion> + Send + Sync>;
+/// A read-modify-write of one system key (`None` in or out: absent).
+pub type SysFn = Arc<dyn Fn(Option<&[u8]>) -> Result<Option<Vec<u8>>> + Send + Sync>;
+
+/// The catalog boundary. Every method is one commit or one consistent read.
+#[async_trait::async_trait]
+pub trait Catalog: Send + Sync + 'static {
+    /// The backend's name, for logs and the banner.
+    fn backend_name(&self) -> &'static str;
+
+    // ------------------------------------------------------------------ buckets
+
+    /// Creates a bucket; `BucketExists` (with its owner) if the name is taken.
+    async fn create_bucket(&self, name: &str, rec: BucketRecord) -> Result<()>;
+    async fn bucket(&self, name: &str) -> Result<Option<BucketRecord>>;
+    async fn list_buckets(&self) -> Result<Vec<(String, BucketRecord)>>;
+    /// Deletes a bucket that holds no object (`BucketNotEmpty` otherwise); its multipart
+    /// uploads and their parts go with it.
+    async fn delete_bucket(&self, name: &str) -> Result<Vec<ChunkLoc>>;
+
+    // ------------------------------------------------------------------ objects
+
+    /// The record at `bucket/key`: `Ok(None)` if the key is absent, `NoSuchBucket` if the bucket
+    /// is.
+    async fn get(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>>;
+
+    /// Like [`Catalog::get`] when the answer is at hand without IO; `None` otherwise (the
+    /// caller then awaits `get`). Default: never at hand.
+    fn get_cached(&self, bucket: &str, key: &str) -> Option<Result<Option<ObjectRecord>>> {
+        let _ = (bucket, key);
+        None
+    }
+
+    /// Commits `rec` at `bucket/key` if `cond` holds, releasing what it replaces.
+    async fn put(
+        &self,
+        bucket: &str,
+        key: &str,
+        rec: ObjectRecord,
+        cond: &Cond,
+        refs: Refs,
+    ) -> Result<Commit>;
+
+    /// Removes `bucket/key` (absent: nothing happens, `previous` is `None`).
+    async fn delete(&self, bucket: &str, key: &str) -> Result<Commit>;
+
+    /// Copies `src` to `dst`: `make` builds the new record from the source's (and may refuse);
+    /// the chunks become shared. Returns the new record and what it replaced.
+    async fn copy(
+        &self,
+        src: (&str, &str),
+        dst: (&str, &str),
+        make: RecordFn,
+    ) -> Result<(ObjectRecord, Commit)>;
+
+    /// Rewrites a record in place (`f` returns the new one; same chunks).
+    async fn update(&self, bucket: &str, key: &str, f: RecordFn) -> Result<ObjectRecord>;
+
+    /// One page of a bucket's keys in S3 order, O(page).
+    async fn list(&self, bucket: &str, q: &ListQuery<'_>) -> Result<ListPage>;
+
+    /// Moves `from` to `to` within a bucket (the POSIX door's rename); `no_replace`: refuse if
+    /// `to` exists. A backend atomic per partition makes this atomic when both keys share one.
+    async fn rename(&self, bucket: &str, from: &str, to: &str, no_replace: bool) -> Result<Commit>;
+
+    /// Moves every key under the prefix `from` to the same key under `to` (a directory
+    /// rename). `to` may hold nothing but its own marker. Returns how many keys moved.
+    async fn rename_prefix(
+        &self,
+        bucket: &str,
+        from: &str,
+        to: &str,
+        max_key_len: usize,
+    ) -> Result<(usize, Vec<ChunkLoc>)>;
+
+    /// Removes the marker `prefix` of an empty directory: `DirectoryNotEmpty` if another key
+    /// lies under it, `NoSuchKey` if nothing does.
+    async fn remove_dir(&self, bucket: &str, prefix: &str) -> Result<Vec<ChunkLoc>>;
+
+    // ------------------------------------------------------------------ multipart
+
+    async fn create_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: &str,
+        rec: UploadRecord,
+    ) -> Result<()>;
+    /// The upload: `NoSuchBucket` / `NoSuchUpload` when absent.
+    async fn upload(&self, bucket: &str, key: &str, id: &str) -> Result<UploadRecord>;
+    /// Commits part `n` of an upload (its chunks are fresh), releasing the part it replaces.
+    async fn put_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: &str,
+        n: u32,
+        part: PartRecord,
+    ) -> Result<Vec<ChunkLoc>>;
+    /// Parts numbered above `after`, at most `max`, and whether more follow.
+    async fn list_parts(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: &str,
+        after: u32,
+        max: usize,
+    ) -> Result<(Vec<(u32, PartRecord)>, bool)>;
+    async fn list_uploads(&self, bucket: &str, q: &UploadQuery) -> Result<UploadPage>;
+    /// Removes an upload and its parts. A retried abort (within a day) is `Aborted::Before`;
+    /// an unknown or completed upload is `NoSuchUpload`.
+    async fn abort(&self, bucket: &str, key: &str, id: &str) -> Result<Aborted>;
+    /// Completes an upload in one commit: `f` sees the upload, its parts and the current
+    /// record, and returns the object (or refuses). The upload and every part go; the used
+    /// parts' chunks move to the object; the rest, and what the object replaces, are released.
+    async fn complete(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: &str,
+        cond: &Cond,
+        f: CompleteFn,
+    ) -> Result<(ObjectRecord, Commit)>;
+
+    // ------------------------------------------------------------------ system key space
+
+    async fn sys_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// Entries whose key starts with `prefix`, in key order.
+    async fn sys_scan(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
+    /// Atomically replaces the value at `key` with `f(current)` (`None`: delete). `f` may
+    /// refuse.
+    async fn sys_update(&self, key: &[u8], f: SysFn) -> Result<()>;
+}
