@@ -501,7 +501,7 @@ impl Catalog for KvCatalog {
                 for (k, _) in &moved {
                     let suffix = &k[fs.len()..];
                     if to.len() + suffix.len() > max_key_len {
-                        return Err(CatalogError::Refused("Your key is too long".into()));
+                        return Err(CatalogError::KeyTooLong);
                     }
                     // Tracked read: a concurrent write to this key aborts the rename.
                     let Some(v) = t.get_for_update(Table::Objects, k)? else {

@@ -58,6 +58,9 @@ pub enum CatalogError {
     /// A directory rename or removal found other keys under the target.
     #[error("directory not empty")]
     DirectoryNotEmpty,
+    /// A rename would make a key longer than allowed.
+    #[error("key too long")]
+    KeyTooLong,
     /// The commit kept losing races with concurrent commits of the same key; retry later.
     #[error("too many concurrent updates of the same key")]
     Contended,

@@ -332,12 +332,9 @@ mod tests {
             64 << 20
         ]))));
         let dp = Arc::new(Datapath::new(faulty.clone(), true));
-        let svc = ObjectService::open(
-            Arc::new(MemMetadataStore::new()),
-            dp,
-            ServiceConfig::default(),
-        )
-        .unwrap();
+        let meta: Arc<dyn lode_metadata::MetadataStore> = Arc::new(MemMetadataStore::new());
+        let catalog = Arc::new(lode_catalog::KvCatalog::new(Arc::clone(&meta)));
+        let svc = ObjectService::open(catalog, meta, dp, ServiceConfig::default()).unwrap();
         svc.create_bucket("bkt", "me").await.unwrap();
         let body = |n: usize| {
             futures::stream::iter(vec![Ok::<_, std::io::Error>(Bytes::from(vec![7u8; n]))])

@@ -73,11 +73,44 @@ pub enum ObjError {
     Chunk(#[from] ChunkError),
     #[error(transparent)]
     Meta(#[from] MetaError),
+    /// The catalog could not answer in time (an inactive partition of a cluster): retry.
+    #[error("The metadata service is unavailable: {0}")]
+    Unavailable(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
 
 pub type ObjResult<T> = Result<T, ObjError>;
+
+impl From<lode_catalog::CatalogError> for ObjError {
+    fn from(e: lode_catalog::CatalogError) -> Self {
+        use lode_catalog::CatalogError as C;
+        match e {
+            C::NoSuchBucket => ObjError::NoSuchBucket,
+            C::NoSuchKey => ObjError::NoSuchKey,
+            C::NoSuchUpload => ObjError::NoSuchUpload,
+            // The service compares owners itself; one that did not is the caller's own bucket.
+            C::BucketExists { .. } => ObjError::BucketAlreadyOwnedByYou,
+            C::BucketNotEmpty => ObjError::BucketNotEmpty,
+            C::PreconditionFailed => ObjError::PreconditionFailed,
+            C::DirectoryNotEmpty => ObjError::DirectoryNotEmpty,
+            C::KeyTooLong => ObjError::KeyTooLong,
+            C::Contended => ObjError::Meta(MetaError::Conflict),
+            C::Unavailable(m) => ObjError::Unavailable(m),
+            // The service's own error, passed through a commit.
+            C::Refused(b) => match b.downcast::<ObjError>() {
+                Ok(e) => *e,
+                Err(b) => ObjError::InvalidRequest(b.to_string()),
+            },
+            // A failure of the metadata store under a KV catalog stays what it was.
+            C::Backend(b) => match b.downcast::<MetaError>() {
+                Ok(m) => ObjError::Meta(*m),
+                Err(b) => ObjError::Internal(format!("catalog backend: {b}")),
+            },
+            e => ObjError::Internal(format!("catalog: {e}")),
+        }
+    }
+}
 
 impl ObjError {
     /// Classifies an error from the request body stream (hyper or s3s's aws-chunked decoder,
@@ -117,6 +150,7 @@ impl ObjError {
             ObjError::Chunk(ChunkError::NoSpace) => ENOSPC,
             ObjError::Meta(MetaError::Conflict) => EBUSY,
             ObjError::RequestTimeout => ETIMEDOUT,
+            ObjError::Unavailable(_) => EAGAIN,
             ObjError::Chunk(_) | ObjError::Meta(_) | ObjError::Internal(_) => {
                 tracing::error!(error = %self, "POSIX door: internal error, answering EIO");
                 EIO
@@ -202,6 +236,14 @@ impl From<ObjError> for S3Error {
                     http::StatusCode::SERVICE_UNAVAILABLE,
                 );
             }
+            ObjError::Unavailable(_) => {
+                tracing::warn!(error = %msg, "catalog unavailable: answering 503 SlowDown");
+                return with_status(
+                    C::SlowDown,
+                    "Please reduce your request rate.".into(),
+                    http::StatusCode::SERVICE_UNAVAILABLE,
+                );
+            }
             ObjError::Chunk(_) | ObjError::Meta(_) | ObjError::Internal(_) => {
                 tracing::error!(error = ?e, "internal error");
                 C::InternalError
@@ -269,6 +311,7 @@ mod tests {
                 503,
             ),
             (ObjError::Meta(MetaError::Conflict), "SlowDown", 503),
+            (ObjError::Unavailable("pg".into()), "SlowDown", 503),
             (ObjError::Internal("boom".into()), "InternalError", 500),
         ];
         for (e, code, st) in cases {

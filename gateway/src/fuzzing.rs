@@ -152,7 +152,13 @@ fn harness() -> &'static Harness {
             ..Default::default()
         };
         let svc = Arc::new(
-            crate::objects::ObjectService::open(Arc::clone(&meta), dp, cfg).expect("service"),
+            crate::objects::ObjectService::open(
+                Arc::new(lode_catalog::KvCatalog::new(Arc::clone(&meta))),
+                Arc::clone(&meta),
+                dp,
+                cfg,
+            )
+            .expect("service"),
         );
         let root = crate::auth::Credentials {
             access_key: "FUZZROOT".into(),

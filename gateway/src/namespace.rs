@@ -12,10 +12,10 @@ use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use lode_metadata::list::ListPage;
 use lode_metadata::records::{self, BucketRecord, ObjectMeta, ObjectRecord, Segment};
-use lode_metadata::{Table, keys, transact};
+use lode_metadata::{Table, keys};
 
 use crate::error::{ObjError, ObjResult};
-use crate::objects::{MAX_KEY_LEN, ObjectHandle, ObjectService, chunk_ref, drop_refs, get_rec};
+use crate::objects::{MAX_KEY_LEN, ObjectHandle, ObjectService, chunk_ref};
 
 /// Told about changes made through the S3 door, after they commit and before the S3 reply, so
 /// that the POSIX door can drop what the kernel caches about the name.
@@ -240,7 +240,7 @@ impl ObjectService {
 
     // ------------------------------------------------ namespace changes
 
-    /// Renames one object within a bucket in one transaction: the record (and its extents)
+    /// Renames one object within a bucket in one catalog commit: the record (and its extents)
     /// moves; whatever `to` held is released. `no_replace`: fail if `to` exists.
     pub async fn rename_object(
         &self,
@@ -254,89 +254,25 @@ impl ObjectService {
         if from == to {
             return Ok(());
         }
-        let (b, f, t) = (bucket.to_owned(), from.to_owned(), to.to_owned());
-        let gate = Arc::clone(&self.bucket_gate);
-        let dp = Arc::clone(&self.dp);
-        self.blocking(move |m| {
-            let _shared = gate.read().expect("bucket gate");
-            let (fk, tk) = (keys::object(&b, &f), keys::object(&b, &t));
-            let freed = transact(m, |txn| {
-                let Some(rec) = get_rec::<ObjectRecord>(txn, Table::Objects, &fk)? else {
-                    return Err(ObjError::NoSuchKey);
-                };
-                let mut freed = vec![];
-                if let Some(old) = get_rec::<ObjectRecord>(txn, Table::Objects, &tk)? {
-                    if no_replace {
-                        return Err(ObjError::PreconditionFailed);
-                    }
-                    drop_refs(txn, &old.segments, &mut freed)?;
-                }
-                txn.put(Table::Objects, &tk, &records::encode(&rec))?;
-                txn.delete(Table::Objects, &fk)?;
-                Ok(freed)
-            })?;
-            dp.free_committed(freed);
-            Ok(())
-        })
-        .await
+        let done = self.catalog.rename(bucket, from, to, no_replace).await?;
+        self.release_chunks(done.released);
+        Ok(())
     }
 
     /// Renames every key under the prefix `from` (a directory, ending in '/') to the same key
-    /// under `to`, in ONE transaction. `to` must hold nothing but (at most) its own marker,
-    /// which is replaced. Returns how many keys moved.
+    /// under `to`, in ONE commit. `to` must hold nothing but (at most) its own marker, which is
+    /// replaced. Returns how many keys moved.
     pub async fn rename_prefix(&self, bucket: &str, from: &str, to: &str) -> ObjResult<usize> {
         debug_assert!(from.ends_with('/') && to.ends_with('/'));
         if from == to {
             return Ok(0);
         }
-        let (b, f, t) = (bucket.to_owned(), from.to_owned(), to.to_owned());
-        let gate = Arc::clone(&self.bucket_gate);
-        let dp = Arc::clone(&self.dp);
-        self.blocking(move |m| {
-            let _shared = gate.read().expect("bucket gate");
-            let base = keys::bucket_prefix(&b).len();
-            let range = |p: &str| {
-                let s = keys::object(&b, p);
-                let e = keys::prefix_successor(&s);
-                (s, e)
-            };
-            let (ts, te) = range(&t);
-            let (fs, fe) = range(&f);
-            let (n, freed) = transact(m, |txn| {
-                let mut freed = vec![];
-                for (k, _) in m.scan(Table::Objects, &ts, te.as_deref(), 2)? {
-                    if k[base..] != *t.as_bytes() {
-                        return Err(ObjError::DirectoryNotEmpty);
-                    }
-                    if let Some(old) = get_rec::<ObjectRecord>(txn, Table::Objects, &k)? {
-                        drop_refs(txn, &old.segments, &mut freed)?;
-                        txn.delete(Table::Objects, &k)?;
-                    }
-                }
-                let moved = m.scan(Table::Objects, &fs, fe.as_deref(), usize::MAX)?;
-                if moved.is_empty() {
-                    return Err(ObjError::NoSuchKey);
-                }
-                for (k, _) in &moved {
-                    let suffix = &k[fs.len()..];
-                    if t.len() + suffix.len() > MAX_KEY_LEN {
-                        return Err(ObjError::KeyTooLong);
-                    }
-                    // Tracked read: a concurrent write to this key aborts the rename.
-                    let Some(v) = txn.get_for_update(Table::Objects, k)? else {
-                        continue;
-                    };
-                    let mut nk = ts.clone();
-                    nk.extend_from_slice(suffix);
-                    txn.put(Table::Objects, &nk, &v)?;
-                    txn.delete(Table::Objects, k)?;
-                }
-                Ok((moved.len(), freed))
-            })?;
-            dp.free_committed(freed);
-            Ok(n)
-        })
-        .await
+        let (n, released) = self
+            .catalog
+            .rename_prefix(bucket, from, to, MAX_KEY_LEN)
+            .await?;
+        self.release_chunks(released);
+        Ok(n)
     }
 
     /// Changes an object's metadata in place (content and ETag unchanged). Returns the new
@@ -345,50 +281,22 @@ impl ObjectService {
         &self,
         bucket: &str,
         key: &str,
-        f: impl Fn(&mut ObjectMeta) + Send + 'static,
+        f: impl Fn(&mut ObjectMeta) + Send + Sync + 'static,
     ) -> ObjResult<ObjectRecord> {
         crate::objects::check_key(key)?;
-        let (b, k) = (bucket.to_owned(), key.to_owned());
-        self.blocking(move |m| {
-            let okey = keys::object(&b, &k);
-            transact(m, |txn| {
-                let Some(mut rec) = get_rec::<ObjectRecord>(txn, Table::Objects, &okey)? else {
-                    return Err(ObjError::NoSuchKey);
-                };
-                f(&mut rec.meta);
-                txn.put(Table::Objects, &okey, &records::encode(&rec))?;
-                Ok(rec)
-            })
-        })
-        .await
+        let update = Arc::new(move |rec: &ObjectRecord| {
+            let mut rec = rec.clone();
+            f(&mut rec.meta);
+            Ok(rec)
+        });
+        Ok(self.catalog.update(bucket, key, update).await?)
     }
 
     /// Removes an empty directory: fails with `DirectoryNotEmpty` if any key other than the
-    /// marker `prefix` itself lies under `prefix`, `NoSuchKey` if nothing does.
+    /// marker `prefix` itself lies under it, `NoSuchKey` if nothing does.
     pub async fn remove_dir(&self, bucket: &str, prefix: &str) -> ObjResult<()> {
-        let (b, p) = (bucket.to_owned(), prefix.to_owned());
-        let dp = Arc::clone(&self.dp);
-        self.blocking(move |m| {
-            let s = keys::object(&b, &p);
-            let e = keys::prefix_successor(&s);
-            let freed = transact(m, |txn| {
-                let under = m.scan(Table::Objects, &s, e.as_deref(), 2)?;
-                if under.is_empty() {
-                    return Err(ObjError::NoSuchKey);
-                }
-                if under.iter().any(|(k, _)| *k != s) {
-                    return Err(ObjError::DirectoryNotEmpty);
-                }
-                let mut freed = vec![];
-                if let Some(old) = get_rec::<ObjectRecord>(txn, Table::Objects, &s)? {
-                    drop_refs(txn, &old.segments, &mut freed)?;
-                    txn.delete(Table::Objects, &s)?;
-                }
-                Ok(freed)
-            })?;
-            dp.free_committed(freed);
-            Ok(())
-        })
-        .await
+        let released = self.catalog.remove_dir(bucket, prefix).await?;
+        self.release_chunks(released);
+        Ok(())
     }
 }

@@ -3,26 +3,28 @@
 //!
 //! 1. stream the body into chunks (or keep it inline), hashing as it arrives;
 //! 2. verify Content-MD5 and checksums; make the chunks durable (fdatasync);
-//! 3. commit the object record, its extents' reference counts and the release of whatever it
-//!    replaced in ONE metadata transaction (WAL synced, group commit);
+//! 3. commit the object record, its chunks' reference counts and the release of whatever it
+//!    replaced in ONE catalog commit (`lode_catalog::Catalog`; on one node a RocksDB
+//!    transaction, WAL synced, group commit);
 //! 4. only then reply. Freed extents return to the allocator once in-flight readers are done.
 //!
 //! A request that fails or is dropped before step 3 leaves nothing visible, and its extents go
-//! back to the allocator (see `lode_datapath::ChunkWriter`). Written against the
-//! `MetadataStore` and `ChunkStore` traits only.
+//! back to the allocator (see `lode_datapath::ChunkWriter`). Written against the `Catalog`
+//! and `ChunkStore` traits (the `MetadataStore` handle is still used by the POSIX door's
+//! blocking lookups, users, scrub and fsck).
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
+use lode_catalog::{Aborted, Catalog, CatalogError, Completion, Refs, UploadQuery, UploadState};
 use lode_datapath::{AlignedBuf, Allocation, ChunkRef, ChunkWriter, Datapath, Extent, ReadGuard};
 use lode_metadata::records::{
-    self, AbortedUpload, BucketRecord, Checksums, ChunkLoc, ExtentRecord, ObjectMeta, ObjectRecord,
-    PartRecord, PartSummary, Segment, UploadRecord,
+    self, BucketRecord, Checksums, ChunkLoc, ExtentRecord, ObjectMeta, ObjectRecord, PartRecord,
+    PartSummary, Segment, UploadRecord,
 };
-use lode_metadata::{MetaError, MetadataStore, Table, Transaction, keys, transact};
+use lode_metadata::{MetaError, MetadataStore, Table, keys};
 use md5::{Digest, Md5};
 
 use crate::checksum::{Algo, ChecksumSet};
@@ -63,12 +65,8 @@ pub struct ObjectService {
     pub(crate) meta: Arc<dyn MetadataStore>,
     pub(crate) dp: Arc<Datapath>,
     cfg: ServiceConfig,
-    /// Writers into a bucket hold it shared while they commit; DeleteBucket holds it exclusive,
-    /// so no object can be committed into a bucket that is being deleted. (Commits therefore read
-    /// the bucket record without tracking it: a tracked read would take the bucket key's
-    /// optimistic-commit lock and serialize every commit into the bucket, WAL sync included,
-    /// defeating RocksDB's group commit.)
-    pub(crate) bucket_gate: Arc<RwLock<()>>,
+    /// Where buckets, objects, uploads and parts are committed.
+    pub(crate) catalog: Arc<dyn Catalog>,
     /// Told about every change made through the S3 door (see `crate::namespace`).
     pub(crate) listeners: RwLock<Vec<Arc<dyn crate::namespace::ChangeListener>>>,
     /// Totals of the background scrubber (see `crate::scrub`).
@@ -209,54 +207,14 @@ pub struct Integrity {
 }
 
 /// Preconditions on a write (`If-Match` / `If-None-Match` of PutObject and Complete).
-#[derive(Default, Clone)]
-pub struct WriteCond {
-    /// An ETag, or `*`.
-    pub if_match: Option<String>,
-    /// `If-None-Match: *`: the key must not exist.
-    pub if_none_match_any: bool,
-    /// `If-None-Match: "etag"`: the current object must not have this ETag (a missing key
-    /// passes).
-    pub if_none_match: Option<String>,
-}
-
-impl WriteCond {
-    fn check(&self, old: Option<&ObjectRecord>) -> ObjResult<()> {
-        if self.if_none_match_any && old.is_some() {
-            return Err(ObjError::PreconditionFailed);
-        }
-        if let (Some(not), Some(o)) = (&self.if_none_match, old)
-            && not.trim_matches('"') == o.etag
-        {
-            return Err(ObjError::PreconditionFailed);
-        }
-        if let Some(want) = &self.if_match {
-            match old {
-                None => return Err(ObjError::NoSuchKey),
-                Some(o) if want != "*" && want.trim_matches('"') != o.etag => {
-                    return Err(ObjError::PreconditionFailed);
-                }
-                _ => {}
-            }
-        }
-        Ok(())
-    }
-}
+pub use lode_catalog::Cond as WriteCond;
+/// One page of ListMultipartUploads.
+pub use lode_catalog::UploadPage;
 
 /// A readable object: its record and the guard that keeps its extents from reuse while read.
 pub struct ObjectHandle {
     pub record: ObjectRecord,
     pub(crate) guard: ReadGuard,
-}
-
-/// One page of ListMultipartUploads.
-#[derive(Default)]
-pub struct UploadPage {
-    pub uploads: Vec<(String, String, UploadRecord)>,
-    pub prefixes: Vec<String>,
-    pub truncated: bool,
-    /// (key marker, upload id marker) to continue after.
-    pub last: Option<(String, String)>,
 }
 
 pub struct PutResult {
@@ -288,129 +246,6 @@ pub(crate) fn chunk_ref(c: &ChunkLoc) -> ChunkRef {
     }
 }
 
-fn chunks(segments: &[Segment]) -> impl Iterator<Item = &ChunkLoc> {
-    segments.iter().filter_map(|s| match s {
-        Segment::Chunk(c) => Some(c),
-        Segment::Inline(_) => None,
-    })
-}
-
-/// Adds one reference to each chunk of `segments` (`fresh`: the chunks are new, refs = 1).
-pub(crate) fn add_refs(
-    txn: &mut dyn Transaction,
-    segments: &[Segment],
-    fresh: bool,
-) -> Result<(), MetaError> {
-    for c in chunks(segments) {
-        let k = keys::extent(c.dev, c.offset);
-        let rec = if fresh {
-            ExtentRecord {
-                len: c.alloc_len,
-                refs: 1,
-            }
-        } else {
-            let mut r: ExtentRecord = match txn.get_for_update(Table::Extents, &k)? {
-                Some(v) => records::decode(&v)?,
-                None => {
-                    return Err(MetaError::Corrupt(format!(
-                        "extent {:?} has no record",
-                        (c.dev, c.offset)
-                    )));
-                }
-            };
-            r.refs += 1;
-            r
-        };
-        txn.put(Table::Extents, &k, &records::encode(&rec))?;
-    }
-    Ok(())
-}
-
-/// Drops one reference from each chunk of `segments`; returns the extents that reached zero.
-pub(crate) fn drop_refs(
-    txn: &mut dyn Transaction,
-    segments: &[Segment],
-    freed: &mut Vec<Extent>,
-) -> Result<(), MetaError> {
-    for c in chunks(segments) {
-        let k = keys::extent(c.dev, c.offset);
-        let Some(v) = txn.get_for_update(Table::Extents, &k)? else {
-            tracing::error!(
-                dev = c.dev,
-                offset = c.offset,
-                "dropping a reference to an unrecorded extent"
-            );
-            continue;
-        };
-        let mut r: ExtentRecord = records::decode(&v)?;
-        r.refs = r.refs.saturating_sub(1);
-        if r.refs == 0 {
-            txn.delete(Table::Extents, &k)?;
-            freed.push(Extent {
-                dev: c.dev,
-                offset: c.offset,
-                len: c.alloc_len,
-            });
-        } else {
-            txn.put(Table::Extents, &k, &records::encode(&r))?;
-        }
-    }
-    Ok(())
-}
-
-pub(crate) fn get_rec<T: records::Record>(
-    txn: &mut dyn Transaction,
-    t: Table,
-    k: &[u8],
-) -> Result<Option<T>, MetaError> {
-    txn.get_for_update(t, k)?
-        .map(|v| records::decode(&v))
-        .transpose()
-}
-
-/// Removes an upload (read for update by the caller) and its parts in `t`, collecting the
-/// extents whose last reference goes.
-fn drop_upload(
-    m: &dyn MetadataStore,
-    t: &mut dyn Transaction,
-    uk: &[u8],
-    upload_id: &str,
-    freed: &mut Vec<Extent>,
-) -> Result<(), MetaError> {
-    let prefix = keys::part_prefix(upload_id);
-    let end = keys::prefix_successor(&prefix);
-    for (pk, v) in m.scan(Table::Parts, &prefix, end.as_deref(), usize::MAX)? {
-        let p: PartRecord = records::decode(&v)?;
-        drop_refs(t, &p.segments, freed)?;
-        t.delete(Table::Parts, &pk)?;
-    }
-    t.delete(Table::Uploads, uk)
-}
-
-/// How long an aborted upload is remembered for a retried abort.
-const ABORTED_MEMORY_MS: i64 = 24 * 3600 * 1000;
-
-/// Forgets up to 32 of the oldest aborted-upload tombstones that are over a day old (run after
-/// each abort, so the tombstones stay about one day's aborts).
-fn prune_aborted(m: &dyn MetadataStore) -> Result<(), MetaError> {
-    let end = keys::prefix_successor(keys::ABORTED_PREFIX);
-    let old = now_ms() - ABORTED_MEMORY_MS;
-    let stale: Vec<Vec<u8>> = m
-        .scan(Table::System, keys::ABORTED_PREFIX, end.as_deref(), 32)?
-        .into_iter()
-        .filter(|(_, v)| records::decode::<AbortedUpload>(v).is_ok_and(|a| a.aborted_ms < old))
-        .map(|(k, _)| k)
-        .collect();
-    if stale.is_empty() {
-        return Ok(());
-    }
-    let mut t = m.begin();
-    for k in &stale {
-        t.delete(Table::System, k)?;
-    }
-    t.commit()
-}
-
 fn new_upload_id() -> String {
     let r: [u8; 16] = rand::random();
     format!("{:x}{}", now_ms(), hex::encode(r))
@@ -438,6 +273,7 @@ pub fn multipart_etag(part_etags: &[&str]) -> String {
 impl ObjectService {
     /// Builds the service and rebuilds the allocator from the extents table.
     pub fn open(
+        catalog: Arc<dyn Catalog>,
         meta: Arc<dyn MetadataStore>,
         dp: Arc<Datapath>,
         cfg: ServiceConfig,
@@ -467,10 +303,10 @@ impl ObjectService {
             "datapath space rebuilt from metadata"
         );
         Ok(Self {
+            catalog,
             meta,
             dp,
             cfg,
-            bucket_gate: Arc::new(RwLock::new(())),
             listeners: RwLock::new(vec![]),
             scrub: Default::default(),
             profile: Default::default(),
@@ -489,110 +325,57 @@ impl ObjectService {
         &self.cfg
     }
 
-    /// Runs metadata work on the blocking pool (RocksDB calls may block on IO and fsync).
-    pub(crate) async fn blocking<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&dyn MetadataStore) -> ObjResult<T> + Send + 'static,
-    ) -> ObjResult<T> {
-        let meta = Arc::clone(&self.meta);
-        tokio::task::spawn_blocking(move || f(&*meta))
-            .await
-            .map_err(|e| ObjError::Internal(format!("metadata task failed: {e}")))?
+    /// The catalog the service commits to.
+    pub fn catalog(&self) -> &Arc<dyn Catalog> {
+        &self.catalog
+    }
+
+    /// Hands chunks whose last reference went to the datapath (freed once readers are done).
+    pub(crate) fn release_chunks(&self, released: Vec<ChunkLoc>) {
+        if !released.is_empty() {
+            self.dp
+                .free_committed(released.iter().map(|c| chunk_ref(c).extent).collect());
+        }
     }
 
     // ---------------------------------------------------------------- buckets
 
     pub async fn create_bucket(&self, name: &str, owner: &str) -> ObjResult<()> {
         check_bucket_name(name)?;
-        let (name, owner) = (name.to_owned(), owner.to_owned());
-        self.blocking(move |m| {
-            transact(m, |t| {
-                if let Some(old) = get_rec::<BucketRecord>(t, Table::Buckets, name.as_bytes())? {
-                    return Err(if old.owner == owner {
-                        ObjError::BucketAlreadyOwnedByYou
-                    } else {
-                        ObjError::BucketAlreadyExists
-                    });
-                }
-                let rec = BucketRecord {
-                    created_ms: now_ms(),
-                    owner: owner.clone(),
-                };
-                t.put(Table::Buckets, name.as_bytes(), &records::encode(&rec))?;
-                Ok(())
-            })
-        })
-        .await
+        let rec = BucketRecord {
+            created_ms: now_ms(),
+            owner: owner.to_owned(),
+        };
+        match self.catalog.create_bucket(name, rec).await {
+            Err(CatalogError::BucketExists { owner: o }) if o == owner => {
+                Err(ObjError::BucketAlreadyOwnedByYou)
+            }
+            Err(CatalogError::BucketExists { .. }) => Err(ObjError::BucketAlreadyExists),
+            r => Ok(r?),
+        }
     }
 
     pub async fn bucket(&self, name: &str) -> ObjResult<BucketRecord> {
-        let name = name.to_owned();
-        self.blocking(move |m| match m.get(Table::Buckets, name.as_bytes())? {
-            Some(v) => Ok(records::decode(&v)?),
-            None => Err(ObjError::NoSuchBucket),
-        })
-        .await
+        self.catalog
+            .bucket(name)
+            .await?
+            .ok_or(ObjError::NoSuchBucket)
     }
 
     pub async fn list_buckets(&self) -> ObjResult<Vec<(String, BucketRecord)>> {
-        self.blocking(|m| {
-            m.scan(Table::Buckets, b"", None, usize::MAX)?
-                .into_iter()
-                .map(|(k, v)| {
-                    Ok((
-                        String::from_utf8_lossy(&k).into_owned(),
-                        records::decode(&v)?,
-                    ))
-                })
-                .collect()
-        })
-        .await
+        Ok(self.catalog.list_buckets().await?)
     }
 
     /// Deletes a bucket that holds no object. Multipart uploads still in progress go with it,
-    /// their parts' space included, in the same transaction (as S3 does).
+    /// their parts' space included, in the same commit (as S3 does).
     pub async fn delete_bucket(&self, name: &str) -> ObjResult<()> {
-        let name = name.to_owned();
-        let gate = Arc::clone(&self.bucket_gate);
-        let dp = Arc::clone(&self.dp);
-        self.blocking(move |m| {
-            let _exclusive = gate.write().expect("bucket gate");
-            let prefix = keys::bucket_prefix(&name);
-            let end = keys::prefix_successor(&prefix);
-            let freed = transact(m, |t| {
-                if t.get_for_update(Table::Buckets, name.as_bytes())?.is_none() {
-                    return Err(ObjError::NoSuchBucket);
-                }
-                if !m
-                    .scan(Table::Objects, &prefix, end.as_deref(), 1)?
-                    .is_empty()
-                {
-                    return Err(ObjError::BucketNotEmpty);
-                }
-                let mut freed = vec![];
-                for (uk, _) in m.scan(Table::Uploads, &prefix, end.as_deref(), usize::MAX)? {
-                    let Some((_, id)) = keys::split_upload(&uk[prefix.len()..]) else {
-                        continue;
-                    };
-                    let id = String::from_utf8_lossy(id).into_owned();
-                    // Read for update: a part committing into this upload now conflicts.
-                    if t.get_for_update(Table::Uploads, &uk)?.is_some() {
-                        drop_upload(m, t, &uk, &id, &mut freed)?;
-                    }
-                }
-                t.delete(Table::Buckets, name.as_bytes())?;
-                Ok(freed)
-            })?;
-            dp.free_committed(freed);
-            Ok(())
-        })
-        .await
+        let released = self.catalog.delete_bucket(name).await?;
+        self.release_chunks(released);
+        Ok(())
     }
 
     // ---------------------------------------------------------------- ingest
 
-    /// Streams a body into inline bytes or durable chunks, hashing MD5 and the requested
-    /// checksums, and verifies them. Nothing is visible yet.
     async fn ingest<S, E>(
         &self,
         mut body: S,
@@ -772,6 +555,9 @@ impl ObjectService {
 
     /// Commits `record` at `bucket/key` in one transaction: extent refs (`fresh`: its chunks are
     /// new), release of the replaced version, preconditions. Keeps `alloc` only on success.
+    /// Commits `record` at `bucket/key` in one catalog commit: chunk references (`fresh`: its
+    /// chunks are new), release of the replaced version, preconditions. Keeps `alloc` only on
+    /// success.
     async fn commit_object(
         &self,
         bucket: &str,
@@ -781,77 +567,28 @@ impl ObjectService {
         cond: WriteCond,
         fresh: bool,
     ) -> ObjResult<()> {
-        let (bucket, key) = (bucket.to_owned(), key.to_owned());
-        let gate = Arc::clone(&self.bucket_gate);
-        let dp = Arc::clone(&self.dp);
-        self.blocking(move |m| {
-            let _shared = gate.read().expect("bucket gate");
-            let okey = keys::object(&bucket, &key);
-            let value = records::encode(&record);
-            let freed = transact(m, |t| {
-                if m.get(Table::Buckets, bucket.as_bytes())?.is_none() {
-                    return Err(ObjError::NoSuchBucket);
-                }
-                let old: Option<ObjectRecord> = get_rec(t, Table::Objects, &okey)?;
-                cond.check(old.as_ref())?;
-                add_refs(t, &record.segments, fresh)?;
-                let mut freed = vec![];
-                if let Some(old) = &old {
-                    drop_refs(t, &old.segments, &mut freed)?;
-                }
-                t.put(Table::Objects, &okey, &value)?;
-                Ok(freed)
-            })?;
-            if let Some(a) = alloc {
-                a.commit();
-            }
-            dp.free_committed(freed);
-            Ok(())
-        })
-        .await
+        let refs = if fresh { Refs::Fresh } else { Refs::Shared };
+        let done = self.catalog.put(bucket, key, record, &cond, refs).await?;
+        if let Some(a) = alloc {
+            a.commit();
+        }
+        self.release_chunks(done.released);
+        Ok(())
     }
 
     /// Looks an object up for reading. The returned handle keeps its extents from being reused.
     pub async fn open_object(&self, bucket: &str, key: &str) -> ObjResult<ObjectHandle> {
         check_key(key)?;
         let guard = self.dp.read_guard();
-        // Cached metadata answers right here; only a lookup that must read from disk takes
-        // the hop to a blocking thread.
-        let okey = keys::object(bucket, key);
-        match self.meta.get_cached(Table::Objects, &okey)? {
-            Some(Some(v)) => {
-                return Ok(ObjectHandle {
-                    record: records::decode::<ObjectRecord>(&v)?,
-                    guard,
-                });
-            }
-            Some(None) => match self.meta.get_cached(Table::Buckets, bucket.as_bytes())? {
-                Some(None) => return Err(ObjError::NoSuchBucket),
-                Some(Some(_)) => return Err(ObjError::NoSuchKey),
-                None => {}
-            },
-            None => {}
-        }
-        let (b, k) = (bucket.to_owned(), key.to_owned());
-        let record = self
-            .blocking(
-                move |m| match m.get(Table::Objects, &keys::object(&b, &k))? {
-                    Some(v) => Ok(records::decode::<ObjectRecord>(&v)?),
-                    None => {
-                        if m.get(Table::Buckets, b.as_bytes())?.is_none() {
-                            Err(ObjError::NoSuchBucket)
-                        } else {
-                            Err(ObjError::NoSuchKey)
-                        }
-                    }
-                },
-            )
-            .await?;
+        // A cached answer comes right here; only a lookup that needs IO awaits the catalog.
+        let found = match self.catalog.get_cached(bucket, key) {
+            Some(r) => r?,
+            None => self.catalog.get(bucket, key).await?,
+        };
+        let record = found.ok_or(ObjError::NoSuchKey)?;
         Ok(ObjectHandle { record, guard })
     }
 
-    /// Streams bytes `[start, end)` of an opened object. Chunks are read (and crc-checked) with
-    /// one read ahead.
     pub fn read_range(
         &self,
         h: ObjectHandle,
@@ -895,25 +632,9 @@ impl ObjectService {
 
     pub async fn delete_object(&self, bucket: &str, key: &str) -> ObjResult<()> {
         check_key(key)?;
-        let (b, k) = (bucket.to_owned(), key.to_owned());
-        let dp = Arc::clone(&self.dp);
-        self.blocking(move |m| {
-            let okey = keys::object(&b, &k);
-            let freed = transact(m, |t| {
-                if m.get(Table::Buckets, b.as_bytes())?.is_none() {
-                    return Err(ObjError::NoSuchBucket);
-                }
-                let mut freed = vec![];
-                if let Some(old) = get_rec::<ObjectRecord>(t, Table::Objects, &okey)? {
-                    drop_refs(t, &old.segments, &mut freed)?;
-                    t.delete(Table::Objects, &okey)?;
-                }
-                Ok(freed)
-            })?;
-            dp.free_committed(freed);
-            Ok(())
-        })
-        .await
+        let done = self.catalog.delete(bucket, key).await?;
+        self.release_chunks(done.released);
+        Ok(())
     }
 
     /// CopyObject: a metadata operation; the destination shares the source's extents.
@@ -922,7 +643,7 @@ impl ObjectService {
         src: (&str, &str),
         dst: (&str, &str),
         new_meta: Option<ObjectMeta>,
-        src_check: impl FnOnce(&ObjectRecord) -> ObjResult<()> + Send + 'static,
+        src_check: impl Fn(&ObjectRecord) -> ObjResult<()> + Send + Sync + 'static,
     ) -> ObjResult<ObjectRecord> {
         check_key(src.1)?;
         check_key(dst.1)?;
@@ -931,50 +652,19 @@ impl ObjectService {
                 "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes.".into(),
             ));
         }
-        self.bucket(dst.0).await?;
-        let (sb, sk, db, dk) = (
-            src.0.to_owned(),
-            src.1.to_owned(),
-            dst.0.to_owned(),
-            dst.1.to_owned(),
-        );
-        let gate = Arc::clone(&self.bucket_gate);
-        let dp = Arc::clone(&self.dp);
-        let mut src_check = Some(src_check);
-        self.blocking(move |m| {
-            let _shared = gate.read().expect("bucket gate");
-            let (skey, dkey) = (keys::object(&sb, &sk), keys::object(&db, &dk));
-            let (rec, freed) = transact(m, |t| {
-                if m.get(Table::Buckets, db.as_bytes())?.is_none() {
-                    return Err(ObjError::NoSuchBucket);
-                }
-                let Some(src) = get_rec::<ObjectRecord>(t, Table::Objects, &skey)? else {
-                    if m.get(Table::Buckets, sb.as_bytes())?.is_none() {
-                        return Err(ObjError::NoSuchBucket);
-                    }
-                    return Err(ObjError::NoSuchKey);
-                };
-                if let Some(check) = src_check.take() {
-                    check(&src)?;
-                }
-                let mut rec = src.clone();
-                rec.last_modified_ms = now_ms();
-                rec.upload_id = None;
-                if let Some(meta) = &new_meta {
-                    rec.meta = meta.clone();
-                }
-                add_refs(t, &rec.segments, false)?;
-                let mut freed = vec![];
-                if let Some(old) = get_rec::<ObjectRecord>(t, Table::Objects, &dkey)? {
-                    drop_refs(t, &old.segments, &mut freed)?;
-                }
-                t.put(Table::Objects, &dkey, &records::encode(&rec))?;
-                Ok((rec, freed))
-            })?;
-            dp.free_committed(freed);
+        let make = Arc::new(move |src: &ObjectRecord| {
+            src_check(src).map_err(refused)?;
+            let mut rec = src.clone();
+            rec.last_modified_ms = now_ms();
+            rec.upload_id = None;
+            if let Some(meta) = &new_meta {
+                rec.meta = meta.clone();
+            }
             Ok(rec)
-        })
-        .await
+        });
+        let (rec, done) = self.catalog.copy(src, dst, make).await?;
+        self.release_chunks(done.released);
+        Ok(rec)
     }
 
     pub async fn list_objects(
@@ -985,24 +675,13 @@ impl ObjectService {
         after: Option<String>,
         max: usize,
     ) -> ObjResult<lode_metadata::list::ListPage> {
-        let b = bucket.to_owned();
-        self.blocking(move |m| {
-            if m.get(Table::Buckets, b.as_bytes())?.is_none() {
-                return Err(ObjError::NoSuchBucket);
-            }
-            if max == 0 {
-                // S3: `max-keys=0` is an empty page that is not truncated.
-                return Ok(lode_metadata::list::ListPage::default());
-            }
-            let q = lode_metadata::list::ListQuery {
-                prefix: &prefix,
-                delimiter: delimiter.as_deref(),
-                after: after.as_deref(),
-                max,
-            };
-            Ok(lode_metadata::list::list_objects(m, &b, &q)?)
-        })
-        .await
+        let q = lode_metadata::list::ListQuery {
+            prefix: &prefix,
+            delimiter: delimiter.as_deref(),
+            after: after.as_deref(),
+            max,
+        };
+        Ok(self.catalog.list(bucket, &q).await?)
     }
 
     // ---------------------------------------------------------------- multipart
@@ -1015,23 +694,7 @@ impl ObjectService {
     ) -> ObjResult<String> {
         check_key(key)?;
         let id = new_upload_id();
-        let (b, k, i) = (bucket.to_owned(), key.to_owned(), id.clone());
-        let gate = Arc::clone(&self.bucket_gate);
-        self.blocking(move |m| {
-            let _shared = gate.read().expect("bucket gate");
-            transact(m, |t| {
-                if m.get(Table::Buckets, b.as_bytes())?.is_none() {
-                    return Err(ObjError::NoSuchBucket);
-                }
-                t.put(
-                    Table::Uploads,
-                    &keys::upload(&b, &k, &i),
-                    &records::encode(&rec),
-                )?;
-                Ok(())
-            })
-        })
-        .await?;
+        self.catalog.create_upload(bucket, key, &id, rec).await?;
         Ok(id)
     }
 
@@ -1041,17 +704,9 @@ impl ObjectService {
         key: &str,
         upload_id: &str,
     ) -> ObjResult<UploadRecord> {
-        let uk = keys::upload(bucket, key, upload_id);
-        let b = bucket.to_owned();
-        self.blocking(move |m| match m.get(Table::Uploads, &uk)? {
-            Some(v) => Ok(records::decode(&v)?),
-            None if m.get(Table::Buckets, b.as_bytes())?.is_none() => Err(ObjError::NoSuchBucket),
-            None => Err(ObjError::NoSuchUpload),
-        })
-        .await
+        Ok(self.catalog.upload(bucket, key, upload_id).await?)
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub async fn upload_part<S, E>(
         &self,
         bucket: &str,
@@ -1101,37 +756,17 @@ impl ObjectService {
         part: PartRecord,
         alloc: Option<Allocation>,
     ) -> ObjResult<PartRecord> {
-        let uk = keys::upload(bucket, key, upload_id);
-        let pk = keys::part(upload_id, part_number as u32);
-        let dp = Arc::clone(&self.dp);
-        self.blocking(move |m| {
-            let value = records::encode(&part);
-            let freed = transact(m, |t| {
-                let Some(up) = t.get_for_update(Table::Uploads, &uk)? else {
-                    return Err(ObjError::NoSuchUpload);
-                };
-                // Rewrite the upload record: Complete and Abort read it for update, so a part
-                // committed after their scan of the parts makes them retry and see it (otherwise
-                // the part would be orphaned, its extents leaked).
-                t.put(Table::Uploads, &uk, &up)?;
-                add_refs(t, &part.segments, true)?;
-                let mut freed = vec![];
-                if let Some(old) = get_rec::<PartRecord>(t, Table::Parts, &pk)? {
-                    drop_refs(t, &old.segments, &mut freed)?;
-                }
-                t.put(Table::Parts, &pk, &value)?;
-                Ok(freed)
-            })?;
-            if let Some(a) = alloc {
-                a.commit();
-            }
-            dp.free_committed(freed);
-            Ok(part)
-        })
-        .await
+        let released = self
+            .catalog
+            .put_part(bucket, key, upload_id, part_number as u32, part.clone())
+            .await?;
+        if let Some(a) = alloc {
+            a.commit();
+        }
+        self.release_chunks(released);
+        Ok(part)
     }
 
-    /// UploadPartCopy: copies a byte range of an object into a part (the bytes are written anew).
     pub async fn upload_part_copy(
         &self,
         dst: (&str, &str, &str, i32),
@@ -1154,27 +789,16 @@ impl ObjectService {
 
     pub async fn list_parts(
         &self,
+        bucket: &str,
+        key: &str,
         upload_id: &str,
         after: u32,
         max: usize,
     ) -> ObjResult<(Vec<(u32, PartRecord)>, bool)> {
-        let start = keys::part(upload_id, after.saturating_add(1));
-        let end = keys::prefix_successor(&keys::part_prefix(upload_id));
-        let rows = self
-            .blocking(move |m| {
-                Ok(m.scan(Table::Parts, &start, end.as_deref(), max.saturating_add(1))?)
-            })
-            .await?;
-        let truncated = rows.len() > max;
-        let parts = rows
-            .into_iter()
-            .take(max)
-            .map(|(k, v)| {
-                let n = u32::from_be_bytes(k[k.len() - 4..].try_into().expect("4 bytes"));
-                Ok((n, records::decode(&v)?))
-            })
-            .collect::<ObjResult<Vec<_>>>()?;
-        Ok((parts, truncated))
+        Ok(self
+            .catalog
+            .list_parts(bucket, key, upload_id, after, max)
+            .await?)
     }
 
     /// Uploads in a bucket: (key, upload id, record) and common prefixes, from after
@@ -1188,118 +812,29 @@ impl ObjectService {
         id_marker: Option<String>,
         max: usize,
     ) -> ObjResult<UploadPage> {
-        let b = bucket.to_owned();
-        self.blocking(move |m| {
-            if m.get(Table::Buckets, b.as_bytes())?.is_none() {
-                return Err(ObjError::NoSuchBucket);
-            }
-            let base = keys::bucket_prefix(&b);
-            let mut full = base.clone();
-            full.extend_from_slice(prefix.as_bytes());
-            let mut c = m.cursor(Table::Uploads)?;
-            let start = match &key_marker {
-                Some(km) if km.as_str() >= prefix.as_str() => keys::object(&b, km),
-                _ => full.clone(),
-            };
-            c.seek(&start);
-            let mut page = UploadPage::default();
-            let delim = delimiter.filter(|d| !d.is_empty());
-            while let Some((k, v)) = c.current() {
-                if !k.starts_with(&full) {
-                    break;
-                }
-                let Some((key, id)) = keys::split_upload(&k[base.len()..]) else {
-                    c.next();
-                    continue;
-                };
-                let key = String::from_utf8_lossy(key).into_owned();
-                let id = String::from_utf8_lossy(id).into_owned();
-                let cp = delim.as_deref().and_then(|d| {
-                    key[prefix.len()..]
-                        .find(d)
-                        .map(|i| key[..prefix.len() + i + d.len()].to_owned())
-                });
-                if let Some(cp) = cp {
-                    if key_marker.as_deref().is_none_or(|km| cp.as_str() > km) {
-                        if page.uploads.len() + page.prefixes.len() >= max {
-                            page.truncated = true;
-                            break;
-                        }
-                        page.prefixes.push(cp.clone());
-                        page.last = Some((cp.clone(), String::new()));
-                    }
-                    match keys::prefix_successor(cp.as_bytes()) {
-                        Some(next) => {
-                            let mut k = base.clone();
-                            k.extend_from_slice(&next);
-                            c.seek(&k);
-                            continue;
-                        }
-                        None => break,
-                    }
-                }
-                let skip = match (&key_marker, &id_marker) {
-                    (Some(km), Some(im)) => key < *km || (key == *km && id <= *im),
-                    (Some(km), None) => key <= *km,
-                    _ => false,
-                };
-                if !skip {
-                    if page.uploads.len() + page.prefixes.len() >= max {
-                        page.truncated = true;
-                        break;
-                    }
-                    page.last = Some((key.clone(), id.clone()));
-                    page.uploads.push((key, id, records::decode(v)?));
-                }
-                c.next();
-            }
-            c.status()?;
-            Ok(page)
-        })
-        .await
+        let q = UploadQuery {
+            prefix,
+            delimiter,
+            key_marker,
+            id_marker,
+            max,
+        };
+        Ok(self.catalog.list_uploads(bucket, &q).await?)
     }
 
     /// AbortMultipartUpload. Retry-safe: aborting an upload that this key already aborted (within
     /// a day) succeeds again; an upload that completed or never existed is `NoSuchUpload`.
     pub async fn abort_upload(&self, bucket: &str, key: &str, upload_id: &str) -> ObjResult<()> {
-        let uk = keys::upload(bucket, key, upload_id);
-        let tomb_key = keys::aborted(upload_id);
-        let tomb = records::encode(&AbortedUpload {
-            bucket: bucket.to_owned(),
-            key: key.to_owned(),
-            aborted_ms: now_ms(),
-        });
-        let (b, k, id) = (bucket.to_owned(), key.to_owned(), upload_id.to_owned());
-        let dp = Arc::clone(&self.dp);
-        self.blocking(move |m| {
-            let freed = transact(m, |t| {
-                if t.get_for_update(Table::Uploads, &uk)?.is_none() {
-                    if m.get(Table::Buckets, b.as_bytes())?.is_none() {
-                        return Err(ObjError::NoSuchBucket);
-                    }
-                    return match get_rec::<AbortedUpload>(t, Table::System, &tomb_key)? {
-                        Some(a) if a.bucket == b && a.key == k => Ok(None),
-                        _ => Err(ObjError::NoSuchUpload),
-                    };
-                }
-                let mut freed = vec![];
-                drop_upload(m, t, &uk, &id, &mut freed)?;
-                t.put(Table::System, &tomb_key, &tomb)?;
-                Ok(Some(freed))
-            })?;
-            if let Some(freed) = freed {
-                dp.free_committed(freed);
-                if let Err(e) = prune_aborted(m) {
-                    tracing::warn!(error = %e, "pruning aborted-upload tombstones failed");
-                }
-            }
-            Ok(())
-        })
-        .await
+        if let Aborted::Now(released) = self.catalog.abort(bucket, key, upload_id).await? {
+            self.release_chunks(released);
+        }
+        Ok(())
     }
 
     /// CompleteMultipartUpload: the object references the parts' extents (nothing is copied).
-    /// `parts`: (part number, etag, checksums the client listed).
+    /// `parts`: (part number, etag, checksums the client listed). A retry whose first reply was
+    /// lost answers with the object that upload made, while the key still holds it and the part
+    /// list is the same.
     pub async fn complete_upload(
         &self,
         bucket: &str,
@@ -1319,98 +854,93 @@ impl ObjectService {
                 return Err(ObjError::InvalidPartOrder);
             }
         }
-        let (b, k, id) = (bucket.to_owned(), key.to_owned(), upload_id.to_owned());
-        let gate = Arc::clone(&self.bucket_gate);
-        let dp = Arc::clone(&self.dp);
-        self.blocking(move |m| {
-            let _shared = gate.read().expect("bucket gate");
-            let uk = keys::upload(&b, &k, &id);
-            let okey = keys::object(&b, &k);
-            let prefix = keys::part_prefix(&id);
-            let end = keys::prefix_successor(&prefix);
-            let (rec, freed) = transact(m, |t| {
-                if m.get(Table::Buckets, b.as_bytes())?.is_none() {
-                    return Err(ObjError::NoSuchBucket);
+        let asked = Arc::new(parts);
+        let id = upload_id.to_owned();
+        let f = {
+            let asked = Arc::clone(&asked);
+            Arc::new(move |s: UploadState<'_>| {
+                build_completion(&s, &asked, &whole, &id).map_err(refused)
+            })
+        };
+        match self
+            .catalog
+            .complete(bucket, key, upload_id, &cond, f)
+            .await
+        {
+            Ok((rec, done)) => {
+                self.release_chunks(done.released);
+                Ok(rec)
+            }
+            Err(CatalogError::NoSuchUpload) => match self.catalog.get(bucket, key).await? {
+                Some(rec)
+                    if rec.upload_id.as_deref() == Some(upload_id)
+                        && same_parts(&rec.parts, &asked) =>
+                {
+                    Ok(rec)
                 }
-                let Some(up) = get_rec::<UploadRecord>(t, Table::Uploads, &uk)? else {
-                    // A retry whose first reply was lost: while the key still holds the object
-                    // this upload made, with the same parts, answer with it again.
-                    return match get_rec::<ObjectRecord>(t, Table::Objects, &okey)? {
-                        Some(rec)
-                            if rec.upload_id.as_deref() == Some(id.as_str())
-                                && same_parts(&rec.parts, &parts) =>
-                        {
-                            Ok((rec, vec![]))
-                        }
-                        _ => Err(ObjError::NoSuchUpload),
-                    };
-                };
-                let mut stored: BTreeMap<u32, PartRecord> = BTreeMap::new();
-                for (pk, v) in m.scan(Table::Parts, &prefix, end.as_deref(), usize::MAX)? {
-                    let n = u32::from_be_bytes(pk[pk.len() - 4..].try_into().expect("4 bytes"));
-                    // Registers the part for conflict detection (a concurrent re-upload of it).
-                    let p: PartRecord = get_rec(t, Table::Parts, &pk)?.unwrap_or(records::decode(&v)?);
-                    stored.insert(n, p);
-                }
-                let mut chosen: Vec<(u32, PartRecord)> = vec![];
-                for (i, (n, etag, sums)) in parts.iter().enumerate() {
-                    let p = stored.remove(&(*n as u32)).ok_or_else(|| {
-                        ObjError::InvalidPart(format!(
-                            "One or more of the specified parts could not be found. Part {n} was not uploaded."
-                        ))
-                    })?;
-                    if etag.trim_matches('"') != p.etag {
-                        return Err(ObjError::InvalidPart(format!("The ETag of part {n} does not match.")));
-                    }
-                    sums.verify_against(&p.checksums, *n)?;
-                    if i + 1 < parts.len() && p.size < MIN_PART_SIZE {
-                        return Err(ObjError::EntityTooSmall);
-                    }
-                    chosen.push((*n as u32, p));
-                }
-                let old: Option<ObjectRecord> = get_rec(t, Table::Objects, &okey)?;
-                cond.check(old.as_ref())?;
-                let etags: Vec<&str> = chosen.iter().map(|(_, p)| p.etag.as_str()).collect();
-                let etag = multipart_etag(&etags);
-                let checksums = crate::checksum::combine_parts(&up, &chosen, &whole)?;
-                let rec = ObjectRecord {
-                    size: chosen.iter().map(|(_, p)| p.size).sum(),
-                    etag,
-                    last_modified_ms: now_ms(),
-                    meta: up.meta.clone(),
-                    checksums,
-                    segments: chosen.iter().flat_map(|(_, p)| p.segments.iter().cloned()).collect(),
-                    upload_id: Some(id.clone()),
-                    parts: chosen
-                        .iter()
-                        .map(|(n, p)| PartSummary {
-                            number: *n,
-                            size: p.size,
-                            etag: p.etag.clone(),
-                            checksums: p.checksums.clone(),
-                        })
-                        .collect(),
-                };
-                // The chosen parts' references move to the object; unused parts are released.
-                let mut freed = vec![];
-                for p in stored.values() {
-                    drop_refs(t, &p.segments, &mut freed)?;
-                }
-                if let Some(old) = &old {
-                    drop_refs(t, &old.segments, &mut freed)?;
-                }
-                let mut pk_all: Vec<u32> = chosen.iter().map(|(n, _)| *n).collect();
-                pk_all.extend(stored.keys());
-                for n in pk_all {
-                    t.delete(Table::Parts, &keys::part(&id, n))?;
-                }
-                t.delete(Table::Uploads, &uk)?;
-                t.put(Table::Objects, &okey, &records::encode(&rec))?;
-                Ok((rec, freed))
-            })?;
-            dp.free_committed(freed);
-            Ok(rec)
-        })
-        .await
+                _ => Err(ObjError::NoSuchUpload),
+            },
+            Err(e) => Err(e.into()),
+        }
     }
+}
+
+/// Passes the service's own error through a catalog commit.
+pub(crate) fn refused(e: ObjError) -> CatalogError {
+    CatalogError::Refused(Box::new(e))
+}
+
+/// The object a Complete makes from the listed parts, checked against the stored ones.
+fn build_completion(
+    s: &UploadState<'_>,
+    asked: &[(i32, String, crate::checksum::ChecksumSet)],
+    whole: &crate::checksum::ChecksumSet,
+    upload_id: &str,
+) -> ObjResult<Completion> {
+    let mut chosen: Vec<(u32, PartRecord)> = vec![];
+    for (i, (n, etag, sums)) in asked.iter().enumerate() {
+        let p = s.parts.get(&(*n as u32)).ok_or_else(|| {
+            ObjError::InvalidPart(format!(
+                "One or more of the specified parts could not be found. Part {n} was not uploaded."
+            ))
+        })?;
+        if etag.trim_matches('"') != p.etag {
+            return Err(ObjError::InvalidPart(format!(
+                "The ETag of part {n} does not match."
+            )));
+        }
+        sums.verify_against(&p.checksums, *n)?;
+        if i + 1 < asked.len() && p.size < MIN_PART_SIZE {
+            return Err(ObjError::EntityTooSmall);
+        }
+        chosen.push((*n as u32, p.clone()));
+    }
+    let etags: Vec<&str> = chosen.iter().map(|(_, p)| p.etag.as_str()).collect();
+    let etag = multipart_etag(&etags);
+    let checksums = crate::checksum::combine_parts(s.upload, &chosen, whole)?;
+    let record = ObjectRecord {
+        size: chosen.iter().map(|(_, p)| p.size).sum(),
+        etag,
+        last_modified_ms: now_ms(),
+        meta: s.upload.meta.clone(),
+        checksums,
+        segments: chosen
+            .iter()
+            .flat_map(|(_, p)| p.segments.iter().cloned())
+            .collect(),
+        upload_id: Some(upload_id.to_owned()),
+        parts: chosen
+            .iter()
+            .map(|(n, p)| PartSummary {
+                number: *n,
+                size: p.size,
+                etag: p.etag.clone(),
+                checksums: p.checksums.clone(),
+            })
+            .collect(),
+    };
+    Ok(Completion {
+        record,
+        used_parts: chosen.iter().map(|(n, _)| *n).collect(),
+    })
 }

@@ -1258,7 +1258,10 @@ impl S3 for LodeS3 {
         let up = self.svc.upload(&i.bucket, &i.key, &i.upload_id).await?;
         let max = i.max_parts.unwrap_or(1000).clamp(0, 1000) as usize;
         let marker = i.part_number_marker.unwrap_or(0).max(0) as u32;
-        let (parts, truncated) = self.svc.list_parts(&i.upload_id, marker, max).await?;
+        let (parts, truncated) = self
+            .svc
+            .list_parts(&i.bucket, &i.key, &i.upload_id, marker, max)
+            .await?;
         let next = parts.last().map(|(n, _)| *n as i32);
         let parts = parts
             .into_iter()

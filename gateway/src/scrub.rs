@@ -205,7 +205,9 @@ mod tests {
             chunk_size: 1 << 20,
             ..Default::default()
         };
-        let svc = ObjectService::open(Arc::new(MemMetadataStore::new()), dp, cfg).unwrap();
+        let meta: Arc<dyn lode_metadata::MetadataStore> = Arc::new(MemMetadataStore::new());
+        let catalog = Arc::new(lode_catalog::KvCatalog::new(Arc::clone(&meta)));
+        let svc = ObjectService::open(catalog, meta, dp, cfg).unwrap();
         svc.create_bucket("bkt", "me").await.unwrap();
         for (k, n) in [("a", 3 << 20), ("b", 10), ("c", 2 << 20)] {
             let body =

@@ -93,6 +93,11 @@ impl Started {
     }
 }
 
+/// The single-node catalog: the KV catalog over the node's RocksDB metadata store.
+fn local_catalog(meta: &Arc<dyn MetadataStore>) -> Arc<dyn lode_catalog::Catalog> {
+    Arc::new(lode_catalog::KvCatalog::new(Arc::clone(meta)))
+}
+
 /// Opens the metadata store and the datapath as configured (the only place that picks
 /// concrete backends).
 pub fn open_stores(cfg: &LodeConfig) -> anyhow::Result<(Arc<dyn MetadataStore>, Arc<Datapath>)> {
@@ -153,7 +158,7 @@ fn watch_metadata_dir(dir: PathBuf) -> anyhow::Result<()> {
 /// `lode scrub`: one offline pass over every chunk, unpaced.
 pub async fn scrub_once(cfg: &LodeConfig) -> anyhow::Result<crate::scrub::PassReport> {
     let (meta, dp) = open_stores(cfg)?;
-    let svc = ObjectService::open(meta, dp, ServiceConfig::default())?;
+    let svc = ObjectService::open(local_catalog(&meta), meta, dp, ServiceConfig::default())?;
     Ok(crate::scrub::pass(&svc, 0, &svc.scrub).await?)
 }
 
@@ -186,6 +191,7 @@ pub async fn serve(
     let backend_name = dp.store().backend_name();
     let ndev = dp.store().devices().len();
     let svc = Arc::new(ObjectService::open(
+        local_catalog(&meta),
         meta,
         dp,
         ServiceConfig {

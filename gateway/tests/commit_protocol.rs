@@ -27,7 +27,9 @@ fn open(dir: &std::path::Path, dev_size: u64) -> Arc<ObjectService> {
         body_idle_timeout: std::time::Duration::from_secs(5),
         ..Default::default()
     };
-    Arc::new(ObjectService::open(Arc::new(meta), dp, cfg).unwrap())
+    let meta: Arc<dyn lode_metadata::MetadataStore> = Arc::new(meta);
+    let catalog = Arc::new(lode_catalog::KvCatalog::new(Arc::clone(&meta)));
+    Arc::new(ObjectService::open(catalog, meta, dp, cfg).unwrap())
 }
 
 fn body(
@@ -393,6 +395,7 @@ async fn a_failed_metadata_commit_leaves_nothing_and_returns_the_space() {
             .unwrap();
     let dp = Arc::new(Datapath::new(store, true));
     let svc = ObjectService::open(
+        Arc::new(lode_catalog::KvCatalog::new(meta.clone())),
         meta.clone(),
         dp,
         ServiceConfig {
@@ -438,7 +441,15 @@ async fn a_part_committed_during_abort_or_complete_is_never_orphaned() {
             chunk_size: 1 << 20,
             ..Default::default()
         };
-        let svc = Arc::new(ObjectService::open(meta.clone(), dp, cfg).unwrap());
+        let svc = Arc::new(
+            ObjectService::open(
+                Arc::new(lode_catalog::KvCatalog::new(meta.clone())),
+                meta.clone(),
+                dp,
+                cfg,
+            )
+            .unwrap(),
+        );
         svc.create_bucket("bk1", "me").await.unwrap();
         let empty = free(&svc);
         let rec = lode_metadata::records::UploadRecord {
