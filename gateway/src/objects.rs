@@ -376,6 +376,8 @@ impl ObjectService {
 
     // ---------------------------------------------------------------- ingest
 
+    /// Streams a body into inline bytes or durable chunks, hashing MD5 and the requested
+    /// checksums, and verifies them. Nothing is visible yet.
     async fn ingest<S, E>(
         &self,
         mut body: S,
@@ -589,6 +591,8 @@ impl ObjectService {
         Ok(ObjectHandle { record, guard })
     }
 
+    /// Streams bytes `[start, end)` of an opened object. Chunks are read (and crc-checked) with
+    /// one read ahead.
     pub fn read_range(
         &self,
         h: ObjectHandle,
@@ -707,6 +711,7 @@ impl ObjectService {
         Ok(self.catalog.upload(bucket, key, upload_id).await?)
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub async fn upload_part<S, E>(
         &self,
         bucket: &str,
@@ -767,6 +772,7 @@ impl ObjectService {
         Ok(part)
     }
 
+    /// UploadPartCopy: copies a byte range of an object into a part (the bytes are written anew).
     pub async fn upload_part_copy(
         &self,
         dst: (&str, &str, &str, i32),
