@@ -1,10 +1,20 @@
 #!/usr/bin/env bash
-# Runs every test: the Rust workspace (unit, conformance and integration tests; real RocksDB and
-# the real io_uring datapath) and the compat suite (real aws-cli and boto3 from PyPI against a
-# real `lode serve` process). Installs what it needs first.
-LODE_EXTRA_APT="chromium"
+# Runs every test: the Rust workspace (unit, conformance and integration tests; real RocksDB,
+# the real io_uring datapath, and a real single-host Ceph cluster for the cluster-mode crates)
+# and the compat suite (real aws-cli and boto3 from PyPI against a real `lode serve` process).
+# Installs what it needs first.
+LODE_EXTRA_APT="chromium librados-dev"
 source "$(dirname "$0")/scripts/setup.sh"
 build_lode
+
+# One Ceph cluster for the whole run (1 mon + 3 BlueStore OSDs on loopback), stopped and
+# removed at exit. LODE_CEPH_DIR names its directory (default: a fresh one under /tmp).
+echo "==> Ceph test cluster (scripts/ceph-dev.sh)"
+CEPH_DIR="${LODE_CEPH_DIR:-$(mktemp -d /tmp/lode-ceph.XXXXXX)}"
+stop_ceph() { "$ROOT/scripts/ceph-dev.sh" stop "$CEPH_DIR" --purge >/dev/null 2>&1 || true; }
+trap stop_ceph EXIT
+"$ROOT/scripts/ceph-dev.sh" start "$CEPH_DIR"
+export LODE_CEPH_CONF="$CEPH_DIR/ceph.conf"
 
 echo "==> Rust tests"
 rust_rc=0
@@ -27,4 +37,6 @@ fi
 "$VENV/bin/pip" install -q --upgrade -r "$ROOT/compat-tests/requirements.txt"
 "$VENV/bin/python" -c "import boto3, botocore, awscli; print('boto3', boto3.__version__, 'botocore', botocore.__version__, 'awscli', awscli.__version__)"
 cd "$ROOT/compat-tests"
-exec "$VENV/bin/pytest" -q -p no:cacheprovider "$@"
+compat_rc=0
+"$VENV/bin/pytest" -q -p no:cacheprovider "$@" || compat_rc=$?
+exit "$compat_rc"
