@@ -177,7 +177,13 @@ pub async fn references(c: &dyn Catalog) {
         )
         .await
         .unwrap();
-    assert!(r.released.is_empty());
+    // c1 and c2 are still b's: a backend that counts references keeps them; one that does
+    // not reports the dropped reference, and its blob store keeps the chunks for b.
+    if c.counts_references() {
+        assert!(r.released.is_empty());
+    } else {
+        assert_eq!(set(&r.released), set(&[c1, c2]));
+    }
     assert_eq!(
         set(&c.delete("refs", "b").await.unwrap().released),
         set(&[c1, c2])

@@ -58,6 +58,9 @@ impl Catalog for FaultyCatalog {
     fn backend_name(&self) -> &'static str {
         "faulty"
     }
+    fn counts_references(&self) -> bool {
+        self.inner.counts_references()
+    }
     async fn create_bucket(&self, name: &str, rec: BucketRecord) -> Result<()> {
         self.commit(self.inner.create_bucket(name, rec)).await
     }

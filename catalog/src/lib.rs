@@ -210,6 +210,14 @@ pub trait Catalog: Send + Sync + 'static {
     /// The backend's name, for logs and the banner.
     fn backend_name(&self) -> &'static str;
 
+    /// Whether commits count chunk references themselves. If so, [`Commit::released`] (and the
+    /// other released lists) hold only chunks whose last reference went; if not, they hold
+    /// every reference the commit dropped, and the blob store counts holders (a backend that
+    /// cannot update the counts of shared chunks in the same atomic op as the record: RADOS).
+    fn counts_references(&self) -> bool {
+        true
+    }
+
     // ------------------------------------------------------------------ buckets
 
     /// Creates a bucket; `BucketExists` (with its owner) if the name is taken.

@@ -1,0 +1,1021 @@
+//! `lode-catalog-rados`: the [`Catalog`] on Ceph RADOS, for cluster mode: any number of
+//! stateless gateways share one namespace, with every commit one atomic RADOS write op on one
+//! index object, guarded so that concurrent gateways never lose or half-apply a write.
+//!
+//! # Layout (in the index pool, a replicated pool: omap cannot live in an EC pool)
+//! * `lode.buckets`: omap `bucket name -> BucketRecord` (ListBuckets, owners).
+//! * `lode.sys`: omap of the system key space (users, grants).
+//! * `lode.idx.<bucket>`: the bucket's index partition. Its xattr `lode.epoch` is the
+//!   partition's epoch (zero-padded decimal, compared with `cmpxattr`); `deleted` marks a
+//!   bucket being deleted. Its omap holds, under order-preserving escaped keys ([`esc`]):
+//!   `o<key>` the object record; `u<key>␁␁<id>` an upload; `p<key>␁␁<id>␁␁<n:05>` a part
+//!   (uploads and parts beside their key, so a Complete is one op); `a<id>` an aborted-upload
+//!   tombstone.
+//!
+//! The object's existence is the bucket's: a commit that finds no partition object answers
+//! `NoSuchBucket`, so a commit never needs a second object to know its bucket exists.
+//!
+//! # Commits
+//! Every commit reads what it needs, then writes one op guarded by the partition epoch
+//! (`cmpxattr lode.epoch == e`) and either the key's current value (`omap_cmp o<key> == v`,
+//! a missing key comparing as empty: single-key commits of different keys never conflict) or
+//! the partition's object version (`assert_version`, for the multi-key commits: Complete,
+//! Abort, renames, bucket deletion). A failed guard (`ECANCELED`/`ERANGE`) re-reads and
+//! retries; after 64 losses the commit is `Contended`. An op past the cluster's op timeout is
+//! `Unavailable` (the S3 door answers 503 SlowDown; the OSD deduplicates a resent op, and
+//! every commit is a conditional replace, so a retry is idempotent).
+//!
+//! # Chunk references
+//! Copies share chunks across buckets, which no single op can count atomically, so this
+//! backend does not count references ([`Catalog::counts_references`] is false): every commit
+//! reports each reference it dropped, and the blob store counts holders (cls `refcount`
+//! tags on the chunk objects, as RGW does for shared tails).
+//!
+//! # Not built yet (cluster-mode work in progress, see the README)
+//! One partition per bucket: range splits (epoch bump, copy, switch, retire) are not built,
+//! so a bucket's index is one RADOS object (RGW keeps shards under ~100k keys; deep scrub
+//! warns at 200k). Aborted-upload tombstones are not pruned yet.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use lode_catalog::{
+    Aborted, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit, CompleteFn, Cond, ListPage,
+    ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, Result, Segment, SysFn, UploadPage,
+    UploadQuery, UploadRecord, UploadState,
+};
+use lode_metadata::records::{self, AbortedUpload, Record};
+use lode_rados::{Cluster, CmpOp, IoCtx, RadosError, ReadOp, WriteOp};
+
+const BUCKETS: &str = "lode.buckets";
+const SYS: &str = "lode.sys";
+const EPOCH: &str = "lode.epoch";
+const FIRST_EPOCH: &str = "0000000001";
+const DELETED: &str = "deleted";
+/// Separator inside escaped omap keys: sorts below every escaped byte.
+const SEP: [u8; 2] = [1, 1];
+/// Above every escaped byte (UTF-8 never has 0xFF): `e(p) + HIGH` is past every key under `p`.
+const HIGH: u8 = 0xff;
+const RETRIES: usize = 64;
+/// Omap entries asked per read.
+const PAGE: u64 = 1000;
+
+/// Escapes bytes for an omap key without NUL (the C API takes omap paging bounds as C
+/// strings), preserving order and prefixes: `0x00 -> 01 02`, `0x01 -> 01 03`, others as is.
+pub fn esc(b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(b.len() + 2);
+    for &c in b {
+        match c {
+            0 => out.extend_from_slice(&[1, 2]),
+            1 => out.extend_from_slice(&[1, 3]),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The inverse of [`esc`].
+pub fn unesc(b: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(b.len());
+    let mut it = b.iter();
+    while let Some(&c) = it.next() {
+        if c == 1 {
+            match it.next() {
+                Some(2) => out.push(0),
+                Some(3) => out.push(1),
+                _ => return None,
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    Some(out)
+}
+
+fn tagged(tag: u8, parts: &[&[u8]]) -> Vec<u8> {
+    let mut k = vec![tag];
+    for (i, p) in parts.iter().enumerate() {
+        if i > 0 {
+            k.extend_from_slice(&SEP);
+        }
+        k.extend_from_slice(p);
+    }
+    k
+}
+
+fn okey(key: &str) -> Vec<u8> {
+    tagged(b'o', &[&esc(key.as_bytes())])
+}
+
+fn ukey(key: &str, id: &str) -> Vec<u8> {
+    tagged(b'u', &[&esc(key.as_bytes()), &esc(id.as_bytes())])
+}
+
+fn pprefix(key: &str, id: &str) -> Vec<u8> {
+    let mut k = tagged(b'p', &[&esc(key.as_bytes()), &esc(id.as_bytes())]);
+    k.extend_from_slice(&SEP);
+    k
+}
+
+fn pkey(key: &str, id: &str, n: u32) -> Vec<u8> {
+    let mut k = pprefix(key, id);
+    k.extend_from_slice(format!("{n:05}").as_bytes());
+    k
+}
+
+fn akey(id: &str) -> Vec<u8> {
+    tagged(b'a', &[&esc(id.as_bytes())])
+}
+
+fn index_oid(bucket: &str) -> String {
+    format!("lode.idx.{bucket}")
+}
+
+fn err(e: RadosError) -> CatalogError {
+    if e.is_timeout() {
+        CatalogError::Unavailable(e.to_string())
+    } else {
+        CatalogError::Backend(Box::new(e))
+    }
+}
+
+fn decode<T: Record>(v: &[u8]) -> Result<T> {
+    Ok(records::decode(v)?)
+}
+
+fn chunks_of(segments: &[Segment]) -> impl Iterator<Item = ChunkLoc> + '_ {
+    segments.iter().filter_map(|s| match s {
+        Segment::Chunk(c) => Some(*c),
+        Segment::Inline(_) => None,
+    })
+}
+
+/// A guarded write lost its race (or the partition changed): read again.
+fn lost_race(e: &RadosError) -> bool {
+    e.is_canceled() || e.is_version_mismatch()
+}
+
+/// What a read of a partition found.
+struct Snapshot {
+    version: u64,
+    epoch: Bytes,
+    vals: Vec<(Vec<u8>, Bytes)>,
+}
+
+pub struct RadosCatalog {
+    io: IoCtx,
+}
+
+impl RadosCatalog {
+    /// Opens the catalog in `pool` (which must exist, be replicated and hold omap) of `cluster`,
+    /// in RADOS namespace `namespace` (empty: the default).
+    pub async fn open(cluster: &Arc<Cluster>, pool: &str, namespace: &str) -> Result<Self> {
+        match cluster.pool_info(pool).await.map_err(err)? {
+            None => {
+                return Err(CatalogError::Backend(
+                    format!("the index pool {pool:?} does not exist").into(),
+                ));
+            }
+            Some(info) if info.is_erasure() => {
+                return Err(CatalogError::Backend(
+                    format!(
+                        "the index pool {pool:?} is erasure-coded; an index needs omap, which only a replicated pool holds"
+                    )
+                    .into(),
+                ));
+            }
+            Some(_) => {}
+        }
+        let io = cluster
+            .ioctx(pool)
+            .await
+            .map_err(err)?
+            .with_namespace(namespace)
+            .await
+            .map_err(err)?;
+        for oid in [BUCKETS, SYS] {
+            io.operate_write(oid, WriteOp::new().create(false))
+                .await
+                .map_err(err)?;
+        }
+        Ok(Self { io })
+    }
+
+    /// Reads `keys` of a partition with its version and epoch. `NoSuchBucket` if the
+    /// partition is missing or being deleted.
+    async fn read_keys(&self, bucket: &str, keys: &[Vec<u8>]) -> Result<Snapshot> {
+        let op = ReadOp::new().getxattrs().omap_get_vals_by_keys(keys);
+        self.snapshot(bucket, op, |r| {
+            r.omap_vals_by_keys.clone().unwrap_or_default()
+        })
+        .await
+    }
+
+    /// Reads every entry of a partition under `prefix` (paging), with version and epoch.
+    async fn read_prefix(&self, bucket: &str, prefix: &[u8]) -> Result<Snapshot> {
+        // One op for the first page keeps version, epoch and entries consistent; larger sets
+        // re-check the version after paging.
+        let mut after: Vec<u8> = vec![];
+        let mut vals = vec![];
+        let mut first: Option<(u64, Bytes)> = None;
+        loop {
+            let op = ReadOp::new()
+                .getxattrs()
+                .omap_get_vals(&after, prefix, PAGE);
+            let r = self.io.operate_read(&index_oid(bucket), op).await;
+            let r = match r {
+                Err(e) if e.is_not_found() => return Err(CatalogError::NoSuchBucket),
+                r => r.map_err(err)?,
+            };
+            let epoch = r.xattr(EPOCH).cloned().unwrap_or_default();
+            if epoch.as_ref() == DELETED.as_bytes() {
+                return Err(CatalogError::NoSuchBucket);
+            }
+            match &first {
+                None => first = Some((r.version, epoch)),
+                Some((v, _)) if *v != r.version => {
+                    // Changed while paging: start over.
+                    after.clear();
+                    vals.clear();
+                    first = None;
+                    continue;
+                }
+                Some(_) => {}
+            }
+            let page = r.omap_vals.unwrap_or_default();
+            if let Some((k, _)) = page.entries.last() {
+                after = k.clone();
+            }
+            let more = page.more && !page.entries.is_empty();
+            vals.extend(page.entries);
+            if !more {
+                break;
+            }
+        }
+        let (version, epoch) = first.expect("read at least once");
+        Ok(Snapshot {
+            version,
+            epoch,
+            vals,
+        })
+    }
+
+    async fn snapshot(
+        &self,
+        bucket: &str,
+        op: ReadOp,
+        vals: impl Fn(&lode_rados::ReadResult) -> Vec<(Vec<u8>, Bytes)>,
+    ) -> Result<Snapshot> {
+        let r = match self.io.operate_read(&index_oid(bucket), op).await {
+            Err(e) if e.is_not_found() => return Err(CatalogError::NoSuchBucket),
+            r => r.map_err(err)?,
+        };
+        let epoch = r.xattr(EPOCH).cloned().unwrap_or_default();
+        if epoch.as_ref() == DELETED.as_bytes() {
+            return Err(CatalogError::NoSuchBucket);
+        }
+        Ok(Snapshot {
+            version: r.version,
+            epoch,
+            vals: vals(&r),
+        })
+    }
+
+    /// Runs a guarded write; `Ok(false)` when a guard failed (re-read and retry).
+    async fn try_write(&self, bucket: &str, op: WriteOp) -> Result<bool> {
+        match self.io.operate_write(&index_oid(bucket), op).await {
+            Ok(_) => Ok(true),
+            Err(e) if lost_race(&e) => Ok(false),
+            Err(e) if e.is_not_found() => Err(CatalogError::NoSuchBucket),
+            Err(e) => Err(err(e)),
+        }
+    }
+
+    fn guarded(s: &Snapshot) -> WriteOp {
+        WriteOp::new().cmpxattr(EPOCH, CmpOp::Eq, &s.epoch)
+    }
+
+    fn whole(s: &Snapshot) -> WriteOp {
+        Self::guarded(s).assert_version(s.version)
+    }
+
+    /// Single-key commit of `bucket/key`: `f` maps the current record to the new one (`None`:
+    /// delete), guarded on the key's current value.
+    async fn commit_key(
+        &self,
+        bucket: &str,
+        key: &str,
+        f: impl Fn(Option<&ObjectRecord>) -> Result<Option<ObjectRecord>>,
+    ) -> Result<(Option<ObjectRecord>, Option<ObjectRecord>)> {
+        let k = okey(key);
+        for _ in 0..RETRIES {
+            let s = self.read_keys(bucket, std::slice::from_ref(&k)).await?;
+            let cur_raw = s.vals.first().map(|(_, v)| v.clone());
+            let cur: Option<ObjectRecord> = cur_raw.as_deref().map(decode).transpose()?;
+            let new = f(cur.as_ref())?;
+            let mut op =
+                Self::guarded(&s).omap_cmp(&k, CmpOp::Eq, cur_raw.as_deref().unwrap_or(b""));
+            op = match &new {
+                Some(r) => op.omap_set(&[(&k, records::encode(r))]),
+                None if cur.is_some() => op.omap_rm_keys(&[&k]),
+                None => return Ok((cur, None)),
+            };
+            if self.try_write(bucket, op).await? {
+                return Ok((cur, new));
+            }
+        }
+        Err(CatalogError::Contended)
+    }
+}
+
+fn commit(previous: Option<ObjectRecord>) -> Commit {
+    let released = previous
+        .as_ref()
+        .map(|p| chunks_of(&p.segments).collect())
+        .unwrap_or_default();
+    Commit { previous, released }
+}
+
+fn key_of(k: &[u8]) -> Result<String> {
+    let raw = unesc(&k[1..]).ok_or_else(|| CatalogError::Corrupt("bad index key".into()))?;
+    String::from_utf8(raw).map_err(|e| CatalogError::Corrupt(e.to_string()))
+}
+
+#[async_trait::async_trait]
+impl Catalog for RadosCatalog {
+    fn backend_name(&self) -> &'static str {
+        "rados"
+    }
+
+    fn counts_references(&self) -> bool {
+        false
+    }
+
+    async fn create_bucket(&self, name: &str, rec: BucketRecord) -> Result<()> {
+        let oid = index_oid(name);
+        // The partition first (its existence is the bucket's), then the directory entry; a
+        // create cut between the two is completed by the next create of the name.
+        let r = self
+            .io
+            .operate_write(
+                &oid,
+                WriteOp::new()
+                    .create(true)
+                    .setxattr(EPOCH, FIRST_EPOCH)
+                    .setxattr("lode.owner", rec.owner.as_bytes()),
+            )
+            .await;
+        match r {
+            Ok(_) => {}
+            Err(e) if e.is_exists() => {
+                let r = self.io.operate_read(&oid, ReadOp::new().getxattrs()).await;
+                let x = r.map_err(err)?;
+                if x.xattr(EPOCH).map(|e| e.as_ref()) == Some(DELETED.as_bytes()) {
+                    // A deletion was cut short: finish it, then create anew.
+                    self.io.remove(&oid).await.map_err(err)?;
+                    return self.create_bucket(name, rec).await;
+                }
+                let owner = x
+                    .xattr("lode.owner")
+                    .map(|o| String::from_utf8_lossy(o).into_owned())
+                    .unwrap_or_default();
+                let listed = self
+                    .io
+                    .operate_read(BUCKETS, ReadOp::new().omap_get_vals_by_keys(&[name]))
+                    .await
+                    .map_err(err)?;
+                if listed.omap_vals_by_keys.unwrap_or_default().is_empty() && owner == rec.owner {
+                    // Complete an earlier, interrupted create by the same owner.
+                    self.io
+                        .operate_write(
+                            BUCKETS,
+                            WriteOp::new().omap_set(&[(name.as_bytes(), records::encode(&rec))]),
+                        )
+                        .await
+                        .map_err(err)?;
+                    return Ok(());
+                }
+                return Err(CatalogError::BucketExists { owner });
+            }
+            Err(e) => return Err(err(e)),
+        }
+        self.io
+            .operate_write(
+                BUCKETS,
+                WriteOp::new()
+                    .omap_cmp(name, CmpOp::Eq, b"")
+                    .omap_set(&[(name.as_bytes(), records::encode(&rec))]),
+            )
+            .await
+            .map_err(err)?;
+        Ok(())
+    }
+
+    async fn bucket(&self, name: &str) -> Result<Option<BucketRecord>> {
+        let r = self
+            .io
+            .operate_read(BUCKETS, ReadOp::new().omap_get_vals_by_keys(&[name]))
+            .await
+            .map_err(err)?;
+        r.omap_vals_by_keys
+            .unwrap_or_default()
+            .first()
+            .map(|(_, v)| decode(v))
+            .transpose()
+    }
+
+    async fn list_buckets(&self) -> Result<Vec<(String, BucketRecord)>> {
+        self.io
+            .omap_get_all(BUCKETS)
+            .await
+            .map_err(err)?
+            .into_iter()
+            .map(|(k, v)| Ok((String::from_utf8_lossy(&k).into_owned(), decode(&v)?)))
+            .collect()
+    }
+
+    async fn delete_bucket(&self, name: &str) -> Result<Vec<ChunkLoc>> {
+        let oid = index_oid(name);
+        for _ in 0..RETRIES {
+            let s = self.read_prefix(name, b"").await?;
+            if s.vals.iter().any(|(k, _)| k.first() == Some(&b'o')) {
+                return Err(CatalogError::BucketNotEmpty);
+            }
+            let mut released = vec![];
+            for (k, v) in &s.vals {
+                if k.first() == Some(&b'p') {
+                    released.extend(chunks_of(&decode::<PartRecord>(v)?.segments));
+                }
+            }
+            // Mark it deleted (commits stop), drop its directory entry, remove it.
+            let mark = Self::whole(&s).setxattr(EPOCH, DELETED);
+            if !self.try_write(name, mark).await? {
+                continue;
+            }
+            self.io
+                .operate_write(BUCKETS, WriteOp::new().omap_rm_keys(&[name]))
+                .await
+                .map_err(err)?;
+            self.io.remove(&oid).await.map_err(err)?;
+            return Ok(released);
+        }
+        Err(CatalogError::Contended)
+    }
+
+    async fn get(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
+        let s = self.read_keys(bucket, &[okey(key)]).await?;
+        s.vals.first().map(|(_, v)| decode(v)).transpose()
+    }
+
+    async fn put(
+        &self,
+        bucket: &str,
+        key: &str,
+        rec: ObjectRecord,
+        cond: &Cond,
+        _refs: Refs,
+    ) -> Result<Commit> {
+        let (prev, _) = self
+            .commit_key(bucket, key, |cur| {
+                cond.check(cur)?;
+                Ok(Some(rec.clone()))
+            })
+            .await?;
+        Ok(commit(prev))
+    }
+
+    async fn delete(&self, bucket: &str, key: &str) -> Result<Commit> {
+        let (prev, _) = self.commit_key(bucket, key, |_| Ok(None)).await?;
+        Ok(commit(prev))
+    }
+
+    async fn copy(
+        &self,
+        src: (&str, &str),
+        dst: (&str, &str),
+        make: RecordFn,
+    ) -> Result<(ObjectRecord, Commit)> {
+        // The source is read once (a snapshot); the destination commit is guarded.
+        let Some(source) = self.get(src.0, src.1).await? else {
+            return Err(CatalogError::NoSuchKey);
+        };
+        let rec = make(&source)?;
+        let (prev, _) = self
+            .commit_key(dst.0, dst.1, |_| Ok(Some(rec.clone())))
+            .await?;
+        Ok((rec, commit(prev)))
+    }
+
+    async fn update(&self, bucket: &str, key: &str, f: RecordFn) -> Result<ObjectRecord> {
+        let (_, new) = self
+            .commit_key(bucket, key, |cur| match cur {
+                None => Err(CatalogError::NoSuchKey),
+                Some(r) => {
+                    let n = f(r)?;
+                    if chunks_of(&n.segments).ne(chunks_of(&r.segments)) {
+                        return Err(CatalogError::Corrupt(
+                            "update may not change an object's chunks".into(),
+                        ));
+                    }
+                    Ok(Some(n))
+                }
+            })
+            .await?;
+        new.ok_or(CatalogError::NoSuchKey)
+    }
+
+    async fn list(&self, bucket: &str, q: &ListQuery<'_>) -> Result<ListPage> {
+        // Existence first (an empty bucket lists nothing; a missing one is an error).
+        self.read_keys(bucket, &[]).await?;
+        let mut page = ListPage::default();
+        if q.max == 0 {
+            return Ok(page);
+        }
+        let filter = okey(q.prefix);
+        let mut after: Vec<u8> = match q.after {
+            Some(a) if a > q.prefix => okey(a),
+            _ => vec![],
+        };
+        let delim = q.delimiter.filter(|d| !d.is_empty());
+        loop {
+            let want = (q.max + 1 - page.objects.len() - page.common_prefixes.len()) as u64;
+            let chunk = self
+                .io
+                .omap_get_vals(&index_oid(bucket), &after, &filter, want.min(PAGE))
+                .await;
+            let chunk = match chunk {
+                Err(e) if e.is_not_found() => return Err(CatalogError::NoSuchBucket),
+                c => c.map_err(err)?,
+            };
+            let mut sought = false;
+            for (k, v) in &chunk.entries {
+                let key = key_of(k)?;
+                let cp = delim.and_then(|d| {
+                    key[q.prefix.len()..]
+                        .find(d)
+                        .map(|i| key[..q.prefix.len() + i + d.len()].to_owned())
+                });
+                if let Some(cp) = cp {
+                    if q.after.is_none_or(|a| cp.as_str() > a) {
+                        if page.objects.len() + page.common_prefixes.len() >= q.max {
+                            page.truncated = true;
+                            return Ok(page);
+                        }
+                        page.last = Some(cp.clone());
+                        page.common_prefixes.push(cp.clone());
+                    }
+                    // Seek past everything under the common prefix.
+                    after = okey(&cp);
+                    after.push(HIGH);
+                    sought = true;
+                    break;
+                }
+                if page.objects.len() + page.common_prefixes.len() >= q.max {
+                    page.truncated = true;
+                    return Ok(page);
+                }
+                page.last = Some(key.clone());
+                page.objects.push((key, decode(v)?));
+                after = k.clone();
+            }
+            if !sought && (!chunk.more || chunk.entries.is_empty()) {
+                return Ok(page);
+            }
+        }
+    }
+
+    async fn rename(&self, bucket: &str, from: &str, to: &str, no_replace: bool) -> Result<Commit> {
+        let (fk, tk) = (okey(from), okey(to));
+        for _ in 0..RETRIES {
+            let s = self.read_keys(bucket, &[fk.clone(), tk.clone()]).await?;
+            let find = |k: &[u8]| s.vals.iter().find(|(x, _)| x == k).map(|(_, v)| v.clone());
+            let (Some(src), dst) = (find(&fk), find(&tk)) else {
+                return Err(CatalogError::NoSuchKey);
+            };
+            if dst.is_some() && no_replace {
+                return Err(CatalogError::PreconditionFailed);
+            }
+            let op = Self::guarded(&s)
+                .omap_cmp(&fk, CmpOp::Eq, &src)
+                .omap_cmp(&tk, CmpOp::Eq, dst.as_deref().unwrap_or(b""))
+                .omap_set(&[(&tk, &src)])
+                .omap_rm_keys(&[&fk]);
+            if self.try_write(bucket, op).await? {
+                return Ok(commit(dst.as_deref().map(decode).transpose()?));
+            }
+        }
+        Err(CatalogError::Contended)
+    }
+
+    async fn rename_prefix(
+        &self,
+        bucket: &str,
+        from: &str,
+        to: &str,
+        max_key_len: usize,
+    ) -> Result<(usize, Vec<ChunkLoc>)> {
+        for _ in 0..RETRIES {
+            let s = self.read_prefix(bucket, b"o").await?;
+            let (fp, tp) = (okey(from), okey(to));
+            let mut released = vec![];
+            let mut rm: Vec<Vec<u8>> = vec![];
+            for (k, v) in s.vals.iter().filter(|(k, _)| k.starts_with(&tp)) {
+                if *k != tp {
+                    return Err(CatalogError::DirectoryNotEmpty);
+                }
+                released.extend(chunks_of(&decode::<ObjectRecord>(v)?.segments));
+                rm.push(k.clone());
+            }
+            let moved: Vec<&(Vec<u8>, Bytes)> =
+                s.vals.iter().filter(|(k, _)| k.starts_with(&fp)).collect();
+            if moved.is_empty() {
+                return Err(CatalogError::NoSuchKey);
+            }
+            let mut set: Vec<(Vec<u8>, Bytes)> = vec![];
+            for (k, v) in &moved {
+                let suffix = &k[fp.len()..];
+                if to.len() + unesc(suffix).map_or(0, |s| s.len()) > max_key_len {
+                    return Err(CatalogError::KeyTooLong);
+                }
+                let mut nk = tp.clone();
+                nk.extend_from_slice(suffix);
+                set.push((nk, v.clone()));
+                rm.push(k.clone());
+            }
+            rm.retain(|k| !set.iter().any(|(n, _)| n == k));
+            let op = Self::whole(&s).omap_rm_keys(&rm).omap_set(&set);
+            if self.try_write(bucket, op).await? {
+                return Ok((moved.len(), released));
+            }
+        }
+        Err(CatalogError::Contended)
+    }
+
+    async fn remove_dir(&self, bucket: &str, prefix: &str) -> Result<Vec<ChunkLoc>> {
+        let p = okey(prefix);
+        for _ in 0..RETRIES {
+            let op = ReadOp::new().getxattrs().omap_get_vals(b"", &p, 2);
+            let s = self
+                .snapshot(bucket, op, |r| {
+                    r.omap_vals.clone().unwrap_or_default().entries
+                })
+                .await?;
+            if s.vals.is_empty() {
+                return Err(CatalogError::NoSuchKey);
+            }
+            if s.vals.iter().any(|(k, _)| *k != p) {
+                return Err(CatalogError::DirectoryNotEmpty);
+            }
+            let released = chunks_of(&decode::<ObjectRecord>(&s.vals[0].1)?.segments).collect();
+            if self
+                .try_write(bucket, Self::whole(&s).omap_rm_keys(&[&p]))
+                .await?
+            {
+                return Ok(released);
+            }
+        }
+        Err(CatalogError::Contended)
+    }
+
+    async fn create_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: &str,
+        rec: UploadRecord,
+    ) -> Result<()> {
+        let s = self.read_keys(bucket, &[]).await?;
+        let op = Self::guarded(&s).omap_set(&[(ukey(key, id), records::encode(&rec))]);
+        if self.try_write(bucket, op).await? {
+            Ok(())
+        } else {
+            Err(CatalogError::NoSuchBucket)
+        }
+    }
+
+    async fn upload(&self, bucket: &str, key: &str, id: &str) -> Result<UploadRecord> {
+        let s = self.read_keys(bucket, &[ukey(key, id)]).await?;
+        match s.vals.first() {
+            Some((_, v)) => decode(v),
+            None => Err(CatalogError::NoSuchUpload),
+        }
+    }
+
+    async fn put_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: &str,
+        n: u32,
+        part: PartRecord,
+    ) -> Result<Vec<ChunkLoc>> {
+        let (uk, pk) = (ukey(key, id), pkey(key, id, n));
+        let value = records::encode(&part);
+        for _ in 0..RETRIES {
+            let s = self.read_keys(bucket, &[uk.clone(), pk.clone()]).await?;
+            let find = |k: &[u8]| s.vals.iter().find(|(x, _)| x == k).map(|(_, v)| v.clone());
+            let Some(up) = find(&uk) else {
+                return Err(CatalogError::NoSuchUpload);
+            };
+            let old = find(&pk);
+            // The upload must still be there (Complete and Abort remove it in one op).
+            let op = Self::guarded(&s)
+                .omap_cmp(&uk, CmpOp::Eq, &up)
+                .omap_cmp(&pk, CmpOp::Eq, old.as_deref().unwrap_or(b""))
+                .omap_set(&[(&pk, &value)]);
+            if self.try_write(bucket, op).await? {
+                return Ok(match old {
+                    Some(o) => chunks_of(&decode::<PartRecord>(&o)?.segments).collect(),
+                    None => vec![],
+                });
+            }
+        }
+        Err(CatalogError::Contended)
+    }
+
+    async fn list_parts(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: &str,
+        after: u32,
+        max: usize,
+    ) -> Result<(Vec<(u32, PartRecord)>, bool)> {
+        let prefix = pprefix(key, id);
+        let start = if after == 0 {
+            vec![]
+        } else {
+            pkey(key, id, after)
+        };
+        let page = match self
+            .io
+            .omap_get_vals(
+                &index_oid(bucket),
+                &start,
+                &prefix,
+                (max as u64 + 1).min(PAGE),
+            )
+            .await
+        {
+            Err(e) if e.is_not_found() => return Err(CatalogError::NoSuchBucket),
+            p => p.map_err(err)?,
+        };
+        let truncated = page.entries.len() > max || (page.more && page.entries.len() >= max);
+        let parts = page
+            .entries
+            .iter()
+            .take(max)
+            .map(|(k, v)| {
+                let n = std::str::from_utf8(&k[prefix.len()..])
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or_else(|| CatalogError::Corrupt("bad part key".into()))?;
+                Ok((n, decode(v)?))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((parts, truncated))
+    }
+
+    async fn list_uploads(&self, bucket: &str, q: &UploadQuery) -> Result<UploadPage> {
+        // Uploads are few next to objects: read those under the prefix and page in memory.
+        let filter = tagged(b'u', &[&esc(q.prefix.as_bytes())]);
+        let s = self.read_prefix(bucket, &filter).await?;
+        let mut page = UploadPage::default();
+        let delim = q.delimiter.as_deref().filter(|d| !d.is_empty());
+        let mut last_cp: Option<String> = None;
+        for (k, v) in &s.vals {
+            let rest = &k[1..];
+            let Some(i) = rest.windows(2).position(|w| w == SEP) else {
+                continue;
+            };
+            let key = String::from_utf8(unesc(&rest[..i]).unwrap_or_default())
+                .map_err(|e| CatalogError::Corrupt(e.to_string()))?;
+            let id = String::from_utf8(unesc(&rest[i + 2..]).unwrap_or_default())
+                .map_err(|e| CatalogError::Corrupt(e.to_string()))?;
+            if let Some(cp) = delim.and_then(|d| {
+                key[q.prefix.len()..]
+                    .find(d)
+                    .map(|i| key[..q.prefix.len() + i + d.len()].to_owned())
+            }) {
+                if last_cp.as_deref() == Some(cp.as_str())
+                    || q.key_marker.as_deref().is_some_and(|km| cp.as_str() <= km)
+                {
+                    continue;
+                }
+                if page.uploads.len() + page.prefixes.len() >= q.max {
+                    page.truncated = true;
+                    break;
+                }
+                page.last = Some((cp.clone(), String::new()));
+                page.prefixes.push(cp.clone());
+                last_cp = Some(cp);
+                continue;
+            }
+            let skip = match (&q.key_marker, &q.id_marker) {
+                (Some(km), Some(im)) => key < *km || (key == *km && id <= *im),
+                (Some(km), None) => key <= *km,
+                _ => false,
+            };
+            if skip {
+                continue;
+            }
+            if page.uploads.len() + page.prefixes.len() >= q.max {
+                page.truncated = true;
+                break;
+            }
+            page.last = Some((key.clone(), id.clone()));
+            page.uploads.push((key, id, decode(v)?));
+        }
+        Ok(page)
+    }
+
+    async fn abort(&self, bucket: &str, key: &str, id: &str) -> Result<Aborted> {
+        let (uk, ak, pp) = (ukey(key, id), akey(id), pprefix(key, id));
+        for _ in 0..RETRIES {
+            let s = self.read_prefix(bucket, &pp).await?;
+            let keys = self.read_keys(bucket, &[uk.clone(), ak.clone()]).await?;
+            if keys.version != s.version {
+                continue;
+            }
+            let find = |k: &[u8]| {
+                keys.vals
+                    .iter()
+                    .find(|(x, _)| x == k)
+                    .map(|(_, v)| v.clone())
+            };
+            if find(&uk).is_none() {
+                return match find(&ak).map(|v| decode::<AbortedUpload>(&v)).transpose()? {
+                    Some(a) if a.bucket == bucket && a.key == key => Ok(Aborted::Before),
+                    _ => Err(CatalogError::NoSuchUpload),
+                };
+            }
+            let mut released = vec![];
+            let mut rm: Vec<Vec<u8>> = vec![uk.clone()];
+            for (k, v) in &s.vals {
+                released.extend(chunks_of(&decode::<PartRecord>(v)?.segments));
+                rm.push(k.clone());
+            }
+            let tomb = records::encode(&AbortedUpload {
+                bucket: bucket.to_owned(),
+                key: key.to_owned(),
+                aborted_ms: now_ms(),
+            });
+            let op = Self::whole(&s).omap_rm_keys(&rm).omap_set(&[(&ak, tomb)]);
+            if self.try_write(bucket, op).await? {
+                return Ok(Aborted::Now(released));
+            }
+        }
+        Err(CatalogError::Contended)
+    }
+
+    async fn complete(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: &str,
+        cond: &Cond,
+        f: CompleteFn,
+    ) -> Result<(ObjectRecord, Commit)> {
+        let (uk, ok, pp) = (ukey(key, id), okey(key), pprefix(key, id));
+        for _ in 0..RETRIES {
+            let s = self.read_prefix(bucket, &pp).await?;
+            let keys = self.read_keys(bucket, &[uk.clone(), ok.clone()]).await?;
+            if keys.version != s.version {
+                continue;
+            }
+            let find = |k: &[u8]| {
+                keys.vals
+                    .iter()
+                    .find(|(x, _)| x == k)
+                    .map(|(_, v)| v.clone())
+            };
+            let Some(up) = find(&uk) else {
+                return Err(CatalogError::NoSuchUpload);
+            };
+            let up: UploadRecord = decode(&up)?;
+            let current: Option<ObjectRecord> = find(&ok).as_deref().map(decode).transpose()?;
+            cond.check(current.as_ref())?;
+            let mut parts: BTreeMap<u32, PartRecord> = BTreeMap::new();
+            for (k, v) in &s.vals {
+                let n = std::str::from_utf8(&k[pp.len()..])
+                    .ok()
+                    .and_then(|x| x.parse().ok())
+                    .ok_or_else(|| CatalogError::Corrupt("bad part key".into()))?;
+                parts.insert(n, decode(v)?);
+            }
+            let done = f(UploadState {
+                upload: &up,
+                parts: &parts,
+                current: current.as_ref(),
+            })?;
+            let mut released = vec![];
+            for (n, p) in &parts {
+                if !done.used_parts.contains(n) {
+                    released.extend(chunks_of(&p.segments));
+                }
+            }
+            if let Some(c) = &current {
+                released.extend(chunks_of(&c.segments));
+            }
+            let mut rm: Vec<Vec<u8>> = s.vals.iter().map(|(k, _)| k.clone()).collect();
+            rm.push(uk.clone());
+            let op = Self::whole(&s)
+                .omap_rm_keys(&rm)
+                .omap_set(&[(&ok, records::encode(&done.record))]);
+            if self.try_write(bucket, op).await? {
+                return Ok((
+                    done.record,
+                    Commit {
+                        previous: current,
+                        released,
+                    },
+                ));
+            }
+        }
+        Err(CatalogError::Contended)
+    }
+
+    async fn sys_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let r = self
+            .io
+            .operate_read(SYS, ReadOp::new().omap_get_vals_by_keys(&[esc(key)]))
+            .await
+            .map_err(err)?;
+        Ok(r.omap_vals_by_keys
+            .unwrap_or_default()
+            .first()
+            .map(|(_, v)| v.to_vec()))
+    }
+
+    async fn sys_scan(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.io
+            .omap_get_prefix(SYS, esc(prefix))
+            .await
+            .map_err(err)?
+            .into_iter()
+            .map(|(k, v)| {
+                let k = unesc(&k).ok_or_else(|| CatalogError::Corrupt("bad system key".into()))?;
+                Ok((k, v.to_vec()))
+            })
+            .collect()
+    }
+
+    async fn sys_update(&self, key: &[u8], f: SysFn) -> Result<()> {
+        let k = esc(key);
+        for _ in 0..RETRIES {
+            let cur = self.sys_get(key).await?;
+            let next = f(cur.as_deref())?;
+            let mut op = WriteOp::new().omap_cmp(&k, CmpOp::Eq, cur.as_deref().unwrap_or(b""));
+            op = match next {
+                Some(v) => op.omap_set(&[(&k, v)]),
+                None => op.omap_rm_keys(&[&k]),
+            };
+            match self.io.operate_write(SYS, op).await {
+                Ok(_) => return Ok(()),
+                Err(e) if lost_race(&e) => continue,
+                Err(e) => return Err(err(e)),
+            }
+        }
+        Err(CatalogError::Contended)
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping_keeps_order_and_prefixes_and_has_no_nul() {
+        let mut keys: Vec<Vec<u8>> = vec![
+            b"a".to_vec(),
+            b"a\0".to_vec(),
+            b"a\x01".to_vec(),
+            b"a\x01\x01".to_vec(),
+            b"a\x02".to_vec(),
+            b"a/b".to_vec(),
+            b"ab".to_vec(),
+            vec![],
+            "\u{e9}".as_bytes().to_vec(),
+        ];
+        keys.sort();
+        let escaped: Vec<Vec<u8>> = keys.iter().map(|k| esc(k)).collect();
+        let mut sorted = escaped.clone();
+        sorted.sort();
+        assert_eq!(escaped, sorted);
+        for (k, e) in keys.iter().zip(&escaped) {
+            assert!(!e.contains(&0));
+            assert_eq!(unesc(e).as_deref(), Some(k.as_slice()));
+        }
+        assert!(esc(b"a\x01b").starts_with(&esc(b"a\x01")));
+        // An upload key sorts right after its object's key and before longer keys.
+        assert!(ukey("a", "1") < ukey("a/b", "1"));
+        assert!(pkey("k", "u", 2) < pkey("k", "u", 10));
+    }
+}
