@@ -117,6 +117,7 @@ pub struct LodeConfig {
     pub datapath: DatapathConfig,
     pub posix: PosixConfig,
     pub scrub: ScrubConfig,
+    pub cluster: ClusterConfig,
 }
 
 impl Default for LodeConfig {
@@ -129,6 +130,60 @@ impl Default for LodeConfig {
             datapath: DatapathConfig::default(),
             posix: PosixConfig::default(),
             scrub: ScrubConfig::default(),
+            cluster: ClusterConfig::default(),
+        }
+    }
+}
+
+/// Cluster mode: a stateless gateway over Ceph RADOS (no local metadata, no local data).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// `""`: single node (the default); `"ceph"`: cluster mode over RADOS.
+    pub backend: String,
+    /// The cluster's ceph.conf.
+    pub ceph_conf: PathBuf,
+    /// The RADOS client (`client.admin`).
+    pub client_name: String,
+    /// Its keyring (`""`: what ceph.conf says).
+    pub keyring: PathBuf,
+    /// The pool of the index (replicated: an index needs omap); created if missing.
+    pub index_pool: String,
+    /// The pool of the chunks; created if missing.
+    pub data_pool: String,
+    /// `"replicated"` or `"erasure"` (for a data pool created by Lode).
+    pub data_pool_type: String,
+    /// Replica count of pools created by Lode (`min_size` is one less, at least 1).
+    pub pool_size: u32,
+    /// The erasure-code profile of an erasure data pool created by Lode (`k=2 m=1` over OSDs
+    /// when empty).
+    pub erasure_profile: String,
+    /// RADOS namespace inside both pools (several independent Lode namespaces per cluster).
+    pub namespace: String,
+    /// A RADOS operation that takes longer fails (clients get 503 SlowDown), seconds.
+    pub op_timeout_secs: u64,
+    /// Connecting to the monitors at start gives up after this long, seconds.
+    pub connect_timeout_secs: u64,
+    /// A released chunk stays readable this long (readers on other gateways), seconds.
+    pub release_grace_secs: u64,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            backend: String::new(),
+            ceph_conf: PathBuf::from("/etc/ceph/ceph.conf"),
+            client_name: "client.admin".into(),
+            keyring: PathBuf::new(),
+            index_pool: "lode-index".into(),
+            data_pool: "lode-data".into(),
+            data_pool_type: "replicated".into(),
+            pool_size: 3,
+            erasure_profile: String::new(),
+            namespace: String::new(),
+            op_timeout_secs: 30,
+            connect_timeout_secs: 10,
+            release_grace_secs: 300,
         }
     }
 }
@@ -368,6 +423,39 @@ impl LodeConfig {
 
     /// Checks every value; the error names the offending key.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        let c = &self.cluster;
+        match c.backend.as_str() {
+            "" => {}
+            "ceph" => {
+                if c.index_pool.is_empty() || c.data_pool.is_empty() {
+                    return Err(invalid(
+                        "cluster.index_pool",
+                        "pool names must not be empty",
+                    ));
+                }
+                if !matches!(c.data_pool_type.as_str(), "replicated" | "erasure") {
+                    return Err(invalid(
+                        "cluster.data_pool_type",
+                        format!("`{}` is not replicated or erasure", c.data_pool_type),
+                    ));
+                }
+                if c.pool_size == 0 {
+                    return Err(invalid("cluster.pool_size", "must be at least 1"));
+                }
+                if c.op_timeout_secs == 0 || c.connect_timeout_secs == 0 {
+                    return Err(invalid(
+                        "cluster.op_timeout_secs",
+                        "timeouts must be above 0 (an op must never wait forever)",
+                    ));
+                }
+            }
+            other => {
+                return Err(invalid(
+                    "cluster.backend",
+                    format!("`{other}` is not a cluster backend (\"ceph\", or empty for one node)"),
+                ));
+            }
+        }
         if self.data_dir.as_os_str().is_empty() {
             return Err(invalid("data_dir", "must not be empty"));
         }

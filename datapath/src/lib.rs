@@ -10,6 +10,7 @@
 //! extents are used, in the same metadata batch as the object.
 
 pub mod alloc;
+pub mod blob;
 pub mod buffer;
 mod device;
 pub mod fault;
@@ -26,6 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use bytes::Bytes;
 
 pub use alloc::ExtentAllocator;
+pub use blob::{BlobGuard, BlobStore, BlobWriter, LocalBlobStore, PendingBlobs};
 pub use buffer::{ALIGN, AlignedBuf, align_up};
 pub use fault::FaultyChunkStore;
 pub use file::FileChunkStore;

@@ -348,3 +348,14 @@ async fn datapath_reads_on_a_blocking_thread_check_crc32c() {
     .unwrap();
     assert!(matches!(r, Err(ChunkError::Corrupt { .. })), "{r:?}");
 }
+
+/// The blob boundary's suite on the local blob store over every chunk store backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_blob_store_conforms_on_every_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    for store in backends(dir.path()) {
+        let blobs = lode_datapath::LocalBlobStore::new(Arc::new(Datapath::new(store, true)));
+        lode_datapath::blob::conformance::round_trip(&blobs).await;
+        lode_datapath::blob::conformance::uncommitted_writes_give_space_back(&blobs).await;
+    }
+}

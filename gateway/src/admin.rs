@@ -25,14 +25,14 @@ pub const METRIC_SCRUB_LAST: &str = "lode_scrub_last_pass_end_timestamp_seconds"
 const DASHBOARD: &str = include_str!("dashboard.html");
 
 fn health(svc: &ObjectService) -> (http::StatusCode, String) {
-    let dp = svc.datapath();
+    let dp = svc.blobs();
     let (free, total) = dp.space();
     let poisoned = dp.is_poisoned();
     let body = serde_json::json!({
         "status": if poisoned { "read-only" } else { "ok" },
         "reason": if poisoned { Some("a device write or fsync failed; writes are refused until restart") } else { None },
         "version": env!("CARGO_PKG_VERSION"),
-        "datapath_backend": dp.store().backend_name(),
+        "datapath_backend": dp.backend_name(),
         "free_bytes": free,
         "total_bytes": total,
     });
@@ -46,7 +46,7 @@ fn health(svc: &ObjectService) -> (http::StatusCode, String) {
 
 fn metrics(svc: &ObjectService) -> String {
     use std::sync::atomic::Ordering::Relaxed;
-    let dp = svc.datapath();
+    let dp = svc.blobs();
     let (free, total) = dp.space();
     let s = &svc.scrub;
     let rows: &[(&str, &str, &str, f64)] = &[
@@ -236,6 +236,7 @@ fn user_api(
                 UserError::Exists(_) => S::CONFLICT,
                 UserError::NoSuchUser(_) => S::NOT_FOUND,
                 UserError::BadName(_) => S::BAD_REQUEST,
+                UserError::NotInCluster => S::NOT_IMPLEMENTED,
                 _ => S::INTERNAL_SERVER_ERROR,
             };
             (st, serde_json::json!({"error": e.to_string()}).to_string())
@@ -332,9 +333,12 @@ mod tests {
             64 << 20
         ]))));
         let dp = Arc::new(Datapath::new(faulty.clone(), true));
-        let meta: Arc<dyn lode_metadata::MetadataStore> = Arc::new(MemMetadataStore::new());
-        let catalog = Arc::new(lode_catalog::KvCatalog::new(Arc::clone(&meta)));
-        let svc = ObjectService::open(catalog, meta, dp, ServiceConfig::default()).unwrap();
+        let svc = crate::server::local_service(
+            Arc::new(MemMetadataStore::new()),
+            dp,
+            ServiceConfig::default(),
+        )
+        .unwrap();
         svc.create_bucket("bkt", "me").await.unwrap();
         let body = |n: usize| {
             futures::stream::iter(vec![Ok::<_, std::io::Error>(Bytes::from(vec![7u8; n]))])

@@ -151,15 +151,8 @@ fn harness() -> &'static Harness {
             inline_threshold: 1024,
             ..Default::default()
         };
-        let svc = Arc::new(
-            crate::objects::ObjectService::open(
-                Arc::new(lode_catalog::KvCatalog::new(Arc::clone(&meta))),
-                Arc::clone(&meta),
-                dp,
-                cfg,
-            )
-            .expect("service"),
-        );
+        let svc =
+            Arc::new(crate::server::local_service(Arc::clone(&meta), dp, cfg).expect("service"));
         let root = crate::auth::Credentials {
             access_key: "FUZZROOT".into(),
             secret_key: "fuzz-secret-key".into(),

@@ -87,6 +87,21 @@ struct ServeArgs {
     /// PEM private key of --tls-cert.
     #[arg(long, env = "LODE_TLS_KEY")]
     tls_key: Option<PathBuf>,
+    /// Cluster mode: `ceph` runs a stateless gateway over Ceph RADOS (see [cluster]).
+    #[arg(long, env = "LODE_CLUSTER")]
+    cluster: Option<String>,
+    /// The Ceph cluster's ceph.conf (cluster mode).
+    #[arg(long, env = "LODE_CEPH_CONF")]
+    ceph_conf: Option<PathBuf>,
+    /// Index pool (cluster mode).
+    #[arg(long, env = "LODE_CLUSTER_INDEX_POOL")]
+    index_pool: Option<String>,
+    /// Data pool (cluster mode).
+    #[arg(long, env = "LODE_CLUSTER_DATA_POOL")]
+    data_pool: Option<String>,
+    /// RADOS namespace inside both pools (cluster mode).
+    #[arg(long, env = "LODE_CLUSTER_NAMESPACE")]
+    namespace: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -312,6 +327,21 @@ fn load(args: &ServeArgs) -> anyhow::Result<LodeConfig> {
     }
     if let Some(v) = &args.tls_key {
         cfg.server.tls_key = v.clone();
+    }
+    if let Some(v) = &args.cluster {
+        cfg.cluster.backend = v.clone();
+    }
+    if let Some(v) = &args.ceph_conf {
+        cfg.cluster.ceph_conf = v.clone();
+    }
+    if let Some(v) = &args.index_pool {
+        cfg.cluster.index_pool = v.clone();
+    }
+    if let Some(v) = &args.data_pool {
+        cfg.cluster.data_pool = v.clone();
+    }
+    if let Some(v) = &args.namespace {
+        cfg.cluster.namespace = v.clone();
     }
     if let Ok(v) = std::env::var("LODE_ACCESS_KEY") {
         cfg.auth.access_key = v;

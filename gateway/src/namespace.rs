@@ -127,7 +127,7 @@ impl ObjectService {
 
     /// Opens an object for reading from a thread that may block.
     pub fn open_blocking(&self, bucket: &str, key: &str) -> ObjResult<ObjectHandle> {
-        let guard = self.dp.read_guard();
+        let guard = self.blobs.read_guard();
         match self.stat_blocking(bucket, key)? {
             Some(record) => Ok(ObjectHandle { record, guard }),
             None => Err(ObjError::NoSuchKey),
@@ -180,7 +180,7 @@ impl ObjectService {
                             };
                             let d = match ahead {
                                 Some(d) => d,
-                                None => self.dp.read_chunk(&chunk_ref(c)).await?,
+                                None => self.blobs.read(&chunk_ref(c)).await?,
                             };
                             cache.entry = Some((h.record.etag.clone(), i, d.clone()));
                             d
@@ -192,10 +192,10 @@ impl ObjectService {
                         && cache.ahead.is_none()
                         && let Some(Segment::Chunk(next)) = h.record.segments.get(i + 1)
                     {
-                        let (dp, next) = (Arc::clone(&self.dp), chunk_ref(next));
-                        let guard = self.dp.read_guard();
+                        let (blobs, next) = (Arc::clone(&self.blobs), chunk_ref(next));
+                        let guard = self.blobs.read_guard();
                         let task = tokio::spawn(async move {
-                            let r = dp.read_chunk(&next).await.map_err(ObjError::from);
+                            let r = blobs.read(&next).await.map_err(ObjError::from);
                             drop(guard);
                             r
                         });

@@ -9,9 +9,9 @@
 //! 4. only then reply. Freed extents return to the allocator once in-flight readers are done.
 //!
 //! A request that fails or is dropped before step 3 leaves nothing visible, and its extents go
-//! back to the allocator (see `lode_datapath::ChunkWriter`). Written against the `Catalog`
-//! and `ChunkStore` traits (the `MetadataStore` handle is still used by the POSIX door's
-//! blocking lookups, users, scrub and fsck).
+//! back (see `lode_datapath::BlobWriter`). Written against the `Catalog` and `BlobStore`
+//! boundaries (the `MetadataStore` handle is still used by the POSIX door's blocking lookups,
+//! users, scrub and fsck).
 
 use std::sync::{Arc, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -19,12 +19,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
 use lode_catalog::{Aborted, Catalog, CatalogError, Completion, Refs, UploadQuery, UploadState};
-use lode_datapath::{AlignedBuf, Allocation, ChunkRef, ChunkWriter, Datapath, Extent, ReadGuard};
+use lode_datapath::{AlignedBuf, BlobGuard, BlobStore, BlobWriter, ChunkRef, Extent, PendingBlobs};
+use lode_metadata::MetadataStore;
 use lode_metadata::records::{
-    self, BucketRecord, Checksums, ChunkLoc, ExtentRecord, ObjectMeta, ObjectRecord, PartRecord,
-    PartSummary, Segment, UploadRecord,
+    BucketRecord, Checksums, ChunkLoc, ObjectMeta, ObjectRecord, PartRecord, PartSummary, Segment,
+    UploadRecord,
 };
-use lode_metadata::{MetaError, MetadataStore, Table, keys};
 use md5::{Digest, Md5};
 
 use crate::checksum::{Algo, ChecksumSet};
@@ -63,7 +63,8 @@ pub const MAX_KEY_LEN: usize = 1024;
 
 pub struct ObjectService {
     pub(crate) meta: Arc<dyn MetadataStore>,
-    pub(crate) dp: Arc<Datapath>,
+    /// Where chunk bytes live.
+    pub(crate) blobs: Arc<dyn BlobStore>,
     cfg: ServiceConfig,
     /// Where buckets, objects, uploads and parts are committed.
     pub(crate) catalog: Arc<dyn Catalog>,
@@ -139,7 +140,7 @@ struct Ingested {
     md5: [u8; 16],
     checksums: Checksums,
     segments: Vec<Segment>,
-    alloc: Option<Allocation>,
+    alloc: Option<Box<dyn PendingBlobs>>,
 }
 
 /// MD5 of a body: inline for small bodies; once a body turns out large, on a blocking thread fed
@@ -214,7 +215,7 @@ pub use lode_catalog::UploadPage;
 /// A readable object: its record and the guard that keeps its extents from reuse while read.
 pub struct ObjectHandle {
     pub record: ObjectRecord,
-    pub(crate) guard: ReadGuard,
+    pub(crate) guard: BlobGuard,
 }
 
 pub struct PutResult {
@@ -271,41 +272,18 @@ pub fn multipart_etag(part_etags: &[&str]) -> String {
 }
 
 impl ObjectService {
-    /// Builds the service and rebuilds the allocator from the extents table.
+    /// Builds the service over a catalog and a blob store. (`meta`: the single-node store, for
+    /// the POSIX door's blocking lookups, users, scrub and fsck.)
     pub fn open(
         catalog: Arc<dyn Catalog>,
         meta: Arc<dyn MetadataStore>,
-        dp: Arc<Datapath>,
+        blobs: Arc<dyn BlobStore>,
         cfg: ServiceConfig,
     ) -> ObjResult<Self> {
-        let mut c = meta.cursor(Table::Extents)?;
-        c.seek(&[]);
-        let mut n = 0u64;
-        while let Some((k, v)) = c.current() {
-            let (dev, offset) =
-                keys::parse_extent(k).ok_or_else(|| MetaError::Corrupt("bad extent key".into()))?;
-            let r: ExtentRecord = records::decode(v)?;
-            dp.mark_used(Extent {
-                dev,
-                offset,
-                len: r.len,
-            })?;
-            n += 1;
-            c.next();
-        }
-        c.status()?;
-        drop(c);
-        let (free, total) = dp.space();
-        tracing::info!(
-            extents = n,
-            free_bytes = free,
-            total_bytes = total,
-            "datapath space rebuilt from metadata"
-        );
         Ok(Self {
             catalog,
             meta,
-            dp,
+            blobs,
             cfg,
             listeners: RwLock::new(vec![]),
             scrub: Default::default(),
@@ -313,8 +291,9 @@ impl ObjectService {
         })
     }
 
-    pub fn datapath(&self) -> &Arc<Datapath> {
-        &self.dp
+    /// Where chunk bytes live.
+    pub fn blobs(&self) -> &Arc<dyn BlobStore> {
+        &self.blobs
     }
 
     pub fn metadata(&self) -> &Arc<dyn MetadataStore> {
@@ -333,8 +312,7 @@ impl ObjectService {
     /// Hands chunks whose last reference went to the datapath (freed once readers are done).
     pub(crate) fn release_chunks(&self, released: Vec<ChunkLoc>) {
         if !released.is_empty() {
-            self.dp
-                .free_committed(released.iter().map(|c| chunk_ref(c).extent).collect());
+            self.blobs.release(released.iter().map(chunk_ref).collect());
         }
     }
 
@@ -396,7 +374,7 @@ impl ObjectService {
         let mut sums = crate::checksum::Hasher::new(&integrity.algos);
         let mut size = 0u64;
         let mut head = BytesMut::new();
-        let mut writer: Option<ChunkWriter> = None;
+        let mut writer: Option<Box<dyn BlobWriter>> = None;
         let mut cur: Option<AlignedBuf> = None;
         let chunk_size = self.cfg.chunk_size;
         // Buffers are sized to what is left of a declared body: a 17 KiB object must not pay for
@@ -433,7 +411,7 @@ impl ObjectService {
                 if content_length.is_none_or(|l| l as u64 > chunk_size as u64) {
                     md5.offload();
                 }
-                writer = Some(ChunkWriter::new(&self.dp, self.cfg.write_depth));
+                writer = Some(self.blobs.writer(self.cfg.write_depth));
                 let mut b = AlignedBuf::with_capacity(cap_for(0));
                 b.extend_from_slice(&head);
                 head.clear();
@@ -555,8 +533,6 @@ impl ObjectService {
         Ok(result)
     }
 
-    /// Commits `record` at `bucket/key` in one transaction: extent refs (`fresh`: its chunks are
-    /// new), release of the replaced version, preconditions. Keeps `alloc` only on success.
     /// Commits `record` at `bucket/key` in one catalog commit: chunk references (`fresh`: its
     /// chunks are new), release of the replaced version, preconditions. Keeps `alloc` only on
     /// success.
@@ -565,7 +541,7 @@ impl ObjectService {
         bucket: &str,
         key: &str,
         record: ObjectRecord,
-        alloc: Option<Allocation>,
+        alloc: Option<Box<dyn PendingBlobs>>,
         cond: WriteCond,
         fresh: bool,
     ) -> ObjResult<()> {
@@ -581,7 +557,7 @@ impl ObjectService {
     /// Looks an object up for reading. The returned handle keeps its extents from being reused.
     pub async fn open_object(&self, bucket: &str, key: &str) -> ObjResult<ObjectHandle> {
         check_key(key)?;
-        let guard = self.dp.read_guard();
+        let guard = self.blobs.read_guard();
         // A cached answer comes right here; only a lookup that needs IO awaits the catalog.
         let found = match self.catalog.get_cached(bucket, key) {
             Some(r) => r?,
@@ -611,16 +587,16 @@ impl ObjectService {
             }
             pos = s1;
         }
-        let dp = Arc::clone(&self.dp);
+        let blobs = Arc::clone(&self.blobs);
         let guard = h.guard;
         futures::stream::iter(pieces)
             .map(move |(seg, from, to)| {
-                let dp = Arc::clone(&dp);
+                let blobs = Arc::clone(&blobs);
                 async move {
                     match seg {
                         Segment::Inline(b) => Ok(Bytes::from(b).slice(from as usize..to as usize)),
                         Segment::Chunk(c) => {
-                            let data = dp.read_chunk(&chunk_ref(&c)).await?;
+                            let data = blobs.read(&chunk_ref(&c)).await?;
                             Ok(data.slice(from as usize..to as usize))
                         }
                     }
@@ -656,6 +632,9 @@ impl ObjectService {
                 "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes.".into(),
             ));
         }
+        if !self.catalog.counts_references() {
+            return self.copy_bytes(src, dst, new_meta, src_check).await;
+        }
         let make = Arc::new(move |src: &ObjectRecord| {
             src_check(src).map_err(refused)?;
             let mut rec = src.clone();
@@ -669,6 +648,55 @@ impl ObjectService {
         let (rec, done) = self.catalog.copy(src, dst, make).await?;
         self.release_chunks(done.released);
         Ok(rec)
+    }
+
+    /// CopyObject where the catalog cannot count shared chunks (cluster mode): the bytes are
+    /// copied into chunks of the destination's own; ETag, checksums and parts carry over.
+    async fn copy_bytes(
+        &self,
+        src: (&str, &str),
+        dst: (&str, &str),
+        new_meta: Option<ObjectMeta>,
+        src_check: impl Fn(&ObjectRecord) -> ObjResult<()>,
+    ) -> ObjResult<ObjectRecord> {
+        self.bucket(dst.0).await?;
+        let h = self.open_object(src.0, src.1).await?;
+        src_check(&h.record)?;
+        let source = h.record.clone();
+        let stream = Box::pin(self.read_range(h, 0, source.size));
+        let ing = self
+            .ingest(
+                stream,
+                &Integrity::default(),
+                self.cfg.max_object_size,
+                Some(source.size as i64),
+            )
+            .await?;
+        if hex::encode(ing.md5) != source.etag && source.parts.is_empty() {
+            return Err(ObjError::Internal(
+                "a copied object's bytes changed under the copy".into(),
+            ));
+        }
+        let record = ObjectRecord {
+            size: source.size,
+            etag: source.etag.clone(),
+            last_modified_ms: now_ms(),
+            meta: new_meta.unwrap_or(source.meta),
+            checksums: source.checksums,
+            segments: ing.segments,
+            parts: source.parts,
+            upload_id: None,
+        };
+        self.commit_object(
+            dst.0,
+            dst.1,
+            record.clone(),
+            ing.alloc,
+            WriteCond::default(),
+            true,
+        )
+        .await?;
+        Ok(record)
     }
 
     pub async fn list_objects(
@@ -759,7 +787,7 @@ impl ObjectService {
         upload_id: &str,
         part_number: i32,
         part: PartRecord,
-        alloc: Option<Allocation>,
+        alloc: Option<Box<dyn PendingBlobs>>,
     ) -> ObjResult<PartRecord> {
         let released = self
             .catalog

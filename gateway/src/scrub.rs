@@ -126,7 +126,7 @@ pub async fn pass(svc: &ObjectService, rate: u64, stats: &ScrubStats) -> ObjResu
             rep.objects += 1;
             for seg in &h.record.segments {
                 let Segment::Chunk(c) = seg else { continue };
-                let r = svc.datapath().read_chunk(&chunk_ref(c)).await;
+                let r = svc.blobs().read(&chunk_ref(c)).await;
                 rep.chunks += 1;
                 rep.bytes += u64::from(c.data_len);
                 stats.chunks.fetch_add(1, Ordering::Relaxed);
@@ -205,9 +205,7 @@ mod tests {
             chunk_size: 1 << 20,
             ..Default::default()
         };
-        let meta: Arc<dyn lode_metadata::MetadataStore> = Arc::new(MemMetadataStore::new());
-        let catalog = Arc::new(lode_catalog::KvCatalog::new(Arc::clone(&meta)));
-        let svc = ObjectService::open(catalog, meta, dp, cfg).unwrap();
+        let svc = crate::server::local_service(Arc::new(MemMetadataStore::new()), dp, cfg).unwrap();
         svc.create_bucket("bkt", "me").await.unwrap();
         for (k, n) in [("a", 3 << 20), ("b", 10), ("c", 2 << 20)] {
             let body =

@@ -16,6 +16,7 @@ use s3s::service::S3ServiceBuilder;
 use tokio::net::TcpListener;
 
 use crate::auth::{Credentials, KeyStore, Source};
+
 use crate::objects::{ObjectService, ServiceConfig};
 
 /// The largest browser-form upload (s3s reads the file into memory before the object service
@@ -31,7 +32,7 @@ pub struct Started {
     pub data_dir: PathBuf,
     pub creds: Credentials,
     pub creds_source: Source,
-    pub backend: &'static str,
+    pub backend: String,
     pub free_bytes: u64,
     pub total_bytes: u64,
     pub devices: usize,
@@ -93,9 +94,147 @@ impl Started {
     }
 }
 
-/// The single-node catalog: the KV catalog over the node's RocksDB metadata store.
-fn local_catalog(meta: &Arc<dyn MetadataStore>) -> Arc<dyn lode_catalog::Catalog> {
-    Arc::new(lode_catalog::KvCatalog::new(Arc::clone(meta)))
+/// The cluster-mode object service: the RADOS catalog and blob store on the configured
+/// cluster. Connects (bounded by the connect timeout), creates missing pools, and refuses an
+/// unusable setup (an erasure-coded index pool, an unreachable cluster) with a clear error
+/// before anything is written.
+pub async fn cluster_service(
+    c: &lode_config::ClusterConfig,
+    service_cfg: ServiceConfig,
+) -> anyhow::Result<ObjectService> {
+    use lode_rados::{Cluster, PoolSpec};
+    if !c.ceph_conf.is_file() {
+        bail!(
+            "cluster.ceph_conf: {} is not a readable file",
+            c.ceph_conf.display()
+        );
+    }
+    let rc = lode_rados::ClusterConfig {
+        conf_path: c.ceph_conf.clone(),
+        client_name: c.client_name.clone(),
+        keyring: (!c.keyring.as_os_str().is_empty()).then(|| c.keyring.clone()),
+        op_timeout: Duration::from_secs(c.op_timeout_secs),
+        connect_timeout: Duration::from_secs(c.connect_timeout_secs),
+        ..Default::default()
+    };
+    let cluster = Cluster::connect(&rc).await.with_context(|| {
+        format!(
+            "connecting to the Ceph cluster of {} as {} (within {} s)",
+            c.ceph_conf.display(),
+            c.client_name,
+            c.connect_timeout_secs
+        )
+    })?;
+    let min_size = (c.pool_size.saturating_sub(1)).max(1);
+    match cluster.pool_info(&c.index_pool).await? {
+        Some(info) if info.is_erasure() => bail!(
+            "cluster.index_pool: {:?} is an erasure-coded pool; the index needs omap, which only a \
+             replicated pool holds",
+            c.index_pool
+        ),
+        Some(_) => {}
+        None => {
+            let mut spec = PoolSpec::replicated(c.pool_size);
+            spec.min_size = Some(min_size);
+            spec.application = "lode".into();
+            cluster
+                .create_pool(&c.index_pool, &spec)
+                .await
+                .with_context(|| format!("creating the index pool {:?}", c.index_pool))?;
+            tracing::info!(pool = %c.index_pool, "created the index pool");
+        }
+    }
+    if cluster.pool_info(&c.data_pool).await?.is_none() {
+        let mut spec = if c.data_pool_type == "erasure" {
+            let profile = if c.erasure_profile.is_empty() {
+                cluster
+                    .set_erasure_code_profile(
+                        "lode-k2m1",
+                        &[("k", "2"), ("m", "1"), ("crush-failure-domain", "osd")],
+                    )
+                    .await?;
+                "lode-k2m1".to_owned()
+            } else {
+                c.erasure_profile.clone()
+            };
+            PoolSpec::erasure(profile)
+        } else {
+            let mut s = PoolSpec::replicated(c.pool_size);
+            s.min_size = Some(min_size);
+            s
+        };
+        spec.application = "lode".into();
+        cluster
+            .create_pool(&c.data_pool, &spec)
+            .await
+            .with_context(|| format!("creating the data pool {:?}", c.data_pool))?;
+        tracing::info!(pool = %c.data_pool, "created the data pool");
+    }
+    let catalog = lode_catalog_rados::RadosCatalog::open(&cluster, &c.index_pool, &c.namespace)
+        .await
+        .context("opening the index")?;
+    let data = cluster
+        .ioctx(&c.data_pool)
+        .await?
+        .with_namespace(&c.namespace)
+        .await?;
+    let blobs = lode_blob_rados::RadosBlobStore::new(
+        data,
+        lode_blob_rados::RadosBlobConfig {
+            release_grace: Duration::from_secs(c.release_grace_secs),
+        },
+    );
+    // The POSIX door, users and scrub still read a local store; cluster mode gives them an
+    // empty one (they are refused or root-only there).
+    let meta: Arc<dyn MetadataStore> = Arc::new(lode_metadata::MemMetadataStore::new());
+    Ok(ObjectService::open(
+        Arc::new(catalog),
+        meta,
+        Arc::new(blobs),
+        service_cfg,
+    )?)
+}
+
+/// The single-node object service: the KV catalog over the node's metadata store and the
+/// local blob store over its datapath, whose allocator is rebuilt from the extents table.
+pub fn local_service(
+    meta: Arc<dyn MetadataStore>,
+    dp: Arc<Datapath>,
+    cfg: ServiceConfig,
+) -> crate::error::ObjResult<ObjectService> {
+    rebuild_allocator(&*meta, &dp)?;
+    let catalog = Arc::new(lode_catalog::KvCatalog::new(Arc::clone(&meta)));
+    let blobs = Arc::new(lode_datapath::LocalBlobStore::new(dp));
+    ObjectService::open(catalog, meta, blobs, cfg)
+}
+
+/// Marks every extent the metadata records as used in the datapath's allocator.
+fn rebuild_allocator(meta: &dyn MetadataStore, dp: &Datapath) -> crate::error::ObjResult<()> {
+    use lode_metadata::{MetaError, Table, keys, records};
+    let mut c = meta.cursor(Table::Extents)?;
+    c.seek(&[]);
+    let mut n = 0u64;
+    while let Some((k, v)) = c.current() {
+        let (dev, offset) =
+            keys::parse_extent(k).ok_or_else(|| MetaError::Corrupt("bad extent key".into()))?;
+        let r: records::ExtentRecord = records::decode(v)?;
+        dp.mark_used(lode_datapath::Extent {
+            dev,
+            offset,
+            len: r.len,
+        })?;
+        n += 1;
+        c.next();
+    }
+    c.status()?;
+    let (free, total) = dp.space();
+    tracing::info!(
+        extents = n,
+        free_bytes = free,
+        total_bytes = total,
+        "datapath space rebuilt from metadata"
+    );
+    Ok(())
 }
 
 /// Opens the metadata store and the datapath as configured (the only place that picks
@@ -158,7 +297,7 @@ fn watch_metadata_dir(dir: PathBuf) -> anyhow::Result<()> {
 /// `lode scrub`: one offline pass over every chunk, unpaced.
 pub async fn scrub_once(cfg: &LodeConfig) -> anyhow::Result<crate::scrub::PassReport> {
     let (meta, dp) = open_stores(cfg)?;
-    let svc = ObjectService::open(local_catalog(&meta), meta, dp, ServiceConfig::default())?;
+    let svc = local_service(meta, dp, ServiceConfig::default())?;
     Ok(crate::scrub::pass(&svc, 0, &svc.scrub).await?)
 }
 
@@ -183,41 +322,70 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     cfg.validate()?;
-    std::fs::create_dir_all(&cfg.data_dir)
-        .with_context(|| format!("creating data dir {}", cfg.data_dir.display()))?;
-    let data_dir = std::fs::canonicalize(&cfg.data_dir)?;
-    let (meta, dp) = open_stores(&cfg)?;
-    watch_metadata_dir(cfg.resolve(&cfg.metadata.path))?;
-    let backend_name = dp.store().backend_name();
-    let ndev = dp.store().devices().len();
-    let svc = Arc::new(ObjectService::open(
-        local_catalog(&meta),
-        meta,
-        dp,
-        ServiceConfig {
-            inline_threshold: cfg.datapath.inline_threshold.0 as usize,
-            chunk_size: cfg.datapath.chunk_size.0 as usize,
-            max_object_size: cfg.server.max_object_size.0,
-            write_depth: 4,
-            body_idle_timeout: Duration::from_secs(cfg.server.body_idle_timeout_secs),
-            failpoints,
-        },
-    )?);
-
-    svc.profile
-        .enabled
-        .store(cfg.server.profile, Ordering::Relaxed);
+    let service_cfg = ServiceConfig {
+        inline_threshold: cfg.datapath.inline_threshold.0 as usize,
+        chunk_size: cfg.datapath.chunk_size.0 as usize,
+        max_object_size: cfg.server.max_object_size.0,
+        write_depth: 4,
+        body_idle_timeout: Duration::from_secs(cfg.server.body_idle_timeout_secs),
+        failpoints,
+    };
     let given = (!cfg.auth.access_key.is_empty()).then(|| Credentials {
         access_key: cfg.auth.access_key.clone(),
         secret_key: cfg.auth.secret_key.clone(),
     });
-    let (creds, creds_source) = Credentials::load_or_create(&data_dir, given)?;
-
-    let master = crate::users::master_key(&data_dir, master_key_env.as_deref())?;
-    let users = Arc::new(
-        crate::users::Users::open(Arc::clone(svc.metadata()), master, creds.clone())
-            .context("loading users")?,
-    );
+    let clustered = cfg.cluster.backend == "ceph";
+    let (svc, data_dir, backend_name, ndev, creds, creds_source, users) = if clustered {
+        let Some(creds) = given else {
+            bail!(
+                "cluster mode needs the root credentials in LODE_ACCESS_KEY/LODE_SECRET_KEY or [auth] \
+                 (every gateway of a cluster uses the same)"
+            );
+        };
+        if !cfg.posix.mount.as_os_str().is_empty() {
+            bail!("the POSIX door (--mount) is not built in cluster mode yet");
+        }
+        let svc = Arc::new(cluster_service(&cfg.cluster, service_cfg).await?);
+        // Other users live on one node only for now: in cluster mode only root exists.
+        let users = Arc::new(
+            crate::users::Users::open(Arc::clone(svc.metadata()), rand::random(), creds.clone())
+                .context("loading users")?
+                .root_only(),
+        );
+        let conf = cfg.cluster.ceph_conf.clone();
+        let backend = format!(
+            "rados (index pool {}, data pool {})",
+            cfg.cluster.index_pool, cfg.cluster.data_pool
+        );
+        (svc, conf, backend, 0, creds, Source::Given, users)
+    } else {
+        std::fs::create_dir_all(&cfg.data_dir)
+            .with_context(|| format!("creating data dir {}", cfg.data_dir.display()))?;
+        let data_dir = std::fs::canonicalize(&cfg.data_dir)?;
+        let (meta, dp) = open_stores(&cfg)?;
+        watch_metadata_dir(cfg.resolve(&cfg.metadata.path))?;
+        let backend_name = dp.store().backend_name().to_owned();
+        let ndev = dp.store().devices().len();
+        let svc = Arc::new(local_service(meta, dp, service_cfg)?);
+        let (creds, creds_source) = Credentials::load_or_create(&data_dir, given)?;
+        let master = crate::users::master_key(&data_dir, master_key_env.as_deref())?;
+        let users = Arc::new(
+            crate::users::Users::open(Arc::clone(svc.metadata()), master, creds.clone())
+                .context("loading users")?,
+        );
+        (
+            svc,
+            data_dir,
+            backend_name,
+            ndev,
+            creds,
+            creds_source,
+            users,
+        )
+    };
+    svc.profile
+        .enabled
+        .store(cfg.server.profile, Ordering::Relaxed);
     let mut builder = S3ServiceBuilder::new(crate::s3::LodeS3::new(
         Arc::clone(&svc),
         Arc::clone(&users),
@@ -280,7 +448,7 @@ pub async fn serve(
             .context("starting the POSIX door")?,
         )
     };
-    if cfg.scrub.enabled {
+    if cfg.scrub.enabled && !clustered {
         tokio::spawn(crate::scrub::run(
             Arc::clone(&svc),
             cfg.scrub.rate.0,
@@ -288,21 +456,21 @@ pub async fn serve(
             Duration::from_secs(cfg.scrub.interval_secs),
         ));
     }
-    let (free, total) = svc.datapath().space();
+    let (free, total) = svc.blobs().space();
     on_start(&Started {
         addr,
         admin_addr,
         data_dir: data_dir.clone(),
         creds,
         creds_source,
-        backend: backend_name,
+        backend: backend_name.clone(),
         free_bytes: free,
         total_bytes: total,
         devices: ndev,
         scheme: if tls.is_some() { "https" } else { "http" },
         mount: mount.as_ref().map(|m| m.path().to_owned()),
     });
-    tracing::info!(%addr, backend = backend_name, "serving S3");
+    tracing::info!(%addr, backend = %backend_name, "serving S3");
 
     let domain = Arc::new(cfg.server.domain.to_ascii_lowercase());
     let conns = Arc::new(tokio::sync::Semaphore::new(cfg.server.max_connections));

@@ -41,6 +41,9 @@ pub enum UserError {
         "a sealed secret does not open with this master key (wrong LODE_MASTER_KEY or master.key?)"
     )]
     Unseal,
+    /// Users other than root are not built in cluster mode yet.
+    #[error("users other than root are not built in cluster mode yet")]
+    NotInCluster,
     #[error(transparent)]
     Meta(#[from] MetaError),
 }
@@ -86,6 +89,8 @@ pub struct Users {
     cipher: ChaCha20Poly1305,
     root: Credentials,
     by_key: RwLock<HashMap<String, Known>>,
+    /// Cluster mode, for now: root only; adding users or grants is refused.
+    root_only: bool,
 }
 
 fn user_key(name: &str) -> Vec<u8> {
@@ -131,6 +136,7 @@ impl Users {
             cipher: ChaCha20Poly1305::new(Key::from_slice(&master_key)),
             root,
             by_key: RwLock::new(HashMap::new()),
+            root_only: false,
         };
         let rows = u
             .meta
@@ -144,6 +150,12 @@ impl Users {
         }
         *u.by_key.write().expect("users") = map;
         Ok(u)
+    }
+
+    /// Only root: users and grants are refused (cluster mode, until users live in the cluster).
+    pub fn root_only(mut self) -> Self {
+        self.root_only = true;
+        self
     }
 
     fn seal(&self, secret: &str) -> Vec<u8> {
@@ -187,6 +199,9 @@ impl Users {
 
     /// Adds a user with fresh keys; the returned secret is shown once.
     pub fn add(&self, name: &str, uid: Option<u32>) -> Result<Credentials, UserError> {
+        if self.root_only {
+            return Err(UserError::NotInCluster);
+        }
         check_name(name)?;
         let creds = Credentials::generate();
         let rec = UserRecord {
@@ -266,6 +281,9 @@ impl Users {
 
     /// Grants `perm` on `bucket` to `user` (`None` revokes).
     pub fn grant(&self, bucket: &str, user: &str, perm: Option<Perm>) -> Result<(), UserError> {
+        if self.root_only {
+            return Err(UserError::NotInCluster);
+        }
         if user != ROOT && self.meta.get(Table::System, &user_key(user))?.is_none() {
             return Err(UserError::NoSuchUser(user.to_owned()));
         }

@@ -27,9 +27,7 @@ fn open(dir: &std::path::Path, dev_size: u64) -> Arc<ObjectService> {
         body_idle_timeout: std::time::Duration::from_secs(5),
         ..Default::default()
     };
-    let meta: Arc<dyn lode_metadata::MetadataStore> = Arc::new(meta);
-    let catalog = Arc::new(lode_catalog::KvCatalog::new(Arc::clone(&meta)));
-    Arc::new(ObjectService::open(catalog, meta, dp, cfg).unwrap())
+    Arc::new(lode_gateway::server::local_service(Arc::new(meta), dp, cfg).unwrap())
 }
 
 fn body(
@@ -75,7 +73,7 @@ async fn get(svc: &ObjectService, b: &str, k: &str) -> Result<Vec<u8>, ObjError>
 }
 
 fn free(svc: &ObjectService) -> u64 {
-    svc.datapath().space().0
+    svc.blobs().space().0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -394,8 +392,7 @@ async fn a_failed_metadata_commit_leaves_nothing_and_returns_the_space() {
         lode_datapath::open_store(&[(dir.path().join("dev0.img"), DEV)], Backend::Uring, 32)
             .unwrap();
     let dp = Arc::new(Datapath::new(store, true));
-    let svc = ObjectService::open(
-        Arc::new(lode_catalog::KvCatalog::new(meta.clone())),
+    let svc = lode_gateway::server::local_service(
         meta.clone(),
         dp,
         ServiceConfig {
@@ -441,15 +438,7 @@ async fn a_part_committed_during_abort_or_complete_is_never_orphaned() {
             chunk_size: 1 << 20,
             ..Default::default()
         };
-        let svc = Arc::new(
-            ObjectService::open(
-                Arc::new(lode_catalog::KvCatalog::new(meta.clone())),
-                meta.clone(),
-                dp,
-                cfg,
-            )
-            .unwrap(),
-        );
+        let svc = Arc::new(lode_gateway::server::local_service(meta.clone(), dp, cfg).unwrap());
         svc.create_bucket("bk1", "me").await.unwrap();
         let empty = free(&svc);
         let rec = lode_metadata::records::UploadRecord {

@@ -1419,7 +1419,7 @@ impl Filesystem for LodeFs {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let (free, total) = self.svc.datapath().space();
+        let (free, total) = self.svc.blobs().space();
         const BS: u64 = 4096;
         reply.statfs(
             total / BS,

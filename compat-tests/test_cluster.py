@@ -1,0 +1,202 @@
+"""Cluster mode: two real `lode serve --cluster ceph` gateways over the real single-host Ceph
+cluster that ./test.sh starts (scripts/ceph-dev.sh; LODE_CEPH_CONF names its ceph.conf), driven
+by boto3, with requests spread over both gateways. One RADOS namespace per test session."""
+
+import hashlib
+import os
+import subprocess
+import threading
+import uuid
+
+import pytest
+from botocore.exceptions import ClientError
+
+from conftest import ACCESS_KEY, SECRET_KEY, Lode, lode_bin, make_client
+
+MIB = 1024 * 1024
+INDEX_POOL = "lode-ct-index"
+DATA_POOL = "lode-ct-data"
+
+
+def ceph_conf():
+    conf = os.environ.get("LODE_CEPH_CONF")
+    if not conf:
+        if os.environ.get("LODE_SKIP_CLUSTER_TESTS") == "1":
+            pytest.skip("no cluster (LODE_SKIP_CLUSTER_TESTS=1)")
+        pytest.fail("LODE_CEPH_CONF is not set: ./test.sh starts a cluster with scripts/ceph-dev.sh")
+    return conf
+
+
+def cluster_args(namespace, conf=None):
+    return ["--cluster", "ceph", "--ceph-conf", conf or ceph_conf(), "--index-pool", INDEX_POOL,
+            "--data-pool", DATA_POOL, "--namespace", namespace]
+
+
+@pytest.fixture(scope="module")
+def gateways(tmp_path_factory):
+    ns = "ct-" + uuid.uuid4().hex[:10]
+    gws = []
+    for name in ("a", "b"):
+        d = tmp_path_factory.mktemp("gw-" + name)
+        g = Lode(str(d / "data"), extra_args=cluster_args(ns))
+        g.start()
+        gws.append(g)
+    yield gws
+    for g in gws:
+        g.stop()
+
+
+@pytest.fixture
+def ab(gateways):
+    a, b = (make_client(g.endpoint) for g in gateways)
+    name = "c-" + uuid.uuid4().hex[:10]
+    a.create_bucket(Bucket=name)
+    yield a, b, name
+    for page in a.get_paginator("list_objects_v2").paginate(Bucket=name):
+        for o in page.get("Contents", []):
+            a.delete_object(Bucket=name, Key=o["Key"])
+    a.delete_bucket(Bucket=name)
+
+
+def code(e):
+    return e.value.response["Error"]["Code"]
+
+
+def test_banner_says_cluster_mode(gateways):
+    assert any("rados (index pool lode-ct-index" in line for line in gateways[0].banner)
+
+
+def test_a_write_through_one_gateway_is_read_through_the_other(ab):
+    a, b, bucket = ab
+    small, big = b"tiny", os.urandom(9 * MIB + 123)
+    a.put_object(Bucket=bucket, Key="s", Body=small)
+    a.put_object(Bucket=bucket, Key="dir/big", Body=big)
+    assert b.get_object(Bucket=bucket, Key="s")["Body"].read() == small
+    got = b.get_object(Bucket=bucket, Key="dir/big")
+    assert got["Body"].read() == big and got["ETag"] == '"%s"' % hashlib.md5(big).hexdigest()
+    assert b.get_object(Bucket=bucket, Key="dir/big", Range="bytes=4194300-4194310")["Body"].read() == big[4194300:4194311]
+    assert [o["Key"] for o in b.list_objects_v2(Bucket=bucket)["Contents"]] == ["dir/big", "s"]
+    listed = b.list_objects_v2(Bucket=bucket, Delimiter="/")
+    assert [p["Prefix"] for p in listed["CommonPrefixes"]] == ["dir/"] and [o["Key"] for o in listed["Contents"]] == ["s"]
+    # Overwrite through b, read through a; delete through b, gone on a.
+    b.put_object(Bucket=bucket, Key="s", Body=b"v2")
+    assert a.get_object(Bucket=bucket, Key="s")["Body"].read() == b"v2"
+    b.delete_object(Bucket=bucket, Key="s")
+    with pytest.raises(ClientError) as e:
+        a.head_object(Bucket=bucket, Key="s")
+    assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
+    assert bucket in [x["Name"] for x in b.list_buckets()["Buckets"]]
+
+
+def test_multipart_across_gateways_and_a_retried_complete(ab):
+    a, b, bucket = ab
+    up = a.create_multipart_upload(Bucket=bucket, Key="mp")["UploadId"]
+    p1, p2 = os.urandom(5 * MIB), os.urandom(1234)
+    e1 = a.upload_part(Bucket=bucket, Key="mp", UploadId=up, PartNumber=1, Body=p1)["ETag"]
+    e2 = b.upload_part(Bucket=bucket, Key="mp", UploadId=up, PartNumber=2, Body=p2)["ETag"]
+    assert [u["UploadId"] for u in b.list_multipart_uploads(Bucket=bucket)["Uploads"]] == [up]
+    assert [p["PartNumber"] for p in a.list_parts(Bucket=bucket, Key="mp", UploadId=up)["Parts"]] == [1, 2]
+    parts = {"Parts": [{"PartNumber": 1, "ETag": e1}, {"PartNumber": 2, "ETag": e2}]}
+    r = b.complete_multipart_upload(Bucket=bucket, Key="mp", UploadId=up, MultipartUpload=parts)
+    # The retry of a lost reply, through the other gateway, gets the same answer.
+    again = a.complete_multipart_upload(Bucket=bucket, Key="mp", UploadId=up, MultipartUpload=parts)
+    assert again["ETag"] == r["ETag"] and r["ETag"].endswith('-2"')
+    assert a.get_object(Bucket=bucket, Key="mp")["Body"].read() == p1 + p2
+    assert a.get_object(Bucket=bucket, Key="mp", PartNumber=2)["Body"].read() == p2
+    assert not b.list_multipart_uploads(Bucket=bucket).get("Uploads")
+    # An aborted upload is gone everywhere.
+    up2 = b.create_multipart_upload(Bucket=bucket, Key="ab")["UploadId"]
+    b.upload_part(Bucket=bucket, Key="ab", UploadId=up2, PartNumber=1, Body=b"x")
+    a.abort_multipart_upload(Bucket=bucket, Key="ab", UploadId=up2)
+    with pytest.raises(ClientError) as e:
+        b.list_parts(Bucket=bucket, Key="ab", UploadId=up2)
+    assert code(e) == "NoSuchUpload"
+
+
+def test_if_none_match_races_across_gateways_exactly_one_wins(ab):
+    a, b, bucket = ab
+    rounds = 200
+    for i in range(rounds):
+        results = {}
+
+        def put(client, tag):
+            try:
+                client.put_object(Bucket=bucket, Key=f"race-{i}", Body=tag.encode(), IfNoneMatch="*")
+                results[tag] = "ok"
+            except ClientError as e:
+                results[tag] = code_of(e)
+
+        ts = [threading.Thread(target=put, args=(c, t)) for c, t in ((a, "a"), (b, "b"))]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert sorted(results.values()) == ["PreconditionFailed", "ok"], (i, results)
+        winner = next(t for t, r in results.items() if r == "ok")
+        assert a.get_object(Bucket=bucket, Key=f"race-{i}")["Body"].read() == winner.encode()
+
+
+def code_of(e):
+    return e.response["Error"]["Code"]
+
+
+def test_copy_and_conditional_writes_in_cluster_mode(ab):
+    a, b, bucket = ab
+    body = os.urandom(5 * MIB + 7)
+    etag = b.put_object(Bucket=bucket, Key="src", Body=body)["ETag"]
+    c = a.copy_object(Bucket=bucket, Key="dst", CopySource={"Bucket": bucket, "Key": "src"})
+    assert c["CopyObjectResult"]["ETag"] == etag
+    # The copy owns its bytes: deleting the source leaves it whole.
+    b.delete_object(Bucket=bucket, Key="src")
+    assert b.get_object(Bucket=bucket, Key="dst")["Body"].read() == body
+    with pytest.raises(ClientError) as e:
+        a.put_object(Bucket=bucket, Key="dst", Body=b"x", IfMatch='"00000000000000000000000000000000"')
+    assert code(e) == "PreconditionFailed"
+    a.put_object(Bucket=bucket, Key="dst", Body=b"x", IfMatch=etag)
+    assert b.get_object(Bucket=bucket, Key="dst")["Body"].read() == b"x"
+
+
+def test_only_root_exists_in_cluster_mode(gateways):
+    g = gateways[0]
+    env = dict(os.environ, LODE_SECRET_KEY=SECRET_KEY, RUST_LIB_BACKTRACE="0")
+    p = subprocess.run([lode_bin(), "admin", "--admin-url", g.admin, "user", "add", "alice"], capture_output=True, env=env, timeout=30)
+    assert p.returncode != 0 and b"501" in p.stderr and b"cluster mode" in p.stderr
+
+
+def start_fails(tmp_path, args, env=None):
+    """Starts a gateway that must refuse to start; returns its stderr."""
+    e = dict(os.environ, LODE_ACCESS_KEY=ACCESS_KEY, LODE_SECRET_KEY=SECRET_KEY, RUST_LIB_BACKTRACE="0")
+    e.update(env or {})
+    p = subprocess.run([lode_bin(), "serve", "--listen", "127.0.0.1:0", "--admin-listen", "", "--data-dir", str(tmp_path / "d"), *args],
+                       capture_output=True, env=e, timeout=60)
+    assert p.returncode != 0, p.stdout.decode()
+    return p.stderr.decode()
+
+
+def test_bad_cluster_setups_are_refused_at_start(tmp_path):
+    conf = ceph_conf()
+    ns = "bad-" + uuid.uuid4().hex[:8]
+    err = start_fails(tmp_path, cluster_args(ns, str(tmp_path / "missing.conf")))
+    assert "is not a readable file" in err
+    # Monitors that do not answer: a clear error within the connect timeout, not a hang.
+    dead = tmp_path / "dead.conf"
+    dead.write_text("[global]\nmon_host = v2:127.0.0.1:1\nauth_cluster_required = none\nauth_service_required = none\nauth_client_required = none\n")
+    err = start_fails(tmp_path, cluster_args(ns, str(dead)))
+    assert "connecting to the Ceph cluster" in err
+    # An erasure-coded pool as the index: refused, nothing written into it.
+    subprocess.run(["ceph", "-c", conf, "osd", "erasure-code-profile", "set", "lode-ct-ec", "k=2", "m=1", "crush-failure-domain=osd"], check=True, capture_output=True)
+    subprocess.run(["ceph", "-c", conf, "osd", "pool", "create", "lode-ct-ec-index", "8", "8", "erasure", "lode-ct-ec"], check=True, capture_output=True)
+    args = cluster_args(ns)
+    args[args.index("--index-pool") + 1] = "lode-ct-ec-index"
+    err = start_fails(tmp_path, args)
+    assert "erasure-coded" in err
+    listed = subprocess.run(["rados", "-c", conf, "-p", "lode-ct-ec-index", "ls", "--all"], capture_output=True, check=True)
+    assert listed.stdout == b""
+    # Cluster mode without root credentials, or with --mount: refused.
+    e = dict(os.environ, RUST_LIB_BACKTRACE="0")
+    e.pop("LODE_ACCESS_KEY", None)
+    e.pop("LODE_SECRET_KEY", None)
+    p = subprocess.run([lode_bin(), "serve", "--listen", "127.0.0.1:0", "--admin-listen", "", *cluster_args(ns)], capture_output=True, env=e, timeout=60)
+    assert p.returncode != 0 and b"root credentials" in p.stderr
+    err = start_fails(tmp_path, [*cluster_args(ns), "--mount", str(tmp_path / "mnt")])
+    assert "not built in cluster mode" in err
