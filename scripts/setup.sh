@@ -8,9 +8,9 @@ export LODE_BIN
 
 need_apt=()
 # fuse3: fusermount3 and the FUSE tools (the POSIX door mounts directly as root, through
-# fusermount3 otherwise).
+# fusermount3 otherwise). librados-dev: the lode binary links librados (cluster mode).
 # LODE_EXTRA_APT: what only the test command needs (chromium for the dashboard test).
-for pkg in libclang-dev build-essential pkg-config fuse3 ${LODE_EXTRA_APT:-}; do
+for pkg in libclang-dev build-essential pkg-config fuse3 librados-dev ${LODE_EXTRA_APT:-}; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 # A Python with venv support (Debian's python3 lacks it without python3-venv).
