@@ -442,3 +442,25 @@ def test_browser_form_upload_filename_status_and_policy(s3, bucket):
     plain = s3.generate_presigned_post(bucket, "plain", ExpiresIn=600)
     r = requests.post(plain["url"], data=plain["fields"], files={"file": ("f", b"data")})
     assert r.status_code == 204 and s3.get_object(Bucket=bucket, Key="plain")["Body"].read() == b"data"
+
+
+def test_an_early_refusal_of_a_body_closes_the_connection(lode_server, bucket):
+    """A PUT refused before its body is read (here: a bad signature, with `Expect:
+    100-continue`, as botocore sends it) answers with `Connection: close`: a client that held the
+    body back must not reuse the connection, or its next request would be read as that body."""
+    import socket
+
+    head = (
+        f"PUT /{bucket}/x HTTP/1.1\r\nHost: 127.0.0.1:{lode_server.port}\r\nContent-Length: 11\r\n"
+        "Expect: 100-continue\r\nAuthorization: AWS4-HMAC-SHA256 Credential=nobody/20260101/us-east-1/s3/aws4_request, "
+        "SignedHeaders=host, Signature=00\r\nx-amz-date: 20260101T000000Z\r\nx-amz-content-sha256: UNSIGNED-PAYLOAD\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", lode_server.port), timeout=10) as s:
+        s.sendall(head.encode())
+        reply = b""
+        while b"\r\n\r\n" not in reply:
+            reply += s.recv(65536)
+        status = int(reply.split(b" ", 2)[1])
+        headers = reply.split(b"\r\n\r\n", 1)[0].decode().lower()
+        assert status in (400, 403), reply
+        assert "connection: close" in headers, headers

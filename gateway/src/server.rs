@@ -507,6 +507,7 @@ pub async fn serve(
             let s3 = s3.clone();
             let req = req.map(s3s::Body::from);
             let form_upload = crate::wire::is_form_upload(&req);
+            let has_body = crate::wire::has_body(&req);
             let body_limits = (
                 objects.config().max_object_size,
                 objects.config().body_idle_timeout,
@@ -529,6 +530,14 @@ pub async fn serve(
                     crate::wire::fix_policy_refusal(&mut resp, &rid);
                 }
                 crate::wire::add_request_id(&mut resp, &rid);
+                if has_body && resp.status().as_u16() >= 400 {
+                    // The body may be unread (an early refusal); a client that held it back
+                    // (Expect: 100-continue) must not reuse the connection.
+                    resp.headers_mut().insert(
+                        http::header::CONNECTION,
+                        http::HeaderValue::from_static("close"),
+                    );
+                }
                 let bytes = match class {
                     crate::profile::Class::Read => resp
                         .headers()

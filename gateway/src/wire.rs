@@ -253,6 +253,15 @@ impl<S: Stream<Item = Result<Bytes, s3s::StdError>>> s3s::stream::ByteStream for
     }
 }
 
+/// Whether `req` carries a body (a length above zero, or chunked framing).
+pub fn has_body<B>(req: &http::Request<B>) -> bool {
+    let h = req.headers();
+    h.contains_key(http::header::TRANSFER_ENCODING)
+        || h.get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+            .is_some_and(|n| n > 0)
+}
+
 /// Whether `req` is a browser-form upload (`POST` of `multipart/form-data`).
 pub fn is_form_upload<B>(req: &http::Request<B>) -> bool {
     req.method() == http::Method::POST

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Lode's cluster-mode gateway against radosgw (Debian's) on the same single-host Ceph cluster
+# (scripts/ceph-dev.sh, pools of size 3), the same `lode bench` client and concurrency, one run.
+# Prints each server's table and the Lode/RGW ratio per op class. Usage:
+#   bench/vs-rgw.sh [workload ...]      default: losf-ingest train-read stat-storm list
+# Extra `lode bench` arguments go in BENCH_ARGS (e.g. BENCH_ARGS="--objects 2000").
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/lode-target}"
+LODE="$CARGO_TARGET_DIR/release/lode"
+[ -x "$LODE" ] || (cd "$ROOT" && cargo build --release --locked)
+command -v radosgw >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq radosgw >/dev/null; }
+WORKLOADS=("$@"); [ ${#WORKLOADS[@]} -gt 0 ] || WORKLOADS=(losf-ingest train-read stat-storm list)
+WORK="$(mktemp -d /var/tmp/lode-vs-rgw.XXXXXX)"
+CEPH="$WORK/ceph"
+AK=benchaccesskey01 SK=benchsecretkey0123456789abcdefghijkl
+PIDS=()
+cleanup() {
+    kill "${PIDS[@]}" 2>/dev/null || true; wait 2>/dev/null || true
+    [ -f "$WORK/rgw.pid" ] && kill "$(cat "$WORK/rgw.pid")" 2>/dev/null || true
+    "$ROOT/scripts/ceph-dev.sh" stop "$CEPH" --purge >/dev/null 2>&1 || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+"$ROOT/scripts/ceph-dev.sh" start "$CEPH" >/dev/null
+CONF="$CEPH/ceph.conf"
+# radosgw: beast with tcp_nodelay (its default waits 40 ms for delayed ACKs on small replies).
+cat >> "$CONF" <<CONF
+[client.rgw.bench]
+rgw_frontends = beast endpoint=127.0.0.1:19402 tcp_nodelay=1
+rgw_data = $WORK/rgw
+log_file = $WORK/rgw.log
+pid_file = $WORK/rgw.pid
+rgw_thread_pool_size = 64
+CONF
+mkdir -p "$WORK/rgw"
+radosgw -c "$CONF" -n client.rgw.bench --no-mon-config >"$WORK/rgw.out" 2>&1 || true
+radosgw-admin -c "$CONF" -n client.admin user create --uid=bench --display-name=bench \
+    --access-key=$AK --secret=$SK >/dev/null
+LODE_ACCESS_KEY=$AK LODE_SECRET_KEY=$SK "$LODE" serve --cluster ceph --ceph-conf "$CONF" \
+    --listen 127.0.0.1:19401 --admin-listen "" >"$WORK/lode.log" 2>&1 & PIDS+=($!)
+for port in 19401 19402; do
+    for _ in $(seq 300); do (echo > /dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
+done
+for w in "${WORKLOADS[@]}"; do
+    echo "== lode cluster mode ($w)"
+    "$LODE" bench "$w" --endpoint http://127.0.0.1:19401 --access-key $AK --secret-key $SK \
+        --bucket "lode-$w" --json "$WORK/lode-$w.json" ${BENCH_ARGS:-}
+    echo "== radosgw ($w)"
+    "$LODE" bench "$w" --endpoint http://127.0.0.1:19402 --access-key $AK --secret-key $SK \
+        --bucket "rgw-$w" --json "$WORK/rgw-$w.json" ${BENCH_ARGS:-}
+    python3 - "$WORK/lode-$w.json" "$WORK/rgw-$w.json" "$w" <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+print(f"== ratio lode / radosgw ({sys.argv[3]})")
+for cls, x in a["classes"].items():
+    y = b["classes"].get(cls)
+    if y:
+        print(f"{cls:<6} ops/s {x['ops_per_sec']:.0f} vs {y['ops_per_sec']:.0f} = {x['ops_per_sec']/max(y['ops_per_sec'],1e-9):.2f}x   "
+              f"p50 {x['p50_ms']:.2f} vs {y['p50_ms']:.2f} ms   p99 {x['p99_ms']:.2f} vs {y['p99_ms']:.2f} ms")
+PY
+done
