@@ -291,3 +291,53 @@ def test_kill_9_of_an_osd_under_load_then_restart(gateways, crash_bucket):
     check_state(crash_bucket, state)
     subprocess.run(["bash", SCRIPT, "start-osd", conf_dir, "1"], check=True, capture_output=True, timeout=120)
     check_state(make_client(gateways[0].endpoint), state)
+
+
+def test_a_stopped_primary_osd_gives_slowdown_within_the_op_timeout_and_loses_nothing(tmp_path, gateways):
+    """SIGSTOP of the OSD holding the primary of a bucket's index: requests answer 503 SlowDown
+    once the op timeout passes (no hang), and after SIGCONT every acknowledged write is there."""
+    import json
+    import signal
+    import time
+
+    conf = ceph_conf()
+    conf_dir = os.path.dirname(conf)
+    ns = "stop-" + uuid.uuid4().hex[:8]
+    cfg = tmp_path / "lode.toml"
+    cfg.write_text('[[datapath.devices]]\npath = "dev0.img"\nsize = "64MiB"\n[cluster]\nop_timeout_secs = 4\n')
+    g = Lode(str(tmp_path / "data"), extra_args=["--config", str(cfg), *cluster_args(ns)])
+    g.start()
+    try:
+        s3 = make_client(g.endpoint)
+        s3.create_bucket(Bucket="stopped")
+        s3.put_object(Bucket="stopped", Key="before", Body=b"acked")
+        m = subprocess.run(["ceph", "-c", conf, "osd", "map", INDEX_POOL, "lode.idx.stopped", ns, "--format", "json"],
+                           capture_output=True, check=True)
+        primary = json.loads(m.stdout)["acting_primary"]
+        pid = int(open(os.path.join(conf_dir, "run", f"osd.{primary}.pid")).read())
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(ClientError) as e:
+                s3.put_object(Bucket="stopped", Key="during", Body=b"x")
+            waited = time.monotonic() - t0
+            assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503 and code(e) == "SlowDown"
+            assert waited < 30, f"answered after {waited:.1f} s"
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        # Once the OSD is back (or marked down and its PGs re-peered), writes succeed again.
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                s3.put_object(Bucket="stopped", Key="after", Body=b"y")
+                break
+            except ClientError:
+                assert time.monotonic() < deadline, "writes did not recover"
+                time.sleep(1)
+        assert s3.get_object(Bucket="stopped", Key="before")["Body"].read() == b"acked"
+        assert s3.get_object(Bucket="stopped", Key="after")["Body"].read() == b"y"
+        for k in ("before", "after", "during"):
+            s3.delete_object(Bucket="stopped", Key=k)
+        s3.delete_bucket(Bucket="stopped")
+    finally:
+        g.stop()

@@ -213,6 +213,14 @@ impl From<ObjError> for S3Error {
                 tracing::debug!(error = %msg, "request body failed");
                 C::IncompleteBody
             }
+            ObjError::Chunk(ChunkError::Io(io)) if io.raw_os_error() == Some(libc::ETIMEDOUT) => {
+                tracing::warn!("a chunk operation timed out: answering 503 SlowDown");
+                return with_status(
+                    C::SlowDown,
+                    "Please reduce your request rate.".into(),
+                    http::StatusCode::SERVICE_UNAVAILABLE,
+                );
+            }
             ObjError::Chunk(ChunkError::NoSpace) => {
                 tracing::warn!("datapath full: refusing write");
                 return with_status(
@@ -312,6 +320,13 @@ mod tests {
             ),
             (ObjError::Meta(MetaError::Conflict), "SlowDown", 503),
             (ObjError::Unavailable("pg".into()), "SlowDown", 503),
+            (
+                ObjError::Chunk(ChunkError::Io(std::io::Error::from_raw_os_error(
+                    libc::ETIMEDOUT,
+                ))),
+                "SlowDown",
+                503,
+            ),
             (ObjError::Internal("boom".into()), "InternalError", 500),
         ];
         for (e, code, st) in cases {
