@@ -292,6 +292,19 @@ impl RadosCatalog {
         }
     }
 
+    /// An upload's parts (under `parts_prefix`) and `keys`, read at one partition version;
+    /// `None` if the partition changed between the two reads (read again).
+    async fn read_upload(
+        &self,
+        bucket: &str,
+        parts_prefix: &[u8],
+        keys: &[Vec<u8>],
+    ) -> Result<Option<(Snapshot, Snapshot)>> {
+        let parts = self.read_prefix(bucket, parts_prefix).await?;
+        let k = self.read_keys(bucket, keys).await?;
+        Ok((k.version == parts.version).then_some((parts, k)))
+    }
+
     fn guarded(s: &Snapshot) -> WriteOp {
         WriteOp::new().cmpxattr(EPOCH, CmpOp::Eq, &s.epoch)
     }
@@ -833,11 +846,12 @@ impl Catalog for RadosCatalog {
     async fn abort(&self, bucket: &str, key: &str, id: &str) -> Result<Aborted> {
         let (uk, ak, pp) = (ukey(key, id), akey(id), pprefix(key, id));
         for _ in 0..RETRIES {
-            let s = self.read_prefix(bucket, &pp).await?;
-            let keys = self.read_keys(bucket, &[uk.clone(), ak.clone()]).await?;
-            if keys.version != s.version {
+            let Some((s, keys)) = self
+                .read_upload(bucket, &pp, &[uk.clone(), ak.clone()])
+                .await?
+            else {
                 continue;
-            }
+            };
             let find = |k: &[u8]| {
                 keys.vals
                     .iter()
@@ -879,11 +893,12 @@ impl Catalog for RadosCatalog {
     ) -> Result<(ObjectRecord, Commit)> {
         let (uk, ok, pp) = (ukey(key, id), okey(key), pprefix(key, id));
         for _ in 0..RETRIES {
-            let s = self.read_prefix(bucket, &pp).await?;
-            let keys = self.read_keys(bucket, &[uk.clone(), ok.clone()]).await?;
-            if keys.version != s.version {
+            let Some((s, keys)) = self
+                .read_upload(bucket, &pp, &[uk.clone(), ok.clone()])
+                .await?
+            else {
                 continue;
-            }
+            };
             let find = |k: &[u8]| {
                 keys.vals
                     .iter()
