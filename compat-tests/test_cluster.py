@@ -14,6 +14,7 @@ from botocore.exceptions import ClientError
 from conftest import ACCESS_KEY, SECRET_KEY, Lode, lode_bin, make_client
 
 MIB = 1024 * 1024
+MASTER = {"LODE_MASTER_KEY": "5e" * 32}
 INDEX_POOL = "lode-ct-index"
 DATA_POOL = "lode-ct-data"
 
@@ -38,7 +39,7 @@ def gateways(tmp_path_factory):
     gws = []
     for name in ("a", "b"):
         d = tmp_path_factory.mktemp("gw-" + name)
-        g = Lode(str(d / "data"), extra_args=cluster_args(ns))
+        g = Lode(str(d / "data"), extra_env=MASTER, extra_args=cluster_args(ns))
         g.start()
         gws.append(g)
     yield gws
@@ -156,16 +157,69 @@ def test_copy_and_conditional_writes_in_cluster_mode(ab):
     assert b.get_object(Bucket=bucket, Key="dst")["Body"].read() == b"x"
 
 
-def test_only_root_exists_in_cluster_mode(gateways):
-    g = gateways[0]
+def test_users_and_grants_live_in_the_cluster(gateways):
+    """A user added through one gateway's admin API works through the other at once; a grant
+    made through one is honoured by the other; a removed user is refused everywhere (the other
+    gateway within its two-second refresh)."""
+    import json
+    import time
+
+    a, b = gateways
     env = dict(os.environ, LODE_SECRET_KEY=SECRET_KEY, RUST_LIB_BACKTRACE="0")
-    p = subprocess.run([lode_bin(), "admin", "--admin-url", g.admin, "user", "add", "alice"], capture_output=True, env=env, timeout=30)
-    assert p.returncode != 0 and b"501" in p.stderr and b"cluster mode" in p.stderr
+
+    def admin(g, *args):
+        p = subprocess.run([lode_bin(), "admin", "--admin-url", g.admin, *args], capture_output=True, env=env, timeout=30)
+        assert p.returncode == 0, p.stderr.decode()
+        return p.stdout
+
+    name = "u" + uuid.uuid4().hex[:8]
+    creds = json.loads(admin(a, "user", "add", name))
+    as_user = lambda g: __import__("boto3").client(
+        "s3", endpoint_url=g.endpoint, aws_access_key_id=creds["access_key"], aws_secret_access_key=creds["secret_key"],
+        region_name="us-east-1", config=__import__("botocore").config.Config(retries={"max_attempts": 1}))
+    ub = as_user(b)
+    mine = "u-" + uuid.uuid4().hex[:8]
+    ub.create_bucket(Bucket=mine)  # through the other gateway, at once
+    ub.put_object(Bucket=mine, Key="k", Body=b"v")
+    assert make_client(a.endpoint).get_object(Bucket=mine, Key="k")["Body"].read() == b"v"
+    # Root's bucket: denied to the user until a grant through gateway a, honoured by b.
+    rootb = "r-" + uuid.uuid4().hex[:8]
+    make_client(a.endpoint).create_bucket(Bucket=rootb)
+    with pytest.raises(ClientError) as e:
+        ub.list_objects_v2(Bucket=rootb)
+    assert code(e) == "AccessDenied"
+    admin(a, "grant", rootb, name, "read")
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            ub.list_objects_v2(Bucket=rootb)
+            break
+        except ClientError:
+            assert time.monotonic() < deadline, "the grant did not reach the other gateway"
+            time.sleep(0.3)
+    admin(a, "user", "remove", name)
+    ua = as_user(a)
+    with pytest.raises(ClientError) as e:
+        ua.list_objects_v2(Bucket=mine)
+    assert code(e) == "InvalidAccessKeyId"
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            ub.list_objects_v2(Bucket=mine)
+        except ClientError as err:
+            assert err.response["Error"]["Code"] == "InvalidAccessKeyId"
+            break
+        assert time.monotonic() < deadline, "a removed user still works on the other gateway"
+        time.sleep(0.3)
+    r = make_client(a.endpoint)
+    r.delete_object(Bucket=mine, Key="k")
+    r.delete_bucket(Bucket=mine)
+    r.delete_bucket(Bucket=rootb)
 
 
 def start_fails(tmp_path, args, env=None):
     """Starts a gateway that must refuse to start; returns its stderr."""
-    e = dict(os.environ, LODE_ACCESS_KEY=ACCESS_KEY, LODE_SECRET_KEY=SECRET_KEY, RUST_LIB_BACKTRACE="0")
+    e = dict(os.environ, LODE_ACCESS_KEY=ACCESS_KEY, LODE_SECRET_KEY=SECRET_KEY, RUST_LIB_BACKTRACE="0", **MASTER)
     e.update(env or {})
     p = subprocess.run([lode_bin(), "serve", "--listen", "127.0.0.1:0", "--admin-listen", "", "--data-dir", str(tmp_path / "d"), *args],
                        capture_output=True, env=e, timeout=60)
@@ -200,6 +254,10 @@ def test_bad_cluster_setups_are_refused_at_start(tmp_path):
     assert p.returncode != 0 and b"root credentials" in p.stderr
     err = start_fails(tmp_path, [*cluster_args(ns), "--mount", str(tmp_path / "mnt")])
     assert "not built in cluster mode" in err
+    # Without the shared master key that seals users' secrets: refused.
+    p = subprocess.run([lode_bin(), "serve", "--listen", "127.0.0.1:0", "--admin-listen", "", *cluster_args(ns)],
+                       capture_output=True, env={k: v for k, v in dict(os.environ, LODE_ACCESS_KEY=ACCESS_KEY, LODE_SECRET_KEY=SECRET_KEY).items() if k != "LODE_MASTER_KEY"}, timeout=60)
+    assert p.returncode != 0 and b"LODE_MASTER_KEY" in p.stderr
 
 
 # Faults --------------------------------------------------------------------------------------
@@ -291,7 +349,7 @@ def test_a_stopped_primary_osd_gives_slowdown_within_the_op_timeout_and_loses_no
     ns = "stop-" + uuid.uuid4().hex[:8]
     cfg = tmp_path / "lode.toml"
     cfg.write_text('[[datapath.devices]]\npath = "dev0.img"\nsize = "64MiB"\n[cluster]\nop_timeout_secs = 4\n')
-    g = Lode(str(tmp_path / "data"), extra_args=["--config", str(cfg), *cluster_args(ns)])
+    g = Lode(str(tmp_path / "data"), extra_env=MASTER, extra_args=["--config", str(cfg), *cluster_args(ns)])
     g.start()
     try:
         s3 = make_client(g.endpoint)

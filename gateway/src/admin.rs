@@ -185,7 +185,7 @@ fn authorized(req: &http::Request<hyper::body::Incoming>, secret: &str) -> bool 
 }
 
 /// The user and grant API (`lode admin` talks to it): root's secret key as a bearer token.
-fn user_api(
+async fn user_api(
     req: &http::Request<hyper::body::Incoming>,
     users: &crate::users::Users,
     root_secret: &str,
@@ -204,11 +204,14 @@ fn user_api(
         ("GET", "/api/users") => users.list().map(|l| serde_json::json!(l)),
         ("POST", "/api/users") => {
             let uid = q.get("uid").and_then(|u| u.parse().ok());
-            users.add(&arg("name"), uid).map(|c| {
+            users.add(&arg("name"), uid).await.map(|c| {
                 serde_json::json!({"name": arg("name"), "access_key": c.access_key, "secret_key": c.secret_key})
             })
         }
-        ("DELETE", "/api/users") => users.remove(&arg("name")).map(|()| serde_json::json!({})),
+        ("DELETE", "/api/users") => users
+            .remove(&arg("name"))
+            .await
+            .map(|()| serde_json::json!({})),
         ("PUT", "/api/grants") => {
             let perm = match arg("perm").as_str() {
                 "read" => Perm::Read,
@@ -222,10 +225,12 @@ fn user_api(
             };
             users
                 .grant(&arg("bucket"), &arg("user"), Some(perm))
+                .await
                 .map(|()| serde_json::json!({}))
         }
         ("DELETE", "/api/grants") => users
             .grant(&arg("bucket"), &arg("user"), None)
+            .await
             .map(|()| serde_json::json!({})),
         _ => return (S::NOT_FOUND, r#"{"error":"not found"}"#.to_owned()),
     };
@@ -236,7 +241,6 @@ fn user_api(
                 UserError::Exists(_) => S::CONFLICT,
                 UserError::NoSuchUser(_) => S::NOT_FOUND,
                 UserError::BadName(_) => S::BAD_REQUEST,
-                UserError::NotInCluster => S::NOT_IMPLEMENTED,
                 _ => S::INTERNAL_SERVER_ERROR,
             };
             (st, serde_json::json!({"error": e.to_string()}).to_string())
@@ -268,7 +272,7 @@ pub async fn serve(
                     let path = req.uri().path().to_owned();
                     let (status, ctype, body) = match (req.method(), path.as_str()) {
                         (_, "/api/users" | "/api/grants") => {
-                            let (s, b) = user_api(&req, &users, &root_secret);
+                            let (s, b) = user_api(&req, &users, &root_secret).await;
                             (s, "application/json", b)
                         }
                         (&http::Method::GET, "/healthz") => {

@@ -108,7 +108,7 @@ impl KeyStore {
 #[async_trait::async_trait]
 impl S3Auth for KeyStore {
     async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
-        match self.users.lookup(access_key) {
+        match self.users.lookup_fresh(access_key).await {
             Some((_, secret)) => Ok(SecretKey::from(secret)),
             None => Err(s3_error!(
                 InvalidAccessKeyId,

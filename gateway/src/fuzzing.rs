@@ -157,7 +157,14 @@ fn harness() -> &'static Harness {
             access_key: "FUZZROOT".into(),
             secret_key: "fuzz-secret-key".into(),
         };
-        let users = Arc::new(crate::users::Users::open(meta, [1; 32], root).expect("users"));
+        let users = Arc::new(
+            rt.block_on(crate::users::Users::open(
+                Arc::new(lode_catalog::KvCatalog::new(meta)),
+                [1; 32],
+                root,
+            ))
+            .expect("users"),
+        );
         rt.block_on(async {
             svc.create_bucket("fzz", crate::users::ROOT)
                 .await

@@ -536,7 +536,7 @@ impl S3 for LodeS3 {
         req: S3Request<DeleteBucketInput>,
     ) -> S3Result<S3Response<DeleteBucketOutput>> {
         self.svc.delete_bucket(&req.input.bucket).await?;
-        if let Err(e) = self.users.drop_bucket(&req.input.bucket) {
+        if let Err(e) = self.users.drop_bucket(&req.input.bucket).await {
             tracing::warn!(error = %e, "dropping the grants of a deleted bucket failed");
         }
         self.svc.notify_bucket(&req.input.bucket);

@@ -345,13 +345,21 @@ pub async fn serve(
         if !cfg.posix.mount.as_os_str().is_empty() {
             bail!("the POSIX door (--mount) is not built in cluster mode yet");
         }
+        let Some(master_hex) = master_key_env.as_deref() else {
+            bail!(
+                "cluster mode needs LODE_MASTER_KEY (64 hex digits, the same on every gateway): it \
+                 seals the users' secrets, which live in the cluster"
+            );
+        };
+        let master = crate::users::master_key(std::path::Path::new(""), Some(master_hex))?;
         let svc = Arc::new(cluster_service(&cfg.cluster, service_cfg).await?);
-        // Other users live on one node only for now: in cluster mode only root exists.
         let users = Arc::new(
-            crate::users::Users::open(Arc::clone(svc.metadata()), rand::random(), creds.clone())
-                .context("loading users")?
-                .root_only(),
+            crate::users::Users::open(Arc::clone(svc.catalog()), master, creds.clone())
+                .await
+                .context("loading users")?,
         );
+        // Users and grants changed through other gateways.
+        users.spawn_refresh(Duration::from_secs(2));
         let conf = cfg.cluster.ceph_conf.clone();
         let backend = format!(
             "rados (index pool {}, data pool {})",
@@ -370,7 +378,8 @@ pub async fn serve(
         let (creds, creds_source) = Credentials::load_or_create(&data_dir, given)?;
         let master = crate::users::master_key(&data_dir, master_key_env.as_deref())?;
         let users = Arc::new(
-            crate::users::Users::open(Arc::clone(svc.metadata()), master, creds.clone())
+            crate::users::Users::open(Arc::clone(svc.catalog()), master, creds.clone())
+                .await
                 .context("loading users")?,
         );
         (

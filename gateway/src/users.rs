@@ -12,16 +12,22 @@
 //!   another user needs a grant: `read` (GET, HEAD, list) or `write` (read plus PUT, DELETE,
 //!   copy into, multipart). Only the owner or root deletes a bucket.
 //!
-//! Records live in the metadata store's system table: `user\0<name>` and
-//! `grant\0<bucket>\0<user>`.
+//! Records live in the catalog's system key space (`lode_catalog::Catalog::sys_*`): on one
+//! node the metadata store's system table, in cluster mode the cluster's, so every gateway
+//! knows them: `user\0<name>` and `grant\0<bucket>\0<user>`. Each gateway answers from a
+//! snapshot, reloaded after its own changes, on an unknown access key (at most once a second),
+//! and in cluster mode every two seconds (a user removed through one gateway is refused by the
+//! others within that).
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use chacha20poly1305::aead::{Aead, KeyInit};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
+use lode_catalog::{Catalog, CatalogError};
 use lode_metadata::records;
-use lode_metadata::{MetaError, MetadataStore, Table, keys, transact};
+use lode_metadata::{MetaError, keys};
 use serde::{Deserialize, Serialize};
 
 use crate::auth::Credentials;
@@ -41,11 +47,10 @@ pub enum UserError {
         "a sealed secret does not open with this master key (wrong LODE_MASTER_KEY or master.key?)"
     )]
     Unseal,
-    /// Users other than root are not built in cluster mode yet.
-    #[error("users other than root are not built in cluster mode yet")]
-    NotInCluster,
     #[error(transparent)]
     Meta(#[from] MetaError),
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
 }
 
 /// What a caller may do to a bucket.
@@ -85,12 +90,19 @@ struct Known {
 }
 
 pub struct Users {
-    meta: Arc<dyn MetadataStore>,
+    catalog: Arc<dyn Catalog>,
     cipher: ChaCha20Poly1305,
     root: Credentials,
-    by_key: RwLock<HashMap<String, Known>>,
-    /// Cluster mode, for now: root only; adding users or grants is refused.
-    root_only: bool,
+    snap: RwLock<Snapshot>,
+    last_reload: Mutex<Option<Instant>>,
+}
+
+/// What a gateway knows of users and grants, from the last reload.
+#[derive(Default)]
+struct Snapshot {
+    by_key: HashMap<String, Known>,
+    users: Vec<UserInfo>,
+    grants: HashMap<(String, String), Perm>,
 }
 
 fn user_key(name: &str) -> Vec<u8> {
@@ -125,37 +137,65 @@ fn check_name(name: &str) -> Result<(), UserError> {
 }
 
 impl Users {
-    /// Loads every user, opening their secrets with `master_key`.
-    pub fn open(
-        meta: Arc<dyn MetadataStore>,
+    /// Loads every user and grant, opening their secrets with `master_key`.
+    pub async fn open(
+        catalog: Arc<dyn Catalog>,
         master_key: [u8; 32],
         root: Credentials,
     ) -> Result<Self, UserError> {
         let u = Users {
-            meta,
+            catalog,
             cipher: ChaCha20Poly1305::new(Key::from_slice(&master_key)),
             root,
-            by_key: RwLock::new(HashMap::new()),
-            root_only: false,
+            snap: RwLock::new(Snapshot::default()),
+            last_reload: Mutex::new(None),
         };
-        let rows = u
-            .meta
-            .scan(Table::System, b"user\0", Some(b"user\x01"), usize::MAX)?;
-        let mut map = HashMap::new();
-        for (k, v) in rows {
-            let name = String::from_utf8_lossy(&k[5..]).into_owned();
-            let r: UserRecord = records::decode(&v)?;
-            let secret = u.unseal(&r.sealed_secret)?;
-            map.insert(r.access_key, Known { name, secret });
-        }
-        *u.by_key.write().expect("users") = map;
+        u.reload().await?;
         Ok(u)
     }
 
-    /// Only root: users and grants are refused (cluster mode, until users live in the cluster).
-    pub fn root_only(mut self) -> Self {
-        self.root_only = true;
-        self
+    /// Reads every user and grant again.
+    pub async fn reload(&self) -> Result<(), UserError> {
+        let mut snap = Snapshot::default();
+        for (k, v) in self.catalog.sys_scan(b"user\0").await? {
+            let name = String::from_utf8_lossy(&k[5..]).into_owned();
+            let r: UserRecord = records::decode(&v)?;
+            let secret = self.unseal(&r.sealed_secret)?;
+            snap.users.push(UserInfo {
+                name: name.clone(),
+                access_key: r.access_key.clone(),
+                uid: r.uid,
+                created_ms: r.created_ms,
+            });
+            snap.by_key.insert(r.access_key, Known { name, secret });
+        }
+        for (k, v) in self.catalog.sys_scan(b"grant\0").await? {
+            let rest = &k[6..];
+            let Some(i) = rest.iter().position(|&b| b == keys::SEP) else {
+                continue;
+            };
+            let bucket = String::from_utf8_lossy(&rest[..i]).into_owned();
+            let user = String::from_utf8_lossy(&rest[i + 1..]).into_owned();
+            snap.grants.insert((bucket, user), records::decode(&v)?);
+        }
+        *self.snap.write().expect("users") = snap;
+        *self.last_reload.lock().expect("users") = Some(Instant::now());
+        Ok(())
+    }
+
+    /// Reloads every `every` in the background (cluster mode: changes made through other
+    /// gateways).
+    pub fn spawn_refresh(self: &Arc<Self>, every: Duration) {
+        let me = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(u) = me.upgrade() else { return };
+                if let Err(e) = u.reload().await {
+                    tracing::warn!(error = %e, "reloading users failed");
+                }
+            }
+        });
     }
 
     fn seal(&self, secret: &str) -> Vec<u8> {
@@ -180,16 +220,34 @@ impl Users {
         String::from_utf8(plain).map_err(|_| UserError::Unseal)
     }
 
-    /// The user name and secret of an access key (root included).
+    /// The user name and secret of an access key (root included), as last loaded.
     pub fn lookup(&self, access_key: &str) -> Option<(String, String)> {
         if access_key == self.root.access_key {
             return Some((ROOT.to_owned(), self.root.secret_key.clone()));
         }
-        self.by_key
+        self.snap
             .read()
             .expect("users")
+            .by_key
             .get(access_key)
             .map(|k| (k.name.clone(), k.secret.clone()))
+    }
+
+    /// Like [`Users::lookup`]; an unknown key reloads first (at most once a second), so a user
+    /// added through another gateway works at once.
+    pub async fn lookup_fresh(&self, access_key: &str) -> Option<(String, String)> {
+        if let Some(found) = self.lookup(access_key) {
+            return Some(found);
+        }
+        let due = self
+            .last_reload
+            .lock()
+            .expect("users")
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(1));
+        if due && let Err(e) = self.reload().await {
+            tracing::warn!(error = %e, "reloading users failed");
+        }
+        self.lookup(access_key)
     }
 
     /// The user name behind an access key.
@@ -198,118 +256,91 @@ impl Users {
     }
 
     /// Adds a user with fresh keys; the returned secret is shown once.
-    pub fn add(&self, name: &str, uid: Option<u32>) -> Result<Credentials, UserError> {
-        if self.root_only {
-            return Err(UserError::NotInCluster);
-        }
+    pub async fn add(&self, name: &str, uid: Option<u32>) -> Result<Credentials, UserError> {
         check_name(name)?;
         let creds = Credentials::generate();
-        let rec = UserRecord {
+        let rec = records::encode(&UserRecord {
             access_key: creds.access_key.clone(),
             sealed_secret: self.seal(&creds.secret_key),
             uid,
             created_ms: crate::objects::now_ms(),
-        };
-        let k = user_key(name);
-        transact(&*self.meta, |t| {
-            if t.get_for_update(Table::System, &k)?.is_some() {
+        });
+        let create = Arc::new(move |cur: Option<&[u8]>| match cur {
+            Some(_) => Err(CatalogError::PreconditionFailed),
+            None => Ok(Some(rec.clone())),
+        });
+        match self.catalog.sys_update(&user_key(name), create).await {
+            Err(CatalogError::PreconditionFailed) => {
                 return Err(UserError::Exists(name.to_owned()));
             }
-            t.put(Table::System, &k, &records::encode(&rec))?;
-            Ok(())
-        })?;
-        self.by_key.write().expect("users").insert(
-            creds.access_key.clone(),
-            Known {
-                name: name.to_owned(),
-                secret: creds.secret_key.clone(),
-            },
-        );
+            r => r?,
+        }
+        self.reload().await?;
         tracing::info!(user = name, access_key = %creds.access_key, "user added");
         Ok(creds)
     }
 
-    /// Removes a user: their keys stop working at once. Their buckets stay (root can manage
-    /// them) and their grants elsewhere are dropped.
-    pub fn remove(&self, name: &str) -> Result<(), UserError> {
+    /// Removes a user: their keys stop working at once (on other gateways within the refresh
+    /// interval). Their buckets stay (root can manage them) and their grants are dropped.
+    pub async fn remove(&self, name: &str) -> Result<(), UserError> {
         let k = user_key(name);
-        let rec: UserRecord = match self.meta.get(Table::System, &k)? {
-            Some(v) => records::decode(&v)?,
-            None => return Err(UserError::NoSuchUser(name.to_owned())),
-        };
-        let grants: Vec<Vec<u8>> = self
-            .meta
-            .scan(Table::System, b"grant\0", Some(b"grant\x01"), usize::MAX)?
-            .into_iter()
-            .map(|(k, _)| k)
-            .filter(|k| k.ends_with(&[&[0u8][..], name.as_bytes()].concat()))
-            .collect();
-        transact(&*self.meta, |t| {
-            t.delete(Table::System, &k)?;
-            for g in &grants {
-                t.delete(Table::System, g)?;
+        if self.catalog.sys_get(&k).await?.is_none() {
+            return Err(UserError::NoSuchUser(name.to_owned()));
+        }
+        self.catalog.sys_update(&k, Arc::new(|_| Ok(None))).await?;
+        let suffix = [&[keys::SEP][..], name.as_bytes()].concat();
+        for (g, _) in self.catalog.sys_scan(b"grant\0").await? {
+            if g.ends_with(&suffix) {
+                self.catalog.sys_update(&g, Arc::new(|_| Ok(None))).await?;
             }
-            Ok::<_, UserError>(())
-        })?;
-        self.by_key.write().expect("users").remove(&rec.access_key);
+        }
+        self.reload().await?;
         tracing::info!(user = name, "user removed");
         Ok(())
     }
 
+    /// Every user, as last loaded.
     pub fn list(&self) -> Result<Vec<UserInfo>, UserError> {
-        let rows = self
-            .meta
-            .scan(Table::System, b"user\0", Some(b"user\x01"), usize::MAX)?;
-        rows.into_iter()
-            .map(|(k, v)| {
-                let r: UserRecord = records::decode(&v)?;
-                Ok(UserInfo {
-                    name: String::from_utf8_lossy(&k[5..]).into_owned(),
-                    access_key: r.access_key,
-                    uid: r.uid,
-                    created_ms: r.created_ms,
-                })
-            })
-            .collect()
+        Ok(self.snap.read().expect("users").users.clone())
     }
 
     /// The uid a user's buckets show on the mount, if set.
     pub fn uid_of(&self, name: &str) -> Option<u32> {
-        let v = self.meta.get(Table::System, &user_key(name)).ok()??;
-        records::decode::<UserRecord>(&v).ok()?.uid
+        self.snap
+            .read()
+            .expect("users")
+            .users
+            .iter()
+            .find(|u| u.name == name)?
+            .uid
     }
 
     /// Grants `perm` on `bucket` to `user` (`None` revokes).
-    pub fn grant(&self, bucket: &str, user: &str, perm: Option<Perm>) -> Result<(), UserError> {
-        if self.root_only {
-            return Err(UserError::NotInCluster);
-        }
-        if user != ROOT && self.meta.get(Table::System, &user_key(user))?.is_none() {
+    pub async fn grant(
+        &self,
+        bucket: &str,
+        user: &str,
+        perm: Option<Perm>,
+    ) -> Result<(), UserError> {
+        if user != ROOT && self.catalog.sys_get(&user_key(user)).await?.is_none() {
             return Err(UserError::NoSuchUser(user.to_owned()));
         }
-        let k = grant_key(bucket, user);
-        transact(&*self.meta, |t| {
-            match perm {
-                Some(p) => t.put(Table::System, &k, &records::encode(&p))?,
-                None => t.delete(Table::System, &k)?,
-            }
-            Ok::<_, UserError>(())
-        })
+        let value = perm.map(|p| records::encode(&p));
+        self.catalog
+            .sys_update(
+                &grant_key(bucket, user),
+                Arc::new(move |_| Ok(value.clone())),
+            )
+            .await?;
+        self.reload().await
     }
 
     /// Drops every grant on a deleted bucket (a new bucket of the same name starts clean).
-    pub fn drop_bucket(&self, bucket: &str) -> Result<(), UserError> {
-        let p = grant_prefix(bucket);
-        let end = keys::prefix_successor(&p);
-        let rows = self
-            .meta
-            .scan(Table::System, &p, end.as_deref(), usize::MAX)?;
-        transact(&*self.meta, |t| {
-            for (k, _) in &rows {
-                t.delete(Table::System, k)?;
-            }
-            Ok::<_, UserError>(())
-        })
+    pub async fn drop_bucket(&self, bucket: &str) -> Result<(), UserError> {
+        for (k, _) in self.catalog.sys_scan(&grant_prefix(bucket)).await? {
+            self.catalog.sys_update(&k, Arc::new(|_| Ok(None))).await?;
+        }
+        self.reload().await
     }
 
     /// Whether `user` may act with `want` on a bucket owned by `owner`.
@@ -320,10 +351,12 @@ impl Users {
         if want == Perm::Own {
             return false;
         }
-        match self.meta.get(Table::System, &grant_key(bucket, user)) {
-            Ok(Some(v)) => records::decode::<Perm>(&v).is_ok_and(|have| have >= want),
-            _ => false,
-        }
+        self.snap
+            .read()
+            .expect("users")
+            .grants
+            .get(&(bucket.to_owned(), user.to_owned()))
+            .is_some_and(|have| *have >= want)
     }
 
     /// Whether `owner` (as stored in a bucket record) is `user`. Buckets made before users
@@ -358,7 +391,7 @@ pub fn master_key(data_dir: &std::path::Path, given: Option<&str>) -> anyhow::Re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lode_metadata::MemMetadataStore;
+    use lode_metadata::{MemMetadataStore, MetadataStore, Table};
 
     fn root() -> Credentials {
         Credentials {
@@ -367,21 +400,24 @@ mod tests {
         }
     }
 
-    #[test]
-    fn users_keys_grants_and_sealing() {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn users_keys_grants_and_sealing() {
         let meta: Arc<dyn MetadataStore> = Arc::new(MemMetadataStore::new());
-        let users = Users::open(Arc::clone(&meta), [7; 32], root()).unwrap();
-        let alice = users.add("alice", Some(1001)).unwrap();
+        let catalog: Arc<dyn Catalog> = Arc::new(lode_catalog::KvCatalog::new(Arc::clone(&meta)));
+        let users = Users::open(Arc::clone(&catalog), [7; 32], root())
+            .await
+            .unwrap();
+        let alice = users.add("alice", Some(1001)).await.unwrap();
         assert!(matches!(
-            users.add("alice", None),
+            users.add("alice", None).await,
             Err(UserError::Exists(_))
         ));
         assert!(matches!(
-            users.add("Root", None),
+            users.add("Root", None).await,
             Err(UserError::BadName(_))
         ));
         assert!(matches!(
-            users.add("root", None),
+            users.add("root", None).await,
             Err(UserError::BadName(_))
         ));
         assert_eq!(
@@ -399,28 +435,33 @@ mod tests {
                 .any(|w| w == alice.secret_key.as_bytes())
         );
         // Reopened with the same key: same users. With another key: a clear error.
-        let again = Users::open(Arc::clone(&meta), [7; 32], root()).unwrap();
+        let again = Users::open(Arc::clone(&catalog), [7; 32], root())
+            .await
+            .unwrap();
         assert_eq!(again.name_of(&alice.access_key).as_deref(), Some("alice"));
         assert!(matches!(
-            Users::open(Arc::clone(&meta), [8; 32], root()),
+            Users::open(Arc::clone(&catalog), [8; 32], root()).await,
             Err(UserError::Unseal)
         ));
         // Ownership and grants.
-        users.add("bob", None).unwrap();
+        users.add("bob", None).await.unwrap();
         assert!(users.allowed("alice", "a-bkt", "alice", Perm::Own));
         assert!(!users.allowed("bob", "a-bkt", "alice", Perm::Read));
-        users.grant("a-bkt", "bob", Some(Perm::Read)).unwrap();
+        users.grant("a-bkt", "bob", Some(Perm::Read)).await.unwrap();
         assert!(users.allowed("bob", "a-bkt", "alice", Perm::Read));
         assert!(!users.allowed("bob", "a-bkt", "alice", Perm::Write));
-        users.grant("a-bkt", "bob", Some(Perm::Write)).unwrap();
+        users
+            .grant("a-bkt", "bob", Some(Perm::Write))
+            .await
+            .unwrap();
         assert!(users.allowed("bob", "a-bkt", "alice", Perm::Write));
         assert!(!users.allowed("bob", "a-bkt", "alice", Perm::Own));
         assert!(users.allowed(ROOT, "a-bkt", "alice", Perm::Own));
         assert!(users.allowed(ROOT, "old", "ROOTKEY", Perm::Own));
-        users.drop_bucket("a-bkt").unwrap();
+        users.drop_bucket("a-bkt").await.unwrap();
         assert!(!users.allowed("bob", "a-bkt", "alice", Perm::Read));
-        users.grant("a-bkt", "bob", Some(Perm::Read)).unwrap();
-        users.remove("bob").unwrap();
+        users.grant("a-bkt", "bob", Some(Perm::Read)).await.unwrap();
+        users.remove("bob").await.unwrap();
         assert_eq!(users.name_of("nope"), None);
         assert_eq!(users.list().unwrap().len(), 1);
         assert_eq!(

@@ -484,7 +484,7 @@ impl LodeFs {
             self.rt
                 .block_on(self.svc.delete_bucket(name))
                 .map_err(|e| e.errno())?;
-            if let Err(e) = self.users.drop_bucket(name) {
+            if let Err(e) = self.rt.block_on(self.users.drop_bucket(name)) {
                 tracing::warn!(error = %e, "dropping the grants of a deleted bucket failed");
             }
             self.inodes.unlink(ROOT, name);
