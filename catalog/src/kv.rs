@@ -800,6 +800,38 @@ impl Catalog for KvCatalog {
         .await
     }
 
+    fn bucket_blocking(&self, name: &str) -> Result<Option<BucketRecord>> {
+        Ok(self
+            .meta
+            .get(Table::Buckets, name.as_bytes())?
+            .map(|v| records::decode(&v))
+            .transpose()?)
+    }
+
+    fn get_blocking(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
+        Ok(self
+            .meta
+            .get(Table::Objects, &keys::object(bucket, key))?
+            .map(|v| records::decode(&v))
+            .transpose()?)
+    }
+
+    fn keys_under_blocking(&self, bucket: &str, prefix: &str, limit: usize) -> Result<Vec<String>> {
+        let start = keys::object(bucket, prefix);
+        let end = keys::prefix_successor(&start);
+        let base = keys::bucket_prefix(bucket).len();
+        Ok(self
+            .meta
+            .scan(Table::Objects, &start, end.as_deref(), limit)?
+            .into_iter()
+            .map(|(k, _)| String::from_utf8_lossy(&k[base..]).into_owned())
+            .collect())
+    }
+
+    fn list_blocking(&self, bucket: &str, q: &ListQuery<'_>) -> Result<ListPage> {
+        Ok(lode_metadata::list::list_objects(&*self.meta, bucket, q)?)
+    }
+
     async fn sys_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let k = key.to_vec();
         self.blocking(move |m, _| Ok(m.get(Table::System, &k)?))

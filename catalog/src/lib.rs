@@ -332,6 +332,38 @@ pub trait Catalog: Send + Sync + 'static {
         f: CompleteFn,
     ) -> Result<(ObjectRecord, Commit)>;
 
+    // ------------------------------------------------------------------ blocking reads
+
+    /// [`Catalog::bucket`] from a thread that may block (a FUSE thread; never an async task).
+    fn bucket_blocking(&self, name: &str) -> Result<Option<BucketRecord>> {
+        futures::executor::block_on(self.bucket(name))
+    }
+
+    /// The record at `bucket/key` if present (a missing bucket reads as absent). Blocks.
+    fn get_blocking(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
+        match futures::executor::block_on(self.get(bucket, key)) {
+            Err(CatalogError::NoSuchBucket) => Ok(None),
+            r => r,
+        }
+    }
+
+    /// Up to `limit` keys under `prefix`, in order. Blocks.
+    fn keys_under_blocking(&self, bucket: &str, prefix: &str, limit: usize) -> Result<Vec<String>> {
+        let q = ListQuery {
+            prefix,
+            delimiter: None,
+            after: None,
+            max: limit,
+        };
+        let page = futures::executor::block_on(self.list(bucket, &q))?;
+        Ok(page.objects.into_iter().map(|(k, _)| k).collect())
+    }
+
+    /// [`Catalog::list`], blocking.
+    fn list_blocking(&self, bucket: &str, q: &ListQuery<'_>) -> Result<ListPage> {
+        futures::executor::block_on(self.list(bucket, q))
+    }
+
     // ------------------------------------------------------------------ system key space
 
     async fn sys_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;

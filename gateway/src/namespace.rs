@@ -11,8 +11,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use lode_metadata::list::ListPage;
-use lode_metadata::records::{self, BucketRecord, ObjectMeta, ObjectRecord, Segment};
-use lode_metadata::{Table, keys};
+use lode_metadata::records::{BucketRecord, ObjectMeta, ObjectRecord, Segment};
 
 use crate::error::{ObjError, ObjResult};
 use crate::objects::{MAX_KEY_LEN, ObjectHandle, ObjectService, chunk_ref};
@@ -69,13 +68,9 @@ impl ObjectService {
 
     // ------------------------------------------------ blocking lookups (for FUSE threads)
 
-    /// The bucket's record, if it exists. Blocks (a metadata read).
+    /// The bucket's record, if it exists. Blocks (a catalog read).
     pub fn bucket_blocking(&self, name: &str) -> ObjResult<Option<BucketRecord>> {
-        Ok(self
-            .meta
-            .get(Table::Buckets, name.as_bytes())?
-            .map(|v| records::decode(&v))
-            .transpose()?)
+        Ok(self.catalog.bucket_blocking(name)?)
     }
 
     /// The object's record, if it exists. Blocks.
@@ -83,11 +78,7 @@ impl ObjectService {
         if key.is_empty() || key.len() > MAX_KEY_LEN {
             return Ok(None);
         }
-        Ok(self
-            .meta
-            .get(Table::Objects, &keys::object(bucket, key))?
-            .map(|v| records::decode(&v))
-            .transpose()?)
+        Ok(self.catalog.get_blocking(bucket, key)?)
     }
 
     /// Up to `limit` keys that start with `prefix` (in order). Blocks.
@@ -97,15 +88,7 @@ impl ObjectService {
         prefix: &str,
         limit: usize,
     ) -> ObjResult<Vec<String>> {
-        let start = keys::object(bucket, prefix);
-        let end = keys::prefix_successor(&start);
-        let base = keys::bucket_prefix(bucket).len();
-        Ok(self
-            .meta
-            .scan(Table::Objects, &start, end.as_deref(), limit)?
-            .into_iter()
-            .map(|(k, _)| String::from_utf8_lossy(&k[base..]).into_owned())
-            .collect())
+        Ok(self.catalog.keys_under_blocking(bucket, prefix, limit)?)
     }
 
     /// One page of a delimiter listing. Blocks.
@@ -122,7 +105,7 @@ impl ObjectService {
             after,
             max,
         };
-        Ok(lode_metadata::list::list_objects(&*self.meta, bucket, &q)?)
+        Ok(self.catalog.list_blocking(bucket, &q)?)
     }
 
     /// Opens an object for reading from a thread that may block.

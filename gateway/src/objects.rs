@@ -10,8 +10,7 @@
 //!
 //! A request that fails or is dropped before step 3 leaves nothing visible, and its extents go
 //! back (see `lode_datapath::BlobWriter`). Written against the `Catalog` and `BlobStore`
-//! boundaries (the `MetadataStore` handle is still used by the POSIX door's blocking lookups,
-//! users, scrub and fsck).
+//! boundaries only; the server picks their backends.
 
 use std::sync::{Arc, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -20,7 +19,6 @@ use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
 use lode_catalog::{Aborted, Catalog, CatalogError, Completion, Refs, UploadQuery, UploadState};
 use lode_datapath::{AlignedBuf, BlobGuard, BlobStore, BlobWriter, ChunkRef, Extent, PendingBlobs};
-use lode_metadata::MetadataStore;
 use lode_metadata::records::{
     BucketRecord, Checksums, ChunkLoc, ObjectMeta, ObjectRecord, PartRecord, PartSummary, Segment,
     UploadRecord,
@@ -62,7 +60,6 @@ pub const MAX_PARTS: i32 = 10_000;
 pub const MAX_KEY_LEN: usize = 1024;
 
 pub struct ObjectService {
-    pub(crate) meta: Arc<dyn MetadataStore>,
     /// Where chunk bytes live.
     pub(crate) blobs: Arc<dyn BlobStore>,
     cfg: ServiceConfig,
@@ -272,17 +269,14 @@ pub fn multipart_etag(part_etags: &[&str]) -> String {
 }
 
 impl ObjectService {
-    /// Builds the service over a catalog and a blob store. (`meta`: the single-node store, for
-    /// the POSIX door's blocking lookups, users, scrub and fsck.)
+    /// Builds the service over a catalog and a blob store.
     pub fn open(
         catalog: Arc<dyn Catalog>,
-        meta: Arc<dyn MetadataStore>,
         blobs: Arc<dyn BlobStore>,
         cfg: ServiceConfig,
     ) -> ObjResult<Self> {
         Ok(Self {
             catalog,
-            meta,
             blobs,
             cfg,
             listeners: RwLock::new(vec![]),
@@ -294,10 +288,6 @@ impl ObjectService {
     /// Where chunk bytes live.
     pub fn blobs(&self) -> &Arc<dyn BlobStore> {
         &self.blobs
-    }
-
-    pub fn metadata(&self) -> &Arc<dyn MetadataStore> {
-        &self.meta
     }
 
     pub fn config(&self) -> &ServiceConfig {

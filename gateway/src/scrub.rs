@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use lode_datapath::ChunkError;
 use lode_metadata::records::Segment;
-use lode_metadata::{Table, keys};
 use serde::Serialize;
 
 use crate::error::{ObjError, ObjResult};
@@ -74,14 +73,6 @@ impl Pacer {
     }
 }
 
-fn split_object_key(k: &[u8]) -> Option<(String, String)> {
-    let i = k.iter().position(|&b| b == 0)?;
-    Some((
-        String::from_utf8(k[..i].to_vec()).ok()?,
-        String::from_utf8(k[i + 1..].to_vec()).ok()?,
-    ))
-}
-
 /// Scrubs every object once, reading at most `rate` bytes per second.
 pub async fn pass(svc: &ObjectService, rate: u64, stats: &ScrubStats) -> ObjResult<PassReport> {
     let t0 = Instant::now();
@@ -94,29 +85,40 @@ pub async fn pass(svc: &ObjectService, rate: u64, stats: &ScrubStats) -> ObjResu
         start: t0,
         done: 0,
     };
-    let mut after: Vec<u8> = vec![];
+    // Every bucket's keys, a page at a time, through the catalog (one node or a cluster).
+    let mut work: Vec<(String, String)> = vec![];
+    let buckets = svc.list_buckets().await?;
+    let mut next_bucket = buckets.into_iter().map(|(b, _)| b);
+    let mut current: Option<(String, Option<String>)> = None;
     loop {
-        let start = {
-            let mut s = after.clone();
-            if !s.is_empty() {
-                s.push(0);
-            }
-            s
-        };
-        let meta = Arc::clone(svc.metadata());
-        let batch =
-            tokio::task::spawn_blocking(move || meta.scan(Table::Objects, &start, None, 256))
-                .await
-                .map_err(|e| ObjError::Internal(e.to_string()))??;
-        let Some((last, _)) = batch.last() else {
-            break;
-        };
-        after = last.clone();
-        for (k, _) in batch {
-            let Some((bucket, key)) = split_object_key(&k) else {
-                continue;
+        if work.is_empty() {
+            let Some((bucket, after)) = current
+                .take()
+                .or_else(|| next_bucket.next().map(|b| (b, None)))
+            else {
+                break;
             };
-            debug_assert_eq!(keys::object(&bucket, &key), k);
+            let page = match svc
+                .list_objects(&bucket, String::new(), None, after, 256)
+                .await
+            {
+                Ok(p) => p,
+                Err(ObjError::NoSuchBucket) => continue, // deleted meanwhile
+                Err(e) => return Err(e),
+            };
+            if page.truncated {
+                current = Some((bucket.clone(), page.last.clone()));
+            }
+            work = page
+                .objects
+                .into_iter()
+                .rev()
+                .map(|(k, _)| (bucket.clone(), k))
+                .collect();
+            continue;
+        }
+        let (bucket, key) = work.pop().expect("work");
+        {
             // Fresh record under a guard, as a GET would read it.
             let h = match svc.open_object(&bucket, &key).await {
                 Ok(h) => h,

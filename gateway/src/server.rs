@@ -184,12 +184,8 @@ pub async fn cluster_service(
             release_grace: Duration::from_secs(c.release_grace_secs),
         },
     );
-    // The POSIX door, users and scrub still read a local store; cluster mode gives them an
-    // empty one (they are refused or root-only there).
-    let meta: Arc<dyn MetadataStore> = Arc::new(lode_metadata::MemMetadataStore::new());
     Ok(ObjectService::open(
         Arc::new(catalog),
-        meta,
         Arc::new(blobs),
         service_cfg,
     )?)
@@ -203,9 +199,9 @@ pub fn local_service(
     cfg: ServiceConfig,
 ) -> crate::error::ObjResult<ObjectService> {
     rebuild_allocator(&*meta, &dp)?;
-    let catalog = Arc::new(lode_catalog::KvCatalog::new(Arc::clone(&meta)));
+    let catalog = Arc::new(lode_catalog::KvCatalog::new(meta));
     let blobs = Arc::new(lode_datapath::LocalBlobStore::new(dp));
-    ObjectService::open(catalog, meta, blobs, cfg)
+    ObjectService::open(catalog, blobs, cfg)
 }
 
 /// Marks every extent the metadata records as used in the datapath's allocator.

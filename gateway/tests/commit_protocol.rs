@@ -500,7 +500,7 @@ async fn a_part_committed_during_abort_or_complete_is_never_orphaned() {
             empty,
             "complete={complete}: part 2 leaked its extents"
         );
-        let rep = lode_gateway::fsck::run(Arc::clone(svc.metadata()), &[DEV], None, false)
+        let rep = lode_gateway::fsck::run(meta.clone(), &[DEV], None, false)
             .await
             .unwrap();
         assert!(
