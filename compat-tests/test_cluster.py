@@ -116,7 +116,7 @@ def test_multipart_across_gateways_and_a_retried_complete(ab):
 
 def test_if_none_match_races_across_gateways_exactly_one_wins(ab):
     a, b, bucket = ab
-    rounds = 200
+    rounds = 1000
     for i in range(rounds):
         results = {}
 

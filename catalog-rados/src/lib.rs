@@ -791,56 +791,73 @@ impl Catalog for RadosCatalog {
     }
 
     async fn list_uploads(&self, bucket: &str, q: &UploadQuery) -> Result<UploadPage> {
-        // Uploads are few next to objects: read those under the prefix and page in memory.
+        // O(page): seek to the markers, and past each common prefix.
+        self.read_keys(bucket, &[]).await?;
         let filter = tagged(b'u', &[&esc(q.prefix.as_bytes())]);
-        let s = self.read_prefix(bucket, &filter).await?;
+        let past = |key: &str| {
+            let mut k = tagged(b'u', &[&esc(key.as_bytes())]);
+            k.push(HIGH);
+            k
+        };
+        let mut after: Vec<u8> = match (&q.key_marker, &q.id_marker) {
+            (Some(km), Some(im)) if km.as_str() >= q.prefix.as_str() => ukey(km, im),
+            (Some(km), None) if km.as_str() >= q.prefix.as_str() => past(km),
+            _ => vec![],
+        };
         let mut page = UploadPage::default();
         let delim = q.delimiter.as_deref().filter(|d| !d.is_empty());
-        let mut last_cp: Option<String> = None;
-        for (k, v) in &s.vals {
-            let rest = &k[1..];
-            let Some(i) = rest.windows(2).position(|w| w == SEP) else {
-                continue;
+        loop {
+            let want = (q.max + 1 - page.uploads.len() - page.prefixes.len()) as u64;
+            let chunk = match self
+                .io
+                .omap_get_vals(&index_oid(bucket), &after, &filter, want.min(PAGE))
+                .await
+            {
+                Err(e) if e.is_not_found() => return Err(CatalogError::NoSuchBucket),
+                c => c.map_err(err)?,
             };
-            let key = String::from_utf8(unesc(&rest[..i]).unwrap_or_default())
-                .map_err(|e| CatalogError::Corrupt(e.to_string()))?;
-            let id = String::from_utf8(unesc(&rest[i + 2..]).unwrap_or_default())
-                .map_err(|e| CatalogError::Corrupt(e.to_string()))?;
-            if let Some(cp) = delim.and_then(|d| {
-                key[q.prefix.len()..]
-                    .find(d)
-                    .map(|i| key[..q.prefix.len() + i + d.len()].to_owned())
-            }) {
-                if last_cp.as_deref() == Some(cp.as_str())
-                    || q.key_marker.as_deref().is_some_and(|km| cp.as_str() <= km)
-                {
+            let mut sought = false;
+            for (k, v) in &chunk.entries {
+                let rest = &k[1..];
+                let Some(i) = rest.windows(2).position(|w| w == SEP) else {
+                    after = k.clone();
                     continue;
+                };
+                let text = |b: &[u8]| {
+                    String::from_utf8(unesc(b).unwrap_or_default())
+                        .map_err(|e| CatalogError::Corrupt(e.to_string()))
+                };
+                let (key, id) = (text(&rest[..i])?, text(&rest[i + 2..])?);
+                let cp = delim.and_then(|d| {
+                    key[q.prefix.len()..]
+                        .find(d)
+                        .map(|i| key[..q.prefix.len() + i + d.len()].to_owned())
+                });
+                if let Some(cp) = cp {
+                    if q.key_marker.as_deref().is_none_or(|km| cp.as_str() > km) {
+                        if page.uploads.len() + page.prefixes.len() >= q.max {
+                            page.truncated = true;
+                            return Ok(page);
+                        }
+                        page.last = Some((cp.clone(), String::new()));
+                        page.prefixes.push(cp.clone());
+                    }
+                    after = past(&cp);
+                    sought = true;
+                    break;
                 }
                 if page.uploads.len() + page.prefixes.len() >= q.max {
                     page.truncated = true;
-                    break;
+                    return Ok(page);
                 }
-                page.last = Some((cp.clone(), String::new()));
-                page.prefixes.push(cp.clone());
-                last_cp = Some(cp);
-                continue;
+                page.last = Some((key.clone(), id.clone()));
+                page.uploads.push((key, id, decode(v)?));
+                after = k.clone();
             }
-            let skip = match (&q.key_marker, &q.id_marker) {
-                (Some(km), Some(im)) => key < *km || (key == *km && id <= *im),
-                (Some(km), None) => key <= *km,
-                _ => false,
-            };
-            if skip {
-                continue;
+            if !sought && (!chunk.more || chunk.entries.is_empty()) {
+                return Ok(page);
             }
-            if page.uploads.len() + page.prefixes.len() >= q.max {
-                page.truncated = true;
-                break;
-            }
-            page.last = Some((key.clone(), id.clone()));
-            page.uploads.push((key, id, decode(v)?));
         }
-        Ok(page)
     }
 
     async fn abort(&self, bucket: &str, key: &str, id: &str) -> Result<Aborted> {

@@ -507,6 +507,69 @@ pub async fn multipart(c: &dyn Catalog) {
     assert!(c.bucket("mp").await.unwrap().is_none());
 }
 
+/// ListMultipartUploads pages by (key, upload id) markers and groups common prefixes, the
+/// same whatever the page size.
+pub async fn upload_listing(c: &dyn Catalog) {
+    new_bucket(c, "ul").await;
+    let all = [
+        ("a", "1"),
+        ("a", "2"),
+        ("b/1", "3"),
+        ("b/2", "4"),
+        ("c", "5"),
+    ];
+    for (k, id) in all {
+        c.create_upload("ul", k, id, upload_rec()).await.unwrap();
+    }
+    for delimiter in [None, Some("/")] {
+        let mut want: Vec<String> = vec![];
+        for (k, id) in all {
+            match delimiter.and_then(|d| k.find(d).map(|i| &k[..=i])) {
+                Some(cp) if want.last().map(String::as_str) != Some(cp) => want.push(cp.to_owned()),
+                Some(_) => {}
+                None => want.push(format!("{k}#{id}")),
+            }
+        }
+        for max in [1, 2, 1000] {
+            let mut got = vec![];
+            let (mut km, mut im): (Option<String>, Option<String>) = (None, None);
+            loop {
+                let q = UploadQuery {
+                    prefix: String::new(),
+                    delimiter: delimiter.map(str::to_owned),
+                    key_marker: km.clone(),
+                    id_marker: im.clone(),
+                    max,
+                };
+                let page = c.list_uploads("ul", &q).await.unwrap();
+                assert!(page.uploads.len() + page.prefixes.len() <= max);
+                let mut entries: Vec<String> = page
+                    .uploads
+                    .iter()
+                    .map(|(k, id, _)| format!("{k}#{id}"))
+                    .chain(page.prefixes.iter().cloned())
+                    .collect();
+                entries.sort();
+                got.extend(entries);
+                if !page.truncated {
+                    break;
+                }
+                let (k, id) = page
+                    .last
+                    .clone()
+                    .expect("a truncated page names its last entry");
+                km = Some(k);
+                im = (!id.is_empty()).then_some(id);
+            }
+            assert_eq!(got, want, "delimiter {delimiter:?} max {max}");
+        }
+    }
+    for (k, id) in all {
+        c.abort("ul", k, id).await.unwrap();
+    }
+    c.delete_bucket("ul").await.unwrap();
+}
+
 /// Many writers racing `If-None-Match: *` on one key: exactly one wins.
 pub async fn racing_conditional_puts(c: Arc<dyn Catalog>) {
     c.create_bucket("race", bucket_rec("o")).await.unwrap();
@@ -634,6 +697,7 @@ pub async fn run_all(c: Arc<dyn Catalog>) {
     references(&*c).await;
     listing(&*c).await;
     multipart(&*c).await;
+    upload_listing(&*c).await;
     renames(&*c).await;
     system_keys(&*c).await;
     racing_conditional_puts(c).await;

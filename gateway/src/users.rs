@@ -14,14 +14,15 @@
 //!
 //! Records live in the catalog's system key space (`lode_catalog::Catalog::sys_*`): on one
 //! node the metadata store's system table, in cluster mode the cluster's, so every gateway
-//! knows them: `user\0<name>` and `grant\0<bucket>\0<user>`. Each gateway answers from a
-//! snapshot, reloaded after its own changes, on an unknown access key (at most once a second),
-//! and in cluster mode every two seconds (a user removed through one gateway is refused by the
-//! others within that).
+//! knows them: `user\0<name>`, `akey\0<access key>` (its user's name) and
+//! `grant\0<bucket>\0<user>`. Each gateway answers from a snapshot, reloaded after its own
+//! changes and in cluster mode every two seconds (a user removed or a grant changed through one
+//! gateway takes effect on the others within that); an unknown access key is looked up in the
+//! catalog at once, so a new user works through every gateway right away.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use chacha20poly1305::aead::{Aead, KeyInit};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
@@ -94,7 +95,6 @@ pub struct Users {
     cipher: ChaCha20Poly1305,
     root: Credentials,
     snap: RwLock<Snapshot>,
-    last_reload: Mutex<Option<Instant>>,
 }
 
 /// What a gateway knows of users and grants, from the last reload.
@@ -108,6 +108,13 @@ struct Snapshot {
 fn user_key(name: &str) -> Vec<u8> {
     let mut k = b"user\0".to_vec();
     k.extend_from_slice(name.as_bytes());
+    k
+}
+
+/// `akey\0<access key>` -> user name: finds a key's user without loading every user.
+fn akey(access_key: &str) -> Vec<u8> {
+    let mut k = b"akey\0".to_vec();
+    k.extend_from_slice(access_key.as_bytes());
     k
 }
 
@@ -148,7 +155,6 @@ impl Users {
             cipher: ChaCha20Poly1305::new(Key::from_slice(&master_key)),
             root,
             snap: RwLock::new(Snapshot::default()),
-            last_reload: Mutex::new(None),
         };
         u.reload().await?;
         Ok(u)
@@ -179,7 +185,6 @@ impl Users {
             snap.grants.insert((bucket, user), records::decode(&v)?);
         }
         *self.snap.write().expect("users") = snap;
-        *self.last_reload.lock().expect("users") = Some(Instant::now());
         Ok(())
     }
 
@@ -233,21 +238,50 @@ impl Users {
             .map(|k| (k.name.clone(), k.secret.clone()))
     }
 
-    /// Like [`Users::lookup`]; an unknown key reloads first (at most once a second), so a user
-    /// added through another gateway works at once.
+    /// Like [`Users::lookup`]; an unknown key is looked up in the catalog (its `akey\0` index
+    /// entry, then the user), so a user added through another gateway works at once.
     pub async fn lookup_fresh(&self, access_key: &str) -> Option<(String, String)> {
         if let Some(found) = self.lookup(access_key) {
             return Some(found);
         }
-        let due = self
-            .last_reload
-            .lock()
-            .expect("users")
-            .is_none_or(|t| t.elapsed() >= Duration::from_secs(1));
-        if due && let Err(e) = self.reload().await {
-            tracing::warn!(error = %e, "reloading users failed");
+        match self.fetch(access_key).await {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(error = %e, "looking a user up failed");
+                None
+            }
         }
-        self.lookup(access_key)
+    }
+
+    /// Reads one user by access key from the catalog into the snapshot.
+    async fn fetch(&self, access_key: &str) -> Result<Option<(String, String)>, UserError> {
+        let Some(name) = self.catalog.sys_get(&akey(access_key)).await? else {
+            return Ok(None);
+        };
+        let name = String::from_utf8_lossy(&name).into_owned();
+        let Some(v) = self.catalog.sys_get(&user_key(&name)).await? else {
+            return Ok(None);
+        };
+        let r: UserRecord = records::decode(&v)?;
+        if r.access_key != access_key {
+            return Ok(None);
+        }
+        let secret = self.unseal(&r.sealed_secret)?;
+        let mut snap = self.snap.write().expect("users");
+        snap.users.push(UserInfo {
+            name: name.clone(),
+            access_key: r.access_key.clone(),
+            uid: r.uid,
+            created_ms: r.created_ms,
+        });
+        snap.by_key.insert(
+            r.access_key,
+            Known {
+                name: name.clone(),
+                secret: secret.clone(),
+            },
+        );
+        Ok(Some((name, secret)))
     }
 
     /// The user name behind an access key.
@@ -275,6 +309,14 @@ impl Users {
             }
             r => r?,
         }
+        // The key's index entry, so that any gateway finds the new key at once.
+        let who = name.as_bytes().to_vec();
+        self.catalog
+            .sys_update(
+                &akey(&creds.access_key),
+                Arc::new(move |_| Ok(Some(who.clone()))),
+            )
+            .await?;
         self.reload().await?;
         tracing::info!(user = name, access_key = %creds.access_key, "user added");
         Ok(creds)
@@ -284,10 +326,14 @@ impl Users {
     /// interval). Their buckets stay (root can manage them) and their grants are dropped.
     pub async fn remove(&self, name: &str) -> Result<(), UserError> {
         let k = user_key(name);
-        if self.catalog.sys_get(&k).await?.is_none() {
+        let Some(v) = self.catalog.sys_get(&k).await? else {
             return Err(UserError::NoSuchUser(name.to_owned()));
-        }
+        };
+        let rec: UserRecord = records::decode(&v)?;
         self.catalog.sys_update(&k, Arc::new(|_| Ok(None))).await?;
+        self.catalog
+            .sys_update(&akey(&rec.access_key), Arc::new(|_| Ok(None)))
+            .await?;
         let suffix = [&[keys::SEP][..], name.as_bytes()].concat();
         for (g, _) in self.catalog.sys_scan(b"grant\0").await? {
             if g.ends_with(&suffix) {
