@@ -34,7 +34,7 @@
 //! # Not built yet (cluster-mode work in progress, see the README)
 //! One partition per bucket: range splits (epoch bump, copy, switch, retire) are not built,
 //! so a bucket's index is one RADOS object (RGW keeps shards under ~100k keys; deep scrub
-//! warns at 200k). Aborted-upload tombstones are not pruned yet.
+//! warns at 200k).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -58,6 +58,8 @@ const SEP: [u8; 2] = [1, 1];
 /// Above every escaped byte (UTF-8 never has 0xFF): `e(p) + HIGH` is past every key under `p`.
 const HIGH: u8 = 0xff;
 const RETRIES: usize = 64;
+/// How long an aborted upload is remembered for a retried abort.
+const ABORTED_MEMORY_MS: i64 = 24 * 3600 * 1000;
 /// Omap entries asked per read.
 const PAGE: u64 = 1000;
 
@@ -303,6 +305,29 @@ impl RadosCatalog {
         let parts = self.read_prefix(bucket, parts_prefix).await?;
         let k = self.read_keys(bucket, keys).await?;
         Ok((k.version == parts.version).then_some((parts, k)))
+    }
+
+    /// Forgets up to 32 aborted-upload tombstones of a bucket that are over a day old.
+    async fn prune_aborted(&self, bucket: &str) -> Result<()> {
+        let page = self
+            .io
+            .omap_get_vals(&index_oid(bucket), b"", b"a", 32)
+            .await
+            .map_err(err)?;
+        let old = now_ms() - ABORTED_MEMORY_MS;
+        let stale: Vec<&Vec<u8>> = page
+            .entries
+            .iter()
+            .filter(|(_, v)| decode::<AbortedUpload>(v).is_ok_and(|a| a.aborted_ms < old))
+            .map(|(k, _)| k)
+            .collect();
+        if !stale.is_empty() {
+            self.io
+                .operate_write(&index_oid(bucket), WriteOp::new().omap_rm_keys(&stale))
+                .await
+                .map_err(err)?;
+        }
+        Ok(())
     }
 
     fn guarded(s: &Snapshot) -> WriteOp {
@@ -894,6 +919,9 @@ impl Catalog for RadosCatalog {
             });
             let op = Self::whole(&s).omap_rm_keys(&rm).omap_set(&[(&ak, tomb)]);
             if self.try_write(bucket, op).await? {
+                if let Err(e) = self.prune_aborted(bucket).await {
+                    tracing::warn!(error = %e, "pruning aborted-upload tombstones failed");
+                }
                 return Ok(Aborted::Now(released));
             }
         }
