@@ -296,6 +296,10 @@ struct FsckArgs {
     /// Also read every chunk and check its crc32c.
     #[arg(long)]
     verify_data: bool,
+    /// Cluster mode: an unreferenced chunk younger than this (seconds) is a write in flight,
+    /// not an orphan.
+    #[arg(long, default_value_t = 3600)]
+    min_age_secs: u64,
 }
 
 fn load(args: &ServeArgs) -> anyhow::Result<LodeConfig> {
@@ -369,6 +373,20 @@ fn main() -> anyhow::Result<()> {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
+            if cfg.cluster.backend == "ceph" {
+                let rep = rt.block_on(lode_gateway::server::fsck_cluster(
+                    &cfg,
+                    args.repair,
+                    std::time::Duration::from_secs(args.min_age_secs),
+                ))?;
+                println!("{}", serde_json::to_string_pretty(&rep)?);
+                let fixed = args.repair && rep.gaps.is_empty();
+                return if rep.is_clean() || fixed {
+                    Ok(())
+                } else {
+                    std::process::exit(1)
+                };
+            }
             let rep = rt.block_on(lode_gateway::server::fsck(
                 &cfg,
                 args.repair,

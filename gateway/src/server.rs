@@ -94,14 +94,12 @@ impl Started {
     }
 }
 
-/// The cluster-mode object service: the RADOS catalog and blob store on the configured
-/// cluster. Connects (bounded by the connect timeout), creates missing pools, and refuses an
-/// unusable setup (an erasure-coded index pool, an unreachable cluster) with a clear error
-/// before anything is written.
-pub async fn cluster_service(
+/// Connects to the configured cluster (bounded by the connect timeout) and makes sure the
+/// pools are usable, creating missing ones when `create` (else a missing pool is an error).
+async fn open_cluster(
     c: &lode_config::ClusterConfig,
-    service_cfg: ServiceConfig,
-) -> anyhow::Result<ObjectService> {
+    create: bool,
+) -> anyhow::Result<Arc<lode_rados::Cluster>> {
     use lode_rados::{Cluster, PoolSpec};
     if !c.ceph_conf.is_file() {
         bail!(
@@ -133,6 +131,7 @@ pub async fn cluster_service(
             c.index_pool
         ),
         Some(_) => {}
+        None if !create => bail!("cluster.index_pool: {:?} does not exist", c.index_pool),
         None => {
             let mut spec = PoolSpec::replicated(c.pool_size);
             spec.min_size = Some(min_size);
@@ -145,6 +144,9 @@ pub async fn cluster_service(
         }
     }
     if cluster.pool_info(&c.data_pool).await?.is_none() {
+        if !create {
+            bail!("cluster.data_pool: {:?} does not exist", c.data_pool);
+        }
         let mut spec = if c.data_pool_type == "erasure" {
             let profile = if c.erasure_profile.is_empty() {
                 cluster
@@ -170,6 +172,17 @@ pub async fn cluster_service(
             .with_context(|| format!("creating the data pool {:?}", c.data_pool))?;
         tracing::info!(pool = %c.data_pool, "created the data pool");
     }
+    Ok(cluster)
+}
+
+/// The cluster-mode object service: the RADOS catalog and blob store on the configured
+/// cluster. Creates missing pools, and refuses an unusable setup (an erasure-coded index pool,
+/// an unreachable cluster) with a clear error before anything is written.
+pub async fn cluster_service(
+    c: &lode_config::ClusterConfig,
+    service_cfg: ServiceConfig,
+) -> anyhow::Result<ObjectService> {
+    let cluster = open_cluster(c, true).await?;
     let catalog = lode_catalog_rados::RadosCatalog::open(&cluster, &c.index_pool, &c.namespace)
         .await
         .context("opening the index")?;
@@ -189,6 +202,129 @@ pub async fn cluster_service(
         Arc::new(blobs),
         service_cfg,
     )?)
+}
+
+/// What `lode fsck --cluster` found: chunk objects in the data pool that no index entry names
+/// (orphans, older than the minimum age) and chunks an index entry names that the pool lacks
+/// (gaps).
+#[derive(Debug, Default, serde::Serialize)]
+pub struct ClusterFsckReport {
+    pub buckets: u64,
+    pub objects: u64,
+    pub parts: u64,
+    pub chunks_referenced: u64,
+    pub chunks_in_pool: u64,
+    /// Unreferenced but younger than the minimum age (writes in flight): left alone.
+    pub young_unreferenced: u64,
+    pub orphans: Vec<String>,
+    pub gaps: Vec<String>,
+    pub removed: u64,
+}
+
+impl ClusterFsckReport {
+    pub fn is_clean(&self) -> bool {
+        self.orphans.is_empty() && self.gaps.is_empty()
+    }
+}
+
+/// `lode fsck` in cluster mode: reconciles every bucket's index (objects and multipart parts)
+/// against the chunk objects of the data pool, both ways; `repair` removes the orphans.
+pub async fn fsck_cluster(
+    cfg: &LodeConfig,
+    repair: bool,
+    min_age: Duration,
+) -> anyhow::Result<ClusterFsckReport> {
+    use lode_catalog::{Catalog, ListQuery, UploadQuery};
+    let c = &cfg.cluster;
+    let cluster = open_cluster(c, false).await?;
+    let catalog = lode_catalog_rados::RadosCatalog::open(&cluster, &c.index_pool, &c.namespace)
+        .await
+        .context("opening the index")?;
+    let data = cluster
+        .ioctx(&c.data_pool)
+        .await?
+        .with_namespace(&c.namespace)
+        .await?;
+    let mut rep = ClusterFsckReport::default();
+    let mut referenced = std::collections::BTreeSet::new();
+    let mut note = |segs: &[lode_metadata::records::Segment]| {
+        for s in segs {
+            if let lode_metadata::records::Segment::Chunk(ch) = s {
+                referenced.insert(lode_blob_rados::chunk_oid(
+                    &crate::objects::chunk_ref(ch).extent,
+                ));
+            }
+        }
+    };
+    for (bucket, _) in catalog.list_buckets().await? {
+        rep.buckets += 1;
+        let mut after: Option<String> = None;
+        loop {
+            let q = ListQuery {
+                prefix: "",
+                delimiter: None,
+                after: after.as_deref(),
+                max: 1000,
+            };
+            let page = catalog.list(&bucket, &q).await?;
+            for (_, r) in &page.objects {
+                rep.objects += 1;
+                note(&r.segments);
+            }
+            if !page.truncated {
+                break;
+            }
+            after = page.last.clone();
+        }
+        let uploads = catalog
+            .list_uploads(
+                &bucket,
+                &UploadQuery {
+                    max: usize::MAX / 2,
+                    ..Default::default()
+                },
+            )
+            .await?;
+        for (key, id, _) in &uploads.uploads {
+            let (parts, _) = catalog.list_parts(&bucket, key, id, 0, 10_000).await?;
+            for (_, p) in &parts {
+                rep.parts += 1;
+                note(&p.segments);
+            }
+        }
+    }
+    rep.chunks_referenced = referenced.len() as u64;
+    let in_pool: std::collections::BTreeSet<String> = data
+        .list_objects(Some("lode.c."))
+        .await?
+        .into_iter()
+        .collect();
+    rep.chunks_in_pool = in_pool.len() as u64;
+    let now_ms = crate::objects::now_ms().max(0) as u64;
+    for name in in_pool.difference(&referenced) {
+        // `lode.c.<incarnation>.<ms << 20 | seq>`: the chunk's age is in its name.
+        let born_ms = name
+            .rsplit('.')
+            .next()
+            .and_then(|h| u64::from_str_radix(h, 16).ok())
+            .map_or(0, |o| o >> 20);
+        if now_ms.saturating_sub(born_ms) < min_age.as_millis() as u64 {
+            rep.young_unreferenced += 1;
+            continue;
+        }
+        rep.orphans.push(name.clone());
+    }
+    rep.gaps = referenced.difference(&in_pool).cloned().collect();
+    if repair {
+        for o in &rep.orphans {
+            match data.remove(o).await {
+                Ok(()) => rep.removed += 1,
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e).with_context(|| format!("removing orphan {o}")),
+            }
+        }
+    }
+    Ok(rep)
 }
 
 /// The single-node object service: the KV catalog over the node's metadata store and the
