@@ -94,12 +94,13 @@ impl Started {
     }
 }
 
-/// Connects to the configured cluster (bounded by the connect timeout) and makes sure the
-/// pools are usable, creating missing ones when `create` (else a missing pool is an error).
+/// Connects to the configured cluster (bounded by the connect timeout), makes sure the pools
+/// are usable, creating missing ones when `create` (else a missing pool is an error), and
+/// opens the index and the data pool's namespace.
 async fn open_cluster(
     c: &lode_config::ClusterConfig,
     create: bool,
-) -> anyhow::Result<Arc<lode_rados::Cluster>> {
+) -> anyhow::Result<(lode_catalog_rados::RadosCatalog, lode_rados::IoCtx)> {
     use lode_rados::{Cluster, PoolSpec};
     if !c.ceph_conf.is_file() {
         bail!(
@@ -172,7 +173,15 @@ async fn open_cluster(
             .with_context(|| format!("creating the data pool {:?}", c.data_pool))?;
         tracing::info!(pool = %c.data_pool, "created the data pool");
     }
-    Ok(cluster)
+    let catalog = lode_catalog_rados::RadosCatalog::open(&cluster, &c.index_pool, &c.namespace)
+        .await
+        .context("opening the index")?;
+    let data = cluster
+        .ioctx(&c.data_pool)
+        .await?
+        .with_namespace(&c.namespace)
+        .await?;
+    Ok((catalog, data))
 }
 
 /// The cluster-mode object service: the RADOS catalog and blob store on the configured
@@ -182,15 +191,7 @@ pub async fn cluster_service(
     c: &lode_config::ClusterConfig,
     service_cfg: ServiceConfig,
 ) -> anyhow::Result<ObjectService> {
-    let cluster = open_cluster(c, true).await?;
-    let catalog = lode_catalog_rados::RadosCatalog::open(&cluster, &c.index_pool, &c.namespace)
-        .await
-        .context("opening the index")?;
-    let data = cluster
-        .ioctx(&c.data_pool)
-        .await?
-        .with_namespace(&c.namespace)
-        .await?;
+    let (catalog, data) = open_cluster(c, true).await?;
     let blobs = lode_blob_rados::RadosBlobStore::new(
         data,
         lode_blob_rados::RadosBlobConfig {
@@ -236,15 +237,7 @@ pub async fn fsck_cluster(
 ) -> anyhow::Result<ClusterFsckReport> {
     use lode_catalog::{Catalog, ListQuery, UploadQuery};
     let c = &cfg.cluster;
-    let cluster = open_cluster(c, false).await?;
-    let catalog = lode_catalog_rados::RadosCatalog::open(&cluster, &c.index_pool, &c.namespace)
-        .await
-        .context("opening the index")?;
-    let data = cluster
-        .ioctx(&c.data_pool)
-        .await?
-        .with_namespace(&c.namespace)
-        .await?;
+    let (catalog, data) = open_cluster(c, false).await?;
     let mut rep = ClusterFsckReport::default();
     let mut referenced = std::collections::BTreeSet::new();
     let mut note = |segs: &[lode_metadata::records::Segment]| {
