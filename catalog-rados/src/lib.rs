@@ -8,9 +8,12 @@
 //! * `lode.idx.<bucket>`: the bucket's index partition. Its xattr `lode.epoch` is the
 //!   partition's epoch (zero-padded decimal, compared with `cmpxattr`); `deleted` marks a
 //!   bucket being deleted. Its omap holds, under order-preserving escaped keys ([`esc`]):
-//!   `o<key>` the object record; `u<key>␁␁<id>` an upload; `p<key>␁␁<id>␁␁<n:05>` a part
-//!   (uploads and parts beside their key, so a Complete is one op); `a<id>` an aborted-upload
-//!   tombstone.
+//!   `o<key>` the object record (format 3: inline segments as their lengths); `d<key>` its
+//!   payload, the raw bytes of those inline segments (only for a record that has some), apart
+//!   so that HEADs and listings, which read only `o` values, never transfer them;
+//!   `u<key>␁␁<id>` an upload; `p<key>␁␁<id>␁␁<n:05>` a part (uploads and parts beside their
+//!   key, so a Complete is one op); `a<id>` an aborted-upload tombstone. Records written in
+//!   format 2 keep their bytes inside the `o` value; they read as they are.
 //!
 //! The object's existence is the bucket's: a commit that finds no partition object answers
 //! `NoSuchBucket`, so a commit never needs a second object to know its bucket exists.
@@ -24,6 +27,11 @@
 //! retries; after 64 losses the commit is `Contended`. An op past the cluster's op timeout is
 //! `Unavailable` (the S3 door answers 503 SlowDown; the OSD deduplicates a resent op, and
 //! every commit is a conditional replace, so a retry is idempotent).
+//!
+//! A key's payload `d<key>` is written and removed only in the same op as its `o<key>`, and
+//! an `o` value names its content (size, ETag, last-modified), so the guard on `o<key>` covers
+//! the payload too (`commit_key`). `get` reads both in one read op (one version of the
+//! partition); `head` and `list` read `o` values only.
 //!
 //! # Chunk references
 //! Copies share chunks across buckets, which no single op can count atomically, so this
@@ -43,7 +51,7 @@ use bytes::Bytes;
 use lode_catalog::{
     Aborted, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit, CompleteFn, Cond, ListPage,
     ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, Result, Segment, SysFn, UploadPage,
-    UploadQuery, UploadRecord, UploadState,
+    UploadQuery, UploadRecord, UploadState, join_record, split_record,
 };
 use lode_metadata::records::{self, AbortedUpload, Record};
 use lode_rados::{Cluster, CmpOp, IoCtx, RadosError, ReadOp, WriteOp};
@@ -110,6 +118,11 @@ fn okey(key: &str) -> Vec<u8> {
     tagged(b'o', &[&esc(key.as_bytes())])
 }
 
+/// The key of an object's payload (its inline bytes).
+fn dkey(key: &str) -> Vec<u8> {
+    tagged(b'd', &[&esc(key.as_bytes())])
+}
+
 fn ukey(key: &str, id: &str) -> Vec<u8> {
     tagged(b'u', &[&esc(key.as_bytes()), &esc(id.as_bytes())])
 }
@@ -149,8 +162,18 @@ fn decode<T: Record>(v: &[u8]) -> Result<T> {
 fn chunks_of(segments: &[Segment]) -> impl Iterator<Item = ChunkLoc> + '_ {
     segments.iter().filter_map(|s| match s {
         Segment::Chunk(c) => Some(*c),
-        Segment::Inline(_) => None,
+        Segment::Inline(_) | Segment::Detached(_) => None,
     })
+}
+
+/// Whether a record as stored has a payload beside it (`d<key>`).
+fn has_payload(rec: Option<&ObjectRecord>) -> bool {
+    rec.is_some_and(ObjectRecord::has_detached)
+}
+
+/// The value at `k` in what a read found.
+fn find(vals: &[(Vec<u8>, Bytes)], k: &[u8]) -> Option<Bytes> {
+    vals.iter().find(|(x, _)| x == k).map(|(_, v)| v.clone())
 }
 
 /// A guarded write lost its race (or the partition changed): read again.
@@ -339,28 +362,53 @@ impl RadosCatalog {
     }
 
     /// Single-key commit of `bucket/key`: `f` maps the current record to the new one (`None`:
-    /// delete), guarded on the key's current value.
+    /// delete), guarded on the key's current value. `f` sees the full record when `full` (the
+    /// payload read in the same op as the record), else the head form. Returns the record
+    /// replaced (head form) and the new one.
     async fn commit_key(
         &self,
         bucket: &str,
         key: &str,
+        full: bool,
         f: impl Fn(Option<&ObjectRecord>) -> Result<Option<ObjectRecord>>,
     ) -> Result<(Option<ObjectRecord>, Option<ObjectRecord>)> {
-        let k = okey(key);
+        let (k, d) = (okey(key), dkey(key));
+        let read = if full {
+            vec![k.clone(), d.clone()]
+        } else {
+            vec![k.clone()]
+        };
         for _ in 0..RETRIES {
-            let s = self.read_keys(bucket, std::slice::from_ref(&k)).await?;
-            let cur_raw = s.vals.first().map(|(_, v)| v.clone());
-            let cur: Option<ObjectRecord> = cur_raw.as_deref().map(decode).transpose()?;
+            let s = self.read_keys(bucket, &read).await?;
+            let cur_raw = find(&s.vals, &k);
+            let stored: Option<ObjectRecord> = cur_raw.as_deref().map(decode).transpose()?;
+            let had_payload = has_payload(stored.as_ref());
+            let cur = match stored {
+                Some(r) if full => Some(join_record(r, find(&s.vals, &d).as_deref())?),
+                r => r,
+            };
             let new = f(cur.as_ref())?;
+            // The guard compares the `o` value only, and that covers the payload too: `d<key>`
+            // is written and removed only in the same op as `o<key>`, and an `o` value names
+            // its content (size, ETag, the MD5 of the bytes or of the parts', last-modified), so
+            // the payload cannot change while `o<key>` compares equal.
             let mut op =
                 Self::guarded(&s).omap_cmp(&k, CmpOp::Eq, cur_raw.as_deref().unwrap_or(b""));
             op = match &new {
-                Some(r) => op.omap_set(&[(&k, records::encode(r))]),
+                Some(r) => {
+                    let (value, payload) = split_record(r)?;
+                    match payload {
+                        Some(p) => op.omap_set(&[(&k, &value), (&d, &p)]),
+                        None if had_payload => op.omap_set(&[(&k, value)]).omap_rm_keys(&[&d]),
+                        None => op.omap_set(&[(&k, value)]),
+                    }
+                }
+                None if cur.is_some() && had_payload => op.omap_rm_keys(&[&k, &d]),
                 None if cur.is_some() => op.omap_rm_keys(&[&k]),
-                None => return Ok((cur, None)),
+                None => return Ok((None, None)),
             };
             if self.try_write(bucket, op).await? {
-                return Ok((cur, new));
+                return Ok((cur.map(ObjectRecord::into_head), new));
             }
         }
         Err(CatalogError::Contended)
@@ -502,8 +550,21 @@ impl Catalog for RadosCatalog {
     }
 
     async fn get(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
+        // Record and payload in one read op: one version of the partition.
+        let (k, d) = (okey(key), dkey(key));
+        let s = self.read_keys(bucket, &[k.clone(), d.clone()]).await?;
+        let Some(v) = find(&s.vals, &k) else {
+            return Ok(None);
+        };
+        join_record(decode(&v)?, find(&s.vals, &d).as_deref()).map(Some)
+    }
+
+    async fn head(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
         let s = self.read_keys(bucket, &[okey(key)]).await?;
-        s.vals.first().map(|(_, v)| decode(v)).transpose()
+        s.vals
+            .first()
+            .map(|(_, v)| Ok(records::decode_head(v)?))
+            .transpose()
     }
 
     async fn put(
@@ -515,7 +576,7 @@ impl Catalog for RadosCatalog {
         _refs: Refs,
     ) -> Result<Commit> {
         let (prev, _) = self
-            .commit_key(bucket, key, |cur| {
+            .commit_key(bucket, key, false, |cur| {
                 cond.check(cur)?;
                 Ok(Some(rec.clone()))
             })
@@ -524,7 +585,7 @@ impl Catalog for RadosCatalog {
     }
 
     async fn delete(&self, bucket: &str, key: &str) -> Result<Commit> {
-        let (prev, _) = self.commit_key(bucket, key, |_| Ok(None)).await?;
+        let (prev, _) = self.commit_key(bucket, key, false, |_| Ok(None)).await?;
         Ok(commit(prev))
     }
 
@@ -534,26 +595,27 @@ impl Catalog for RadosCatalog {
         dst: (&str, &str),
         make: RecordFn,
     ) -> Result<(ObjectRecord, Commit)> {
-        // The source is read once (a snapshot); the destination commit is guarded.
+        // The source (with its payload) is read once (a snapshot); the destination commit is
+        // guarded.
         let Some(source) = self.get(src.0, src.1).await? else {
             return Err(CatalogError::NoSuchKey);
         };
         let rec = make(&source)?;
         let (prev, _) = self
-            .commit_key(dst.0, dst.1, |_| Ok(Some(rec.clone())))
+            .commit_key(dst.0, dst.1, false, |_| Ok(Some(rec.clone())))
             .await?;
         Ok((rec, commit(prev)))
     }
 
     async fn update(&self, bucket: &str, key: &str, f: RecordFn) -> Result<ObjectRecord> {
         let (_, new) = self
-            .commit_key(bucket, key, |cur| match cur {
+            .commit_key(bucket, key, true, |cur| match cur {
                 None => Err(CatalogError::NoSuchKey),
                 Some(r) => {
                     let n = f(r)?;
-                    if chunks_of(&n.segments).ne(chunks_of(&r.segments)) {
+                    if n.segments != r.segments {
                         return Err(CatalogError::Corrupt(
-                            "update may not change an object's chunks".into(),
+                            "update may not change an object's content".into(),
                         ));
                     }
                     Ok(Some(n))
@@ -614,7 +676,7 @@ impl Catalog for RadosCatalog {
                     return Ok(page);
                 }
                 page.last = Some(key.clone());
-                page.objects.push((key, decode(v)?));
+                page.objects.push((key, records::decode_head(v)?));
                 after = k.clone();
             }
             if !sought && (!chunk.more || chunk.entries.is_empty()) {
@@ -624,23 +686,37 @@ impl Catalog for RadosCatalog {
     }
 
     async fn rename(&self, bucket: &str, from: &str, to: &str, no_replace: bool) -> Result<Commit> {
-        let (fk, tk) = (okey(from), okey(to));
+        let (fk, tk, fd, td) = (okey(from), okey(to), dkey(from), dkey(to));
         for _ in 0..RETRIES {
-            let s = self.read_keys(bucket, &[fk.clone(), tk.clone()]).await?;
-            let find = |k: &[u8]| s.vals.iter().find(|(x, _)| x == k).map(|(_, v)| v.clone());
-            let (Some(src), dst) = (find(&fk), find(&tk)) else {
+            let s = self
+                .read_keys(bucket, &[fk.clone(), tk.clone(), fd.clone()])
+                .await?;
+            let (Some(src), dst) = (find(&s.vals, &fk), find(&s.vals, &tk)) else {
                 return Err(CatalogError::NoSuchKey);
             };
             if dst.is_some() && no_replace {
                 return Err(CatalogError::PreconditionFailed);
             }
+            let old: Option<ObjectRecord> = dst.as_deref().map(decode).transpose()?;
+            // The value moves as stored, and its payload (read in the same op) with it; the
+            // guards on both `o` values cover the payloads (see `commit_key`).
+            let mut set = vec![(&tk, src.clone())];
+            let mut rm = vec![&fk];
+            match find(&s.vals, &fd) {
+                Some(p) => {
+                    set.push((&td, p));
+                    rm.push(&fd);
+                }
+                None if has_payload(old.as_ref()) => rm.push(&td),
+                None => {}
+            }
             let op = Self::guarded(&s)
                 .omap_cmp(&fk, CmpOp::Eq, &src)
                 .omap_cmp(&tk, CmpOp::Eq, dst.as_deref().unwrap_or(b""))
-                .omap_set(&[(&tk, &src)])
-                .omap_rm_keys(&[&fk]);
+                .omap_set(&set)
+                .omap_rm_keys(&rm);
             if self.try_write(bucket, op).await? {
-                return Ok(commit(dst.as_deref().map(decode).transpose()?));
+                return Ok(commit(old.map(ObjectRecord::into_head)));
             }
         }
         Err(CatalogError::Contended)
@@ -656,14 +732,24 @@ impl Catalog for RadosCatalog {
         for _ in 0..RETRIES {
             let s = self.read_prefix(bucket, b"o").await?;
             let (fp, tp) = (okey(from), okey(to));
+            let (fdp, tdp) = (dkey(from), dkey(to));
+            // The payloads under `from`, at the same version as the records.
+            let payloads = self.read_prefix(bucket, &fdp).await?;
+            if payloads.version != s.version {
+                continue;
+            }
             let mut released = vec![];
             let mut rm: Vec<Vec<u8>> = vec![];
             for (k, v) in s.vals.iter().filter(|(k, _)| k.starts_with(&tp)) {
                 if *k != tp {
                     return Err(CatalogError::DirectoryNotEmpty);
                 }
-                released.extend(chunks_of(&decode::<ObjectRecord>(v)?.segments));
+                let old: ObjectRecord = decode(v)?;
+                released.extend(chunks_of(&old.segments));
                 rm.push(k.clone());
+                if old.has_detached() {
+                    rm.push(tdp.clone());
+                }
             }
             let moved: Vec<&(Vec<u8>, Bytes)> =
                 s.vals.iter().filter(|(k, _)| k.starts_with(&fp)).collect();
@@ -679,6 +765,12 @@ impl Catalog for RadosCatalog {
                 let mut nk = tp.clone();
                 nk.extend_from_slice(suffix);
                 set.push((nk, v.clone()));
+                rm.push(k.clone());
+            }
+            for (k, p) in &payloads.vals {
+                let mut nk = tdp.clone();
+                nk.extend_from_slice(&k[fdp.len()..]);
+                set.push((nk, p.clone()));
                 rm.push(k.clone());
             }
             rm.retain(|k| !set.iter().any(|(n, _)| n == k));
@@ -705,9 +797,15 @@ impl Catalog for RadosCatalog {
             if s.vals.iter().any(|(k, _)| *k != p) {
                 return Err(CatalogError::DirectoryNotEmpty);
             }
-            let released = chunks_of(&decode::<ObjectRecord>(&s.vals[0].1)?.segments).collect();
+            let old: ObjectRecord = decode(&s.vals[0].1)?;
+            let released = chunks_of(&old.segments).collect();
+            let rm = if old.has_detached() {
+                vec![p.clone(), dkey(prefix)]
+            } else {
+                vec![p.clone()]
+            };
             if self
-                .try_write(bucket, Self::whole(&s).omap_rm_keys(&[&p]))
+                .try_write(bucket, Self::whole(&s).omap_rm_keys(&rm))
                 .await?
             {
                 return Ok(released);
@@ -936,7 +1034,7 @@ impl Catalog for RadosCatalog {
         cond: &Cond,
         f: CompleteFn,
     ) -> Result<(ObjectRecord, Commit)> {
-        let (uk, ok, pp) = (ukey(key, id), okey(key), pprefix(key, id));
+        let (uk, ok, dk, pp) = (ukey(key, id), okey(key), dkey(key), pprefix(key, id));
         for _ in 0..RETRIES {
             let Some((s, keys)) = self
                 .read_upload(bucket, &pp, &[uk.clone(), ok.clone()])
@@ -955,6 +1053,8 @@ impl Catalog for RadosCatalog {
             };
             let up: UploadRecord = decode(&up)?;
             let current: Option<ObjectRecord> = find(&ok).as_deref().map(decode).transpose()?;
+            let had_payload = has_payload(current.as_ref());
+            let current = current.map(ObjectRecord::into_head);
             cond.check(current.as_ref())?;
             let mut parts: BTreeMap<u32, PartRecord> = BTreeMap::new();
             for (k, v) in &s.vals {
@@ -980,9 +1080,14 @@ impl Catalog for RadosCatalog {
             }
             let mut rm: Vec<Vec<u8>> = s.vals.iter().map(|(k, _)| k.clone()).collect();
             rm.push(uk.clone());
-            let op = Self::whole(&s)
-                .omap_rm_keys(&rm)
-                .omap_set(&[(&ok, records::encode(&done.record))]);
+            let (value, payload) = split_record(&done.record)?;
+            let mut set = vec![(ok.clone(), value)];
+            match payload {
+                Some(p) => set.push((dk.clone(), p)),
+                None if had_payload => rm.push(dk.clone()),
+                None => {}
+            }
+            let op = Self::whole(&s).omap_rm_keys(&rm).omap_set(&set);
             if self.try_write(bucket, op).await? {
                 return Ok((
                     done.record,

@@ -690,8 +690,506 @@ pub async fn system_keys(c: &dyn Catalog) {
     }
 }
 
+/// A record whose content is `bytes`, inline.
+pub fn inline_record(etag: &str, bytes: &[u8]) -> ObjectRecord {
+    ObjectRecord {
+        size: bytes.len() as u64,
+        segments: vec![Segment::Inline(bytes.to_vec())],
+        ..record(etag, &[])
+    }
+}
+
+/// `n` bytes that differ from position to position and from seed to seed.
+pub fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8)
+        .collect()
+}
+
+/// The inline bytes of a full record, in order (panics on a `Detached` segment).
+fn inline_bytes(r: &ObjectRecord) -> Vec<u8> {
+    let mut out = vec![];
+    for s in &r.segments {
+        match s {
+            Segment::Inline(b) => out.extend_from_slice(b),
+            Segment::Detached(n) => panic!("a full record has a Detached({n}) segment"),
+            Segment::Chunk(_) => {}
+        }
+    }
+    out
+}
+
+/// Checks that `got` is `full` in head form: the same record, every inline segment
+/// `Detached` of its length, no byte of the payload.
+fn assert_head_of(got: &ObjectRecord, full: &ObjectRecord, what: &str) {
+    assert!(
+        !got.segments.iter().any(|s| matches!(s, Segment::Inline(_))),
+        "{what}: a head-form record carries inline bytes: {:?}",
+        got.segments
+    );
+    assert_eq!(*got, full.clone().into_head(), "{what}");
+    let lens: Vec<u64> = got.segments.iter().map(Segment::len).collect();
+    let want: Vec<u64> = full.segments.iter().map(Segment::len).collect();
+    assert_eq!(lens, want, "{what}: segment lengths");
+}
+
+/// `get` returns exactly `want` (full), `head` its head form, and the blocking and cached
+/// reads agree with them.
+async fn assert_stored(c: &Arc<dyn Catalog>, b: &str, k: &str, want: Option<&ObjectRecord>) {
+    let what = format!("{b}/{k}");
+    let got = c.get(b, k).await.unwrap();
+    assert_eq!(got.as_ref(), want, "get {what}");
+    if let Some(got) = &got {
+        assert_eq!(
+            inline_bytes(got),
+            inline_bytes(want.expect("present")),
+            "{what}"
+        );
+    }
+    let head = c.head(b, k).await.unwrap();
+    match (&head, want) {
+        (Some(h), Some(w)) => assert_head_of(h, w, &format!("head {what}")),
+        (None, None) => {}
+        (h, w) => panic!("head {what}: {h:?}, want {w:?}"),
+    }
+    if let Some(cached) = c.get_cached(b, k) {
+        assert_eq!(cached.unwrap().as_ref(), want, "get_cached {what}");
+    }
+    if let Some(cached) = c.head_cached(b, k) {
+        assert_eq!(cached.unwrap(), head, "head_cached {what}");
+    }
+    // The blocking reads, from a thread that may block.
+    let (c2, b2, k2) = (Arc::clone(c), b.to_owned(), k.to_owned());
+    let (g, h) = tokio::task::spawn_blocking(move || {
+        (
+            c2.get_blocking(&b2, &k2).unwrap(),
+            c2.head_blocking(&b2, &k2).unwrap(),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(g.as_ref(), want, "get_blocking {what}");
+    assert_eq!(h, head, "head_blocking {what}");
+}
+
+/// The objects under `prefix`, async and blocking (which must agree), with the head form
+/// checked against `want` (key, full record).
+async fn assert_listed(
+    c: &Arc<dyn Catalog>,
+    b: &str,
+    prefix: &str,
+    want: &[(&str, &ObjectRecord)],
+) {
+    let q = ListQuery {
+        prefix,
+        delimiter: None,
+        after: None,
+        max: 1000,
+    };
+    let page = c.list(b, &q).await.unwrap();
+    let keys: Vec<&str> = page.objects.iter().map(|(k, _)| k.as_str()).collect();
+    let want_keys: Vec<&str> = want.iter().map(|(k, _)| *k).collect();
+    assert_eq!(keys, want_keys, "list {b}/{prefix}");
+    for ((k, got), (_, full)) in page.objects.iter().zip(want) {
+        assert_head_of(got, full, &format!("list {b}/{k}"));
+    }
+    let (c2, b2, p2) = (Arc::clone(c), b.to_owned(), prefix.to_owned());
+    let blocking = tokio::task::spawn_blocking(move || {
+        let q = ListQuery {
+            prefix: &p2,
+            delimiter: None,
+            after: None,
+            max: 1000,
+        };
+        c2.list_blocking(&b2, &q).unwrap().objects
+    })
+    .await
+    .unwrap();
+    assert_eq!(blocking, page.objects, "list_blocking {b}/{prefix}");
+}
+
+/// Objects with inline bytes: `get` returns them exactly; `head` and listings return the
+/// head form (lengths, never the bytes); every commit keeps the bytes with their record
+/// (put, overwrite either way, copy, update, rename, directory rename, complete, delete).
+/// Leaves `bucket` holding `keep/inline` (inline bytes) and `keep/chunked` (none), so that a
+/// backend's own test can look at what it stores; [`run_all`] then empties the bucket.
+pub async fn inline_payloads(c: Arc<dyn Catalog>, bucket: &str) {
+    let b = bucket;
+    new_bucket(&*c, b).await;
+    let fresh = Refs::Fresh;
+    let any = Cond::default();
+    // (a) Round trips, up to the 16 KiB inline limit, empty included.
+    let big = inline_record("big", &pattern(16 * 1024, 1));
+    let small = inline_record("small", b"hello, inline");
+    let empty = inline_record("empty", b"");
+    let mut mixed = inline_record("mixed", b"");
+    let ch = chunk();
+    mixed.segments = vec![
+        Segment::Inline(b"head".to_vec()),
+        Segment::Chunk(ch),
+        Segment::Inline(pattern(300, 9)),
+    ];
+    mixed.size = 4 + 100 + 300;
+    mixed.meta.content_type = Some("a/b".into());
+    for (k, r) in [
+        ("big", &big),
+        ("small", &small),
+        ("empty", &empty),
+        ("mixed", &mixed),
+    ] {
+        let done = c
+            .put(b, k, r.clone(), &Cond::absent(), fresh)
+            .await
+            .unwrap();
+        assert!(done.previous.is_none());
+        assert_stored(&c, b, k, Some(r)).await;
+    }
+    // (b) Listings carry lengths, not bytes.
+    assert_listed(
+        &c,
+        b,
+        "",
+        &[
+            ("big", &big),
+            ("empty", &empty),
+            ("mixed", &mixed),
+            ("small", &small),
+        ],
+    )
+    .await;
+    assert!(c.head(b, "nope").await.unwrap().is_none());
+    assert!(matches!(
+        c.head("inl-no-such-bucket", "k").await,
+        Err(CatalogError::NoSuchBucket)
+    ));
+    let (c2, k2) = (Arc::clone(&c), "inl-no-such-bucket");
+    let (g, h) = tokio::task::spawn_blocking(move || {
+        (
+            c2.get_blocking(k2, "k").unwrap(),
+            c2.head_blocking(k2, "k").unwrap(),
+        )
+    })
+    .await
+    .unwrap();
+    assert!(g.is_none() && h.is_none());
+    // A record in head form cannot be committed: it lacks its bytes.
+    assert!(matches!(
+        c.put(b, "small", small.clone().into_head(), &any, fresh)
+            .await,
+        Err(CatalogError::Corrupt(_))
+    ));
+    assert_stored(&c, b, "small", Some(&small)).await;
+    // Overwrites: inline over inline (new bytes, same length), chunked over inline, inline
+    // over chunked.
+    let small2 = inline_record("small2", b"HELLO, INLINE");
+    let done = c
+        .put(b, "small", small2.clone(), &any, fresh)
+        .await
+        .unwrap();
+    assert_head_of(done.previous.as_ref().unwrap(), &small, "previous");
+    assert_stored(&c, b, "small", Some(&small2)).await;
+    let chunked = record("chunked", &[chunk()]);
+    c.put(b, "small", chunked.clone(), &any, fresh)
+        .await
+        .unwrap();
+    assert_stored(&c, b, "small", Some(&chunked)).await;
+    let small3 = inline_record("small3", &pattern(40, 3));
+    c.put(b, "small", small3.clone(), &any, fresh)
+        .await
+        .unwrap();
+    assert_stored(&c, b, "small", Some(&small3)).await;
+    // (c) Copy: the bytes are written at the destination, replacing its own.
+    let make = Arc::new(|src: &ObjectRecord| {
+        assert!(!src.has_detached(), "copy's closure gets the full record");
+        let mut r = src.clone();
+        r.etag = format!("{}-copy", r.etag);
+        Ok(r)
+    });
+    let (rec, done) = c
+        .copy((b, "mixed"), (b, "small"), make.clone())
+        .await
+        .unwrap();
+    let mut mixed_copy = mixed.clone();
+    mixed_copy.etag = "mixed-copy".into();
+    assert_eq!(rec, mixed_copy);
+    assert_head_of(done.previous.as_ref().unwrap(), &small3, "copy previous");
+    assert_stored(&c, b, "small", Some(&mixed_copy)).await;
+    assert_stored(&c, b, "mixed", Some(&mixed)).await;
+    let (rec, _) = c.copy((b, "big"), (b, "big2"), make.clone()).await.unwrap();
+    assert_eq!(inline_bytes(&rec), inline_bytes(&big));
+    assert_stored(&c, b, "big2", Some(&rec)).await;
+    // A chunked source copied over an inline destination: the old bytes go.
+    c.put(b, "chunked", chunked.clone(), &any, fresh)
+        .await
+        .unwrap();
+    let (rec, _) = c.copy((b, "chunked"), (b, "big2"), make).await.unwrap();
+    assert_stored(&c, b, "big2", Some(&rec)).await;
+    // Update: the closure sees the bytes; the bytes stay; changing them is refused.
+    let up = c
+        .update(
+            b,
+            "mixed",
+            Arc::new(|r: &ObjectRecord| {
+                assert!(!r.has_detached(), "update's closure gets the full record");
+                let mut r = r.clone();
+                r.meta.content_type = Some("c/d".into());
+                Ok(r)
+            }),
+        )
+        .await
+        .unwrap();
+    let mut mixed2 = mixed.clone();
+    mixed2.meta.content_type = Some("c/d".into());
+    assert_eq!(up, mixed2);
+    assert_stored(&c, b, "mixed", Some(&mixed2)).await;
+    for change in [
+        Arc::new(|r: &ObjectRecord| {
+            let mut r = r.clone();
+            r.segments[0] = Segment::Inline(b"HEAD".to_vec());
+            Ok(r)
+        }) as crate::RecordFn,
+        Arc::new(|r: &ObjectRecord| Ok(r.clone().into_head())),
+    ] {
+        assert!(matches!(
+            c.update(b, "mixed", change).await,
+            Err(CatalogError::Corrupt(_))
+        ));
+        assert_stored(&c, b, "mixed", Some(&mixed2)).await;
+    }
+    // Rename: the bytes move; onto an inline destination, and then a chunked one over it.
+    let done = c.rename(b, "mixed", "small", false).await.unwrap();
+    assert_head_of(
+        done.previous.as_ref().unwrap(),
+        &mixed_copy,
+        "rename previous",
+    );
+    assert_stored(&c, b, "mixed", None).await;
+    assert_stored(&c, b, "small", Some(&mixed2)).await;
+    c.rename(b, "small", "moved", true).await.unwrap();
+    assert_stored(&c, b, "small", None).await;
+    assert_stored(&c, b, "moved", Some(&mixed2)).await;
+    c.rename(b, "chunked", "moved", false).await.unwrap();
+    assert_stored(&c, b, "moved", Some(&chunked)).await;
+    // A new object where the moved one was (chunked: bytes left behind by the move would
+    // stay, for the backend's own check to find).
+    let again = record("again", &[chunk()]);
+    c.put(b, "mixed", again.clone(), &Cond::absent(), fresh)
+        .await
+        .unwrap();
+    assert_stored(&c, b, "mixed", Some(&again)).await;
+    // Directory rename: every key's bytes move; the target's marker (with bytes) is
+    // replaced by the source's (without).
+    let d1 = inline_record("d1", &pattern(10, 1));
+    let d2 = inline_record("d2", &pattern(20, 2));
+    let dm = record("dm", &[chunk()]);
+    let tm = inline_record("tm", &pattern(30, 3));
+    for (k, r) in [
+        ("dir/", &dm),
+        ("dir/1", &d1),
+        ("dir/sub/2", &d2),
+        ("to/", &tm),
+    ] {
+        c.put(b, k, r.clone(), &any, fresh).await.unwrap();
+    }
+    let (n, _) = c.rename_prefix(b, "dir/", "to/", 1024).await.unwrap();
+    assert_eq!(n, 3);
+    for k in ["dir/", "dir/1", "dir/sub/2"] {
+        assert_stored(&c, b, k, None).await;
+    }
+    assert_stored(&c, b, "to/", Some(&dm)).await;
+    assert_stored(&c, b, "to/1", Some(&d1)).await;
+    assert_stored(&c, b, "to/sub/2", Some(&d2)).await;
+    assert_listed(
+        &c,
+        b,
+        "to/",
+        &[("to/", &dm), ("to/1", &d1), ("to/sub/2", &d2)],
+    )
+    .await;
+    // And back, the marker now inline: its bytes move too.
+    c.put(b, "to/", tm.clone(), &any, fresh).await.unwrap();
+    c.rename_prefix(b, "to/", "dir/", 1024).await.unwrap();
+    assert_stored(&c, b, "dir/", Some(&tm)).await;
+    assert_stored(&c, b, "dir/sub/2", Some(&d2)).await;
+    // Directory removal takes the marker's bytes.
+    for k in ["dir/1", "dir/sub/2"] {
+        let done = c.delete(b, k).await.unwrap();
+        assert!(done.previous.is_some());
+    }
+    c.remove_dir(b, "dir/").await.unwrap();
+    assert_stored(&c, b, "dir/", None).await;
+    c.put(b, "dir/", dm.clone(), &Cond::absent(), fresh)
+        .await
+        .unwrap();
+    assert_stored(&c, b, "dir/", Some(&dm)).await;
+    c.delete(b, "dir/").await.unwrap();
+    // Complete: a chunked part and a small inline last part make an object with bytes; it
+    // replaces one with other bytes; then a chunked completion replaces it.
+    c.create_upload(b, "mp", "inl-u1", upload_rec())
+        .await
+        .unwrap();
+    let p1 = chunk();
+    c.put_part(b, "mp", "inl-u1", 1, part("pe1", &[p1]))
+        .await
+        .unwrap();
+    let tail = PartRecord {
+        size: 5,
+        segments: vec![Segment::Inline(b"tail!".to_vec())],
+        ..part("pe2", &[])
+    };
+    c.put_part(b, "mp", "inl-u1", 2, tail).await.unwrap();
+    c.put(b, "mp", small.clone(), &any, fresh).await.unwrap();
+    let f = Arc::new(|s: crate::UploadState<'_>| {
+        let cur = s.current.expect("current");
+        assert!(
+            !cur.segments.iter().any(|g| matches!(g, Segment::Inline(_))),
+            "Complete sees the current record in head form"
+        );
+        let mut rec = record("mp-2", &[]);
+        rec.segments = s.parts.values().flat_map(|p| p.segments.clone()).collect();
+        rec.size = 105;
+        rec.upload_id = Some("inl-u1".into());
+        Ok(Completion {
+            record: rec,
+            used_parts: vec![1, 2],
+        })
+    });
+    let (rec, done) = c.complete(b, "mp", "inl-u1", &any, f).await.unwrap();
+    assert_eq!(
+        rec.segments,
+        vec![Segment::Chunk(p1), Segment::Inline(b"tail!".to_vec())]
+    );
+    assert_head_of(done.previous.as_ref().unwrap(), &small, "complete previous");
+    assert_stored(&c, b, "mp", Some(&rec)).await;
+    c.create_upload(b, "mp", "inl-u2", upload_rec())
+        .await
+        .unwrap();
+    let p3 = chunk();
+    c.put_part(b, "mp", "inl-u2", 1, part("pe3", &[p3]))
+        .await
+        .unwrap();
+    let f = Arc::new(|s: crate::UploadState<'_>| {
+        let mut rec = record("mp-1", &[]);
+        rec.segments = s.parts[&1].segments.clone();
+        Ok(Completion {
+            record: rec,
+            used_parts: vec![1],
+        })
+    });
+    let (rec2, _) = c.complete(b, "mp", "inl-u2", &any, f).await.unwrap();
+    assert_stored(&c, b, "mp", Some(&rec2)).await;
+    // Deletes take the bytes; a new object at the key has only its own.
+    for k in ["big", "big2", "empty", "mixed", "moved", "mp"] {
+        c.delete(b, k).await.unwrap();
+        assert_stored(&c, b, k, None).await;
+    }
+    c.put(b, "big", chunked.clone(), &Cond::absent(), fresh)
+        .await
+        .unwrap();
+    assert_stored(&c, b, "big", Some(&chunked)).await;
+    c.delete(b, "big").await.unwrap();
+    assert_listed(&c, b, "", &[]).await;
+    // What stays for the backend's own checks.
+    let keep_inline = inline_record("keep", &pattern(100, 5));
+    c.put(b, "keep/inline", keep_inline, &any, fresh)
+        .await
+        .unwrap();
+    c.put(b, "keep/chunked", record("keep-c", &[chunk()]), &any, fresh)
+        .await
+        .unwrap();
+}
+
+/// Reads racing overwrites of an inline object never pair a record with another version's
+/// bytes: the versions have the same length, and each read's bytes must be its own ETag's.
+pub async fn inline_reads_race_overwrites(c: Arc<dyn Catalog>) {
+    c.create_bucket("inl-race", bucket_rec("o")).await.unwrap();
+    let versions: Arc<Vec<ObjectRecord>> = Arc::new(
+        (0..4u8)
+            .map(|i| inline_record(&format!("v{i}"), &pattern(2048, i)))
+            .collect(),
+    );
+    let check = |versions: &[ObjectRecord], got: Option<ObjectRecord>| {
+        let got = got.expect("the key is never absent");
+        let want = versions
+            .iter()
+            .find(|v| v.etag == got.etag)
+            .expect("a known version");
+        assert_eq!(&got, want, "a record with another version's bytes");
+    };
+    c.put(
+        "inl-race",
+        "k",
+        versions[0].clone(),
+        &Cond::default(),
+        Refs::Fresh,
+    )
+    .await
+    .unwrap();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (c, versions, done) = (Arc::clone(&c), Arc::clone(&versions), Arc::clone(&done));
+        tokio::spawn(async move {
+            for round in 0..300 {
+                let v = versions[round % versions.len()].clone();
+                c.put("inl-race", "k", v, &Cond::default(), Refs::Fresh)
+                    .await
+                    .unwrap();
+            }
+            done.store(true, Ordering::Relaxed);
+        })
+    };
+    let readers: Vec<_> = (0..3)
+        .map(|i| {
+            let (c, versions, done) = (Arc::clone(&c), Arc::clone(&versions), Arc::clone(&done));
+            tokio::spawn(async move {
+                let mut reads = 0u32;
+                while !done.load(Ordering::Relaxed) || reads == 0 {
+                    if i == 0 {
+                        let c2 = Arc::clone(&c);
+                        let got = tokio::task::spawn_blocking(move || {
+                            c2.get_blocking("inl-race", "k").unwrap()
+                        })
+                        .await
+                        .unwrap();
+                        check(&versions, got);
+                    } else {
+                        if let Some(got) = c.get_cached("inl-race", "k") {
+                            check(&versions, got.unwrap());
+                        }
+                        check(&versions, c.get("inl-race", "k").await.unwrap());
+                    }
+                    reads += 1;
+                }
+            })
+        })
+        .collect();
+    writer.await.unwrap();
+    for r in readers {
+        r.await.unwrap();
+    }
+    c.delete("inl-race", "k").await.unwrap();
+    c.delete_bucket("inl-race").await.unwrap();
+}
+
+/// Deletes every object of `bucket`, then the bucket.
+pub async fn empty_and_delete_bucket(c: &dyn Catalog, bucket: &str) {
+    let q = ListQuery {
+        prefix: "",
+        delimiter: None,
+        after: None,
+        max: 1000,
+    };
+    for (k, _) in c.list(bucket, &q).await.unwrap().objects {
+        c.delete(bucket, &k).await.unwrap();
+    }
+    c.delete_bucket(bucket).await.unwrap();
+}
+
 /// Every test above, in sequence, on one catalog.
 pub async fn run_all(c: Arc<dyn Catalog>) {
+    inline_payloads(Arc::clone(&c), "inl").await;
+    empty_and_delete_bucket(&*c, "inl").await;
+    inline_reads_race_overwrites(Arc::clone(&c)).await;
     buckets(&*c).await;
     conditions(&*c).await;
     references(&*c).await;

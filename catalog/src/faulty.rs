@@ -76,6 +76,15 @@ impl Catalog for FaultyCatalog {
     async fn get(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
         self.inner.get(bucket, key).await
     }
+    async fn head(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
+        self.inner.head(bucket, key).await
+    }
+    fn get_cached(&self, bucket: &str, key: &str) -> Option<Result<Option<ObjectRecord>>> {
+        self.inner.get_cached(bucket, key)
+    }
+    fn head_cached(&self, bucket: &str, key: &str) -> Option<Result<Option<ObjectRecord>>> {
+        self.inner.head_cached(bucket, key)
+    }
     async fn put(
         &self,
         bucket: &str,
@@ -171,6 +180,15 @@ impl Catalog for FaultyCatalog {
     ) -> Result<(ObjectRecord, Commit)> {
         self.commit(self.inner.complete(bucket, key, id, cond, f))
             .await
+    }
+    fn get_blocking(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
+        self.inner.get_blocking(bucket, key)
+    }
+    fn head_blocking(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
+        self.inner.head_blocking(bucket, key)
+    }
+    fn list_blocking(&self, bucket: &str, q: &ListQuery<'_>) -> Result<ListPage> {
+        self.inner.list_blocking(bucket, q)
     }
     async fn sys_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.inner.sys_get(key).await

@@ -2,7 +2,11 @@
 //! node, the memory store in tests). Every commit is one optimistic transaction that also
 //! keeps the chunks' reference counts (the extents table), so a record and its references
 //! change together or not at all. Tables and key encoding: `lode_metadata::keys`; the layout is
-//! the one single-node data dirs have always had.
+//! the one single-node data dirs have always had, plus the `inline` table: an object record's
+//! payload (its inline bytes, format 3) is stored under the same key as the record in
+//! `Table::Inline`, which listings never read, and every commit that writes, moves or removes
+//! the record does the same to the payload in its transaction. Records of older data dirs
+//! (format 2, bytes inside the value) read as they are and are split when next rewritten.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -14,7 +18,7 @@ use lode_metadata::{MemMetadataStore, MetadataStore, Table, Transaction, keys};
 use crate::{
     Aborted, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit, CompleteFn, Cond, ListPage,
     ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, Result, Segment, SysFn, UploadPage,
-    UploadQuery, UploadRecord, UploadState,
+    UploadQuery, UploadRecord, UploadState, join_record, split_record,
 };
 
 /// How long an aborted upload is remembered for a retried abort.
@@ -43,8 +47,122 @@ pub fn mem_catalog() -> KvCatalog {
 fn chunks(segments: &[Segment]) -> impl Iterator<Item = &ChunkLoc> {
     segments.iter().filter_map(|s| match s {
         Segment::Chunk(c) => Some(c),
-        Segment::Inline(_) => None,
+        Segment::Inline(_) | Segment::Detached(_) => None,
     })
+}
+
+/// How many times a read retries when the record changed under it.
+const READ_RETRIES: usize = 64;
+
+/// Puts the payload read beside a record back into it ([`join_record`]).
+fn with_payload(rec: ObjectRecord, payload: Option<Vec<u8>>) -> Result<ObjectRecord> {
+    join_record(rec, payload.as_deref())
+}
+
+/// The full record at `okey`, read outside a transaction with `get` (`Ok(None)` from `get`:
+/// the answer is not at hand; then this answers `None` too). The record is read, then its
+/// payload, then the record again: a commit in between changes the record's value (the
+/// payload only changes with it, and a value names its content: size, ETag, last-modified),
+/// so an unchanged value means the payload read belongs to it; a changed one reads again.
+fn read_full(
+    get: impl Fn(Table, &[u8]) -> Result<Option<Option<Vec<u8>>>>,
+    okey: &[u8],
+) -> Result<Option<Option<ObjectRecord>>> {
+    let Some(mut value) = get(Table::Objects, okey)? else {
+        return Ok(None);
+    };
+    for _ in 0..READ_RETRIES {
+        let Some(v) = &value else {
+            return Ok(Some(None));
+        };
+        let rec: ObjectRecord = records::decode(v)?;
+        if !rec.has_detached() {
+            return Ok(Some(Some(rec)));
+        }
+        let Some(payload) = get(Table::Inline, okey)? else {
+            return Ok(None);
+        };
+        let Some(again) = get(Table::Objects, okey)? else {
+            return Ok(None);
+        };
+        if again == value {
+            return with_payload(rec, payload).map(|r| Some(Some(r)));
+        }
+        value = again;
+    }
+    Err(CatalogError::Contended)
+}
+
+/// [`read_full`] with blocking reads.
+fn get_full(m: &dyn MetadataStore, okey: &[u8]) -> Result<Option<ObjectRecord>> {
+    Ok(read_full(|t, k| Ok(Some(m.get(t, k)?)), okey)?.flatten())
+}
+
+/// The record at `k`, read for update as stored (head form for format 3; older formats keep
+/// their inline bytes).
+fn get_obj(t: &mut dyn Transaction, k: &[u8]) -> Result<Option<ObjectRecord>> {
+    get_rec(t, Table::Objects, k)
+}
+
+/// The full record at `k`, record and payload read for update.
+fn get_obj_full(t: &mut dyn Transaction, k: &[u8]) -> Result<Option<ObjectRecord>> {
+    let Some(rec) = get_obj(t, k)? else {
+        return Ok(None);
+    };
+    let payload = if rec.has_detached() {
+        t.get_for_update(Table::Inline, k)?
+    } else {
+        None
+    };
+    with_payload(rec, payload).map(Some)
+}
+
+/// A full record split for storage: the value and its payload.
+struct Split {
+    value: Vec<u8>,
+    payload: Option<Vec<u8>>,
+}
+
+/// Splits a record to commit ([`split_record`]: a record in head form is refused).
+fn split(rec: &ObjectRecord) -> Result<Split> {
+    let (value, payload) = split_record(rec)?;
+    Ok(Split { value, payload })
+}
+
+/// Whether the record read at a key (as stored) has a payload beside it.
+fn has_payload(old: Option<&ObjectRecord>) -> bool {
+    old.is_some_and(ObjectRecord::has_detached)
+}
+
+/// Writes a split record at `k` in `t`: the value, and the payload beside it; when the new
+/// record has none, the payload of the record it replaces (`had_payload`) goes.
+fn put_obj(t: &mut dyn Transaction, k: &[u8], rec: &Split, had_payload: bool) -> Result<()> {
+    t.put(Table::Objects, k, &rec.value)?;
+    match &rec.payload {
+        Some(p) => t.put(Table::Inline, k, p)?,
+        None if had_payload => t.delete(Table::Inline, k)?,
+        None => {}
+    }
+    Ok(())
+}
+
+/// Removes the record at `k` (`old`, as read) and its payload in `t`.
+fn delete_obj(t: &mut dyn Transaction, k: &[u8], old: &ObjectRecord) -> Result<()> {
+    t.delete(Table::Objects, k)?;
+    if old.has_detached() {
+        t.delete(Table::Inline, k)?;
+    }
+    Ok(())
+}
+
+/// A listing page in head form (records of older formats carry their bytes in the value).
+fn head_page(mut page: ListPage) -> ListPage {
+    page.objects = page
+        .objects
+        .into_iter()
+        .map(|(k, r)| (k, r.into_head()))
+        .collect();
+    page
 }
 
 fn get_rec<T: Record>(t: &mut dyn Transaction, table: Table, k: &[u8]) -> Result<Option<T>> {
@@ -172,6 +290,17 @@ impl KvCatalog {
         &self.meta
     }
 
+    /// A cached read found no record: absent if the bucket is there, `NoSuchBucket` if not,
+    /// `None` if that is not at hand either.
+    fn absent_cached(&self, bucket: &str) -> Option<Result<Option<ObjectRecord>>> {
+        match self.meta.get_cached(Table::Buckets, bucket.as_bytes()) {
+            Err(e) => Some(Err(e.into())),
+            Ok(Some(None)) => Some(Err(CatalogError::NoSuchBucket)),
+            Ok(Some(Some(_))) => Some(Ok(None)),
+            Ok(None) => None,
+        }
+    }
+
     /// Runs `f` on the blocking pool (RocksDB calls may block on IO and fsync).
     async fn blocking<T: Send + 'static>(
         &self,
@@ -274,9 +403,18 @@ impl Catalog for KvCatalog {
 
     async fn get(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
         let (b, k) = (bucket.to_owned(), key.to_owned());
+        self.blocking(move |m, _| match get_full(m, &keys::object(&b, &k))? {
+            Some(r) => Ok(Some(r)),
+            None => has_bucket(m, &b).map(|()| None),
+        })
+        .await
+    }
+
+    async fn head(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
+        let (b, k) = (bucket.to_owned(), key.to_owned());
         self.blocking(
             move |m, _| match m.get(Table::Objects, &keys::object(&b, &k))? {
-                Some(v) => Ok(Some(records::decode(&v)?)),
+                Some(v) => Ok(Some(records::decode_head(&v)?)),
                 None => has_bucket(m, &b).map(|()| None),
             },
         )
@@ -285,16 +423,24 @@ impl Catalog for KvCatalog {
 
     fn get_cached(&self, bucket: &str, key: &str) -> Option<Result<Option<ObjectRecord>>> {
         let okey = keys::object(bucket, key);
-        match self.meta.get_cached(Table::Objects, &okey) {
+        let cached = |t, k: &[u8]| Ok(self.meta.get_cached(t, k)?);
+        match read_full(cached, &okey) {
+            Err(e) => Some(Err(e)),
+            Ok(None) => None,
+            Ok(Some(Some(r))) => Some(Ok(Some(r))),
+            Ok(Some(None)) => self.absent_cached(bucket),
+        }
+    }
+
+    fn head_cached(&self, bucket: &str, key: &str) -> Option<Result<Option<ObjectRecord>>> {
+        match self
+            .meta
+            .get_cached(Table::Objects, &keys::object(bucket, key))
+        {
             Err(e) => Some(Err(e.into())),
             Ok(None) => None,
-            Ok(Some(Some(v))) => Some(records::decode(&v).map(Some).map_err(Into::into)),
-            Ok(Some(None)) => match self.meta.get_cached(Table::Buckets, bucket.as_bytes()) {
-                Err(e) => Some(Err(e.into())),
-                Ok(Some(None)) => Some(Err(CatalogError::NoSuchBucket)),
-                Ok(Some(Some(_))) => Some(Ok(None)),
-                Ok(None) => None,
-            },
+            Ok(Some(Some(v))) => Some(records::decode_head(&v).map(Some).map_err(Into::into)),
+            Ok(Some(None)) => self.absent_cached(bucket),
         }
     }
 
@@ -310,19 +456,19 @@ impl Catalog for KvCatalog {
         self.blocking(move |m, gate| {
             let _shared = gate.read().expect("bucket gate");
             let okey = keys::object(&b, &k);
-            let value = records::encode(&rec);
+            let value = split(&rec)?;
             Self::transact(m, |t| {
                 has_bucket(m, &b)?;
-                let old: Option<ObjectRecord> = get_rec(t, Table::Objects, &okey)?;
+                let old = get_obj(t, &okey)?;
                 cond.check(old.as_ref())?;
                 add_refs(t, &rec.segments, refs)?;
                 let mut released = vec![];
                 if let Some(old) = &old {
                     drop_refs(t, &old.segments, &mut released)?;
                 }
-                t.put(Table::Objects, &okey, &value)?;
+                put_obj(t, &okey, &value, has_payload(old.as_ref()))?;
                 Ok(Commit {
-                    previous: old,
+                    previous: old.map(ObjectRecord::into_head),
                     released,
                 })
             })
@@ -337,13 +483,13 @@ impl Catalog for KvCatalog {
             Self::transact(m, |t| {
                 has_bucket(m, &b)?;
                 let mut released = vec![];
-                let old = get_rec::<ObjectRecord>(t, Table::Objects, &okey)?;
+                let old = get_obj(t, &okey)?;
                 if let Some(old) = &old {
                     drop_refs(t, &old.segments, &mut released)?;
-                    t.delete(Table::Objects, &okey)?;
+                    delete_obj(t, &okey, old)?;
                 }
                 Ok(Commit {
-                    previous: old,
+                    previous: old.map(ObjectRecord::into_head),
                     released,
                 })
             })
@@ -368,22 +514,23 @@ impl Catalog for KvCatalog {
             let (skey, dkey) = (keys::object(&sb, &sk), keys::object(&db, &dk));
             Self::transact(m, |t| {
                 has_bucket(m, &db)?;
-                let Some(src) = get_rec::<ObjectRecord>(t, Table::Objects, &skey)? else {
+                let Some(src) = get_obj_full(t, &skey)? else {
                     has_bucket(m, &sb)?;
                     return Err(CatalogError::NoSuchKey);
                 };
                 let rec = make(&src)?;
+                let value = split(&rec)?;
                 add_refs(t, &rec.segments, Refs::Shared)?;
                 let mut released = vec![];
-                let old = get_rec::<ObjectRecord>(t, Table::Objects, &dkey)?;
+                let old = get_obj(t, &dkey)?;
                 if let Some(old) = &old {
                     drop_refs(t, &old.segments, &mut released)?;
                 }
-                t.put(Table::Objects, &dkey, &records::encode(&rec))?;
+                put_obj(t, &dkey, &value, has_payload(old.as_ref()))?;
                 Ok((
                     rec,
                     Commit {
-                        previous: old,
+                        previous: old.map(ObjectRecord::into_head),
                         released,
                     },
                 ))
@@ -397,16 +544,23 @@ impl Catalog for KvCatalog {
         self.blocking(move |m, _| {
             let okey = keys::object(&b, &k);
             Self::transact(m, |t| {
-                let Some(rec) = get_rec::<ObjectRecord>(t, Table::Objects, &okey)? else {
+                let Some(old) = get_obj(t, &okey)? else {
                     return Err(CatalogError::NoSuchKey);
                 };
+                let had_payload = old.has_detached();
+                let payload = if had_payload {
+                    t.get_for_update(Table::Inline, &okey)?
+                } else {
+                    None
+                };
+                let rec = with_payload(old, payload)?;
                 let new = f(&rec)?;
-                if chunks(&new.segments).ne(chunks(&rec.segments)) {
+                if new.segments != rec.segments {
                     return Err(CatalogError::Corrupt(
-                        "update may not change an object's chunks".into(),
+                        "update may not change an object's content".into(),
                     ));
                 }
-                t.put(Table::Objects, &okey, &records::encode(&new))?;
+                put_obj(t, &okey, &split(&new)?, had_payload)?;
                 Ok(new)
             })
         })
@@ -432,7 +586,7 @@ impl Catalog for KvCatalog {
                 after: after.as_deref(),
                 max,
             };
-            Ok(lode_metadata::list::list_objects(m, &b, &q)?)
+            Ok(head_page(lode_metadata::list::list_objects(m, &b, &q)?))
         })
         .await
     }
@@ -443,21 +597,31 @@ impl Catalog for KvCatalog {
             let _shared = gate.read().expect("bucket gate");
             let (fk, tk) = (keys::object(&b, &f), keys::object(&b, &to));
             Self::transact(m, |t| {
-                let Some(rec) = get_rec::<ObjectRecord>(t, Table::Objects, &fk)? else {
+                let Some(src) = get_obj(t, &fk)? else {
                     return Err(CatalogError::NoSuchKey);
                 };
                 let mut released = vec![];
-                let old = get_rec::<ObjectRecord>(t, Table::Objects, &tk)?;
+                let old = get_obj(t, &tk)?;
                 if let Some(old) = &old {
                     if no_replace {
                         return Err(CatalogError::PreconditionFailed);
                     }
                     drop_refs(t, &old.segments, &mut released)?;
                 }
-                t.put(Table::Objects, &tk, &records::encode(&rec))?;
+                let had_payload = src.has_detached();
+                let payload = if had_payload {
+                    t.get_for_update(Table::Inline, &fk)?
+                } else {
+                    None
+                };
+                let value = split(&with_payload(src, payload)?)?;
+                put_obj(t, &tk, &value, has_payload(old.as_ref()))?;
                 t.delete(Table::Objects, &fk)?;
+                if had_payload {
+                    t.delete(Table::Inline, &fk)?;
+                }
                 Ok(Commit {
-                    previous: old,
+                    previous: old.map(ObjectRecord::into_head),
                     released,
                 })
             })
@@ -489,9 +653,9 @@ impl Catalog for KvCatalog {
                     if k[base..] != *to.as_bytes() {
                         return Err(CatalogError::DirectoryNotEmpty);
                     }
-                    if let Some(old) = get_rec::<ObjectRecord>(t, Table::Objects, &k)? {
+                    if let Some(old) = get_obj(t, &k)? {
                         drop_refs(t, &old.segments, &mut released)?;
-                        t.delete(Table::Objects, &k)?;
+                        delete_obj(t, &k, &old)?;
                     }
                 }
                 let moved = m.scan(Table::Objects, &fs, fe.as_deref(), usize::MAX)?;
@@ -509,8 +673,18 @@ impl Catalog for KvCatalog {
                     };
                     let mut nk = ts.clone();
                     nk.extend_from_slice(suffix);
+                    // The value moves as stored; its payload, if any, with it.
                     t.put(Table::Objects, &nk, &v)?;
                     t.delete(Table::Objects, k)?;
+                    if records::decode::<ObjectRecord>(&v)?.has_detached() {
+                        let Some(p) = t.get_for_update(Table::Inline, k)? else {
+                            return Err(CatalogError::Corrupt(
+                                "an object record's inline payload is missing".into(),
+                            ));
+                        };
+                        t.put(Table::Inline, &nk, &p)?;
+                        t.delete(Table::Inline, k)?;
+                    }
                 }
                 Ok((moved.len(), released))
             })
@@ -532,9 +706,9 @@ impl Catalog for KvCatalog {
                     return Err(CatalogError::DirectoryNotEmpty);
                 }
                 let mut released = vec![];
-                if let Some(old) = get_rec::<ObjectRecord>(t, Table::Objects, &s)? {
+                if let Some(old) = get_obj(t, &s)? {
                     drop_refs(t, &old.segments, &mut released)?;
-                    t.delete(Table::Objects, &s)?;
+                    delete_obj(t, &s, &old)?;
                 }
                 Ok(released)
             })
@@ -768,13 +942,16 @@ impl Catalog for KvCatalog {
                         parts.insert(part_number(&pk)?, p);
                     }
                 }
-                let old: Option<ObjectRecord> = get_rec(t, Table::Objects, &okey)?;
+                let old = get_obj(t, &okey)?;
+                let had_payload = has_payload(old.as_ref());
+                let old = old.map(ObjectRecord::into_head);
                 cond.check(old.as_ref())?;
                 let done = f(UploadState {
                     upload: &up,
                     parts: &parts,
                     current: old.as_ref(),
                 })?;
+                let value = split(&done.record)?;
                 // The used parts' references move to the object; the others are released.
                 let mut released = vec![];
                 for (n, p) in &parts {
@@ -787,7 +964,7 @@ impl Catalog for KvCatalog {
                     drop_refs(t, &old.segments, &mut released)?;
                 }
                 t.delete(Table::Uploads, &uk)?;
-                t.put(Table::Objects, &okey, &records::encode(&done.record))?;
+                put_obj(t, &okey, &value, had_payload)?;
                 Ok((
                     done.record,
                     Commit {
@@ -809,10 +986,14 @@ impl Catalog for KvCatalog {
     }
 
     fn get_blocking(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
+        get_full(&*self.meta, &keys::object(bucket, key))
+    }
+
+    fn head_blocking(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
         Ok(self
             .meta
             .get(Table::Objects, &keys::object(bucket, key))?
-            .map(|v| records::decode(&v))
+            .map(|v| records::decode_head(&v))
             .transpose()?)
     }
 
@@ -829,7 +1010,11 @@ impl Catalog for KvCatalog {
     }
 
     fn list_blocking(&self, bucket: &str, q: &ListQuery<'_>) -> Result<ListPage> {
-        Ok(lode_metadata::list::list_objects(&*self.meta, bucket, q)?)
+        Ok(head_page(lode_metadata::list::list_objects(
+            &*self.meta,
+            bucket,
+            q,
+        )?))
     }
 
     async fn sys_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {

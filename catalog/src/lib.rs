@@ -16,6 +16,21 @@
 //! whose last reference went ([`Commit::released`]); the caller hands those to its blob store,
 //! which frees them once in-flight readers are done.
 //!
+//! # Records and their payloads: `get` and `head`
+//! Small objects keep their bytes in their record ([`Segment::Inline`]). A backend stores those
+//! bytes, the record's **payload**, apart from the record (format 3 of
+//! [`lode_metadata::records`]), so that what most operations need stays small:
+//! * [`Catalog::get`] (and `get_cached`, `get_blocking`) returns the **full** record: every
+//!   inline segment is `Inline` with its bytes. Use it to read content.
+//! * [`Catalog::head`] (and `head_cached`, `head_blocking`) and the pages of
+//!   [`Catalog::list`] (and `list_blocking`) return the **head form**: inline segments are
+//!   [`Segment::Detached`] with their lengths, and the payload is never read. Sizes, ETags, metadata, chunks and part
+//!   summaries are the same as `get`'s. Use it for stat, HEAD, listings and readdir.
+//! * Commits take full records (a record with `Detached` segments is refused) and keep a
+//!   record and its payload together: both are written, moved or removed in the same commit.
+//!   The records they hand back about what was there ([`Commit::previous`],
+//!   [`UploadState::current`]) are in head form.
+//!
 //! Backends: [`KvCatalog`] over any [`lode_metadata::MetadataStore`] (RocksDB on one node;
 //! its memory store for tests, [`mem_catalog`]), and [`FaultyCatalog`], a fault-injecting
 //! wrapper. [`conformance`] is the suite every backend passes. This crate never depends on
@@ -91,6 +106,34 @@ impl From<lode_metadata::MetaError> for CatalogError {
     }
 }
 
+/// For backends: splits a full record to commit into its stored value and its payload
+/// ([`lode_metadata::records::split_inline`]; `None`: no inline segment). A record in head form
+/// is refused (`Corrupt`): it lacks the bytes to store.
+pub fn split_record(rec: &ObjectRecord) -> Result<(Vec<u8>, Option<Vec<u8>>)> {
+    if rec.has_detached() {
+        return Err(CatalogError::Corrupt(
+            "a record to commit must carry its inline bytes (head form given)".into(),
+        ));
+    }
+    Ok(lode_metadata::records::split_inline(rec))
+}
+
+/// For backends: a record as stored made whole with the payload read beside it (`None`: none
+/// found). A record without `Detached` segments (none, or an older format's, bytes inside)
+/// comes back as it is; one with them and no payload, or a payload of the wrong length, is
+/// `Corrupt`.
+pub fn join_record(rec: ObjectRecord, payload: Option<&[u8]>) -> Result<ObjectRecord> {
+    if !rec.has_detached() {
+        return Ok(rec);
+    }
+    let Some(p) = payload else {
+        return Err(CatalogError::Corrupt(
+            "an object record's inline payload is missing".into(),
+        ));
+    };
+    Ok(lode_metadata::records::join_inline(rec, p)?)
+}
+
 /// Preconditions of a write: `If-Match` / `If-None-Match` of PutObject and Complete.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Cond {
@@ -146,7 +189,8 @@ pub enum Refs {
 /// What a commit did.
 #[derive(Debug, Default)]
 pub struct Commit {
-    /// The record the commit replaced or removed.
+    /// The record the commit replaced or removed, in head form (inline segments `Detached`:
+    /// the commit does not read the payload it replaces).
     pub previous: Option<ObjectRecord>,
     /// Chunks whose last reference went with this commit.
     pub released: Vec<ChunkLoc>,
@@ -156,6 +200,7 @@ pub struct Commit {
 pub struct UploadState<'a> {
     pub upload: &'a UploadRecord,
     pub parts: &'a BTreeMap<u32, PartRecord>,
+    /// The record at the key now, in head form.
     pub current: Option<&'a ObjectRecord>,
 }
 
@@ -197,7 +242,8 @@ pub struct UploadQuery {
 }
 
 /// A check or transformation the caller runs inside a commit, on the current record (it may
-/// run more than once: a commit that loses a race runs again).
+/// run more than once: a commit that loses a race runs again). It sees the full record (inline
+/// bytes included) and returns a full record.
 pub type RecordFn = Arc<dyn Fn(&ObjectRecord) -> Result<ObjectRecord> + Send + Sync>;
 /// What a Complete runs inside its commit.
 pub type CompleteFn = Arc<dyn Fn(UploadState<'_>) -> Result<Completion> + Send + Sync>;
@@ -230,18 +276,34 @@ pub trait Catalog: Send + Sync + 'static {
 
     // ------------------------------------------------------------------ objects
 
-    /// The record at `bucket/key`: `Ok(None)` if the key is absent, `NoSuchBucket` if the bucket
-    /// is.
+    /// The full record at `bucket/key` (inline segments with their bytes, read together with
+    /// the record): `Ok(None)` if the key is absent, `NoSuchBucket` if the bucket is.
     async fn get(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>>;
 
-    /// Like [`Catalog::get`] when the answer is at hand without IO; `None` otherwise (the
-    /// caller then awaits `get`). Default: never at hand.
+    /// The record at `bucket/key` in head form: inline segments are [`Segment::Detached`], and
+    /// the payload is not read. Otherwise as [`Catalog::get`] (same errors, same record). The
+    /// default calls `get`; a backend that stores payloads apart reads only the record.
+    async fn head(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
+        Ok(self.get(bucket, key).await?.map(ObjectRecord::into_head))
+    }
+
+    /// Like [`Catalog::get`] (the full record) when the answer is at hand without IO; `None`
+    /// otherwise (the caller then awaits `get`). Default: never at hand.
     fn get_cached(&self, bucket: &str, key: &str) -> Option<Result<Option<ObjectRecord>>> {
         let _ = (bucket, key);
         None
     }
 
-    /// Commits `rec` at `bucket/key` if `cond` holds, releasing what it replaces.
+    /// Like [`Catalog::head`] (head form) when the answer is at hand without IO (the small
+    /// record is in a cache); `None` otherwise (the caller then awaits `head`). Default: never
+    /// at hand.
+    fn head_cached(&self, bucket: &str, key: &str) -> Option<Result<Option<ObjectRecord>>> {
+        let _ = (bucket, key);
+        None
+    }
+
+    /// Commits `rec` (a full record) at `bucket/key` if `cond` holds, releasing what it
+    /// replaces; its payload is written with it, and a payload of the replaced record goes.
     async fn put(
         &self,
         bucket: &str,
@@ -251,11 +313,12 @@ pub trait Catalog: Send + Sync + 'static {
         refs: Refs,
     ) -> Result<Commit>;
 
-    /// Removes `bucket/key` (absent: nothing happens, `previous` is `None`).
+    /// Removes `bucket/key` and its payload (absent: nothing happens, `previous` is `None`).
     async fn delete(&self, bucket: &str, key: &str) -> Result<Commit>;
 
-    /// Copies `src` to `dst`: `make` builds the new record from the source's (and may refuse);
-    /// the chunks become shared. Returns the new record and what it replaced.
+    /// Copies `src` to `dst`: `make` builds the new record from the source's full record (and
+    /// may refuse); the chunks become shared, the payload is written at `dst`. Returns the new
+    /// record and what it replaced.
     async fn copy(
         &self,
         src: (&str, &str),
@@ -263,14 +326,16 @@ pub trait Catalog: Send + Sync + 'static {
         make: RecordFn,
     ) -> Result<(ObjectRecord, Commit)>;
 
-    /// Rewrites a record in place (`f` returns the new one; same chunks).
+    /// Rewrites a record in place: `f` gets the full record and returns the new one, with the
+    /// same content (the same segments: chunks and inline bytes; else `Corrupt`).
     async fn update(&self, bucket: &str, key: &str, f: RecordFn) -> Result<ObjectRecord>;
 
-    /// One page of a bucket's keys in S3 order, O(page).
+    /// One page of a bucket's keys in S3 order, O(page). Records are in head form: no payload
+    /// is read.
     async fn list(&self, bucket: &str, q: &ListQuery<'_>) -> Result<ListPage>;
 
-    /// Moves `from` to `to` within a bucket (the POSIX door's rename); `no_replace`: refuse if
-    /// `to` exists. A backend atomic per partition makes this atomic when both keys share one.
+    /// Moves `from` to `to` within a bucket (the POSIX door's rename), its payload with it;
+    /// `no_replace`: refuse if `to` exists. A backend atomic per partition makes this atomic when both keys share one.
     async fn rename(&self, bucket: &str, from: &str, to: &str, no_replace: bool) -> Result<Commit>;
 
     /// Moves every key under the prefix `from` to the same key under `to` (a directory
@@ -321,8 +386,9 @@ pub trait Catalog: Send + Sync + 'static {
     /// an unknown or completed upload is `NoSuchUpload`.
     async fn abort(&self, bucket: &str, key: &str, id: &str) -> Result<Aborted>;
     /// Completes an upload in one commit: `f` sees the upload, its parts and the current
-    /// record, and returns the object (or refuses). The upload and every part go; the used
-    /// parts' chunks move to the object; the rest, and what the object replaces, are released.
+    /// record (head form), and returns the object, a full record (or refuses). The upload and
+    /// every part go; the used parts' chunks move to the object (inline bytes become its
+    /// payload); the rest, and what the object replaces, are released.
     async fn complete(
         &self,
         bucket: &str,
@@ -339,9 +405,18 @@ pub trait Catalog: Send + Sync + 'static {
         futures::executor::block_on(self.bucket(name))
     }
 
-    /// The record at `bucket/key` if present (a missing bucket reads as absent). Blocks.
+    /// The full record at `bucket/key` if present (a missing bucket reads as absent). Blocks.
     fn get_blocking(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
         match futures::executor::block_on(self.get(bucket, key)) {
+            Err(CatalogError::NoSuchBucket) => Ok(None),
+            r => r,
+        }
+    }
+
+    /// [`Catalog::get_blocking`] in head form ([`Catalog::head`]: the payload is not read).
+    /// Blocks.
+    fn head_blocking(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
+        match futures::executor::block_on(self.head(bucket, key)) {
             Err(CatalogError::NoSuchBucket) => Ok(None),
             r => r,
         }
@@ -359,7 +434,7 @@ pub trait Catalog: Send + Sync + 'static {
         Ok(page.objects.into_iter().map(|(k, _)| k).collect())
     }
 
-    /// [`Catalog::list`], blocking.
+    /// [`Catalog::list`] (head form), blocking.
     fn list_blocking(&self, bucket: &str, q: &ListQuery<'_>) -> Result<ListPage> {
         futures::executor::block_on(self.list(bucket, q))
     }

@@ -52,6 +52,10 @@ pub trait BlobStore: Send + Sync + 'static {
     fn space(&self) -> (u64, u64);
     /// Whether a write or sync failed (writes are refused until restart).
     fn is_poisoned(&self) -> bool;
+    /// Lets reads issued on the calling thread block it on the device instead of hopping to
+    /// an IO thread and back (a FUSE worker, which waits for each reply anyway; never an async
+    /// worker). Default: nothing (the backend has no faster blocking path).
+    fn allow_blocking_reads_on_this_thread(&self) {}
 }
 
 /// The local blob store: [`Datapath`] over a [`crate::ChunkStore`].
@@ -112,6 +116,9 @@ impl BlobStore for LocalBlobStore {
     }
     fn is_poisoned(&self) -> bool {
         self.dp.is_poisoned()
+    }
+    fn allow_blocking_reads_on_this_thread(&self) {
+        crate::allow_blocking_reads_on_this_thread();
     }
 }
 

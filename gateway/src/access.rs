@@ -1,5 +1,6 @@
 //! Authorization of S3 requests (after SigV4 authentication): which user may run which
-//! operation on which bucket. The rules are in `crate::users`.
+//! operation on which bucket (the rules are in `crate::users`), and the key store SigV4
+//! authentication asks for secrets.
 
 use std::sync::Arc;
 
@@ -7,8 +8,8 @@ use s3s::access::{S3Access, S3AccessContext};
 use s3s::dto::{CopyObjectInput, UploadPartCopyInput};
 use s3s::{S3Request, S3Result, s3_error};
 
-use crate::objects::ObjectService;
 use crate::users::{Perm, Users};
+use lode_objects::ObjectService;
 
 pub struct Authz {
     pub users: Arc<Users>,
@@ -60,7 +61,7 @@ impl Authz {
         let rec = match self.svc.bucket(bucket).await {
             Ok(r) => r,
             Err(crate::error::ObjError::NoSuchBucket) => return Ok(()),
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(crate::error::s3_error(e)),
         };
         if self.users.allowed(&user, bucket, &rec.owner, perm) {
             Ok(())
@@ -114,5 +115,30 @@ impl S3Access for Authz {
         let ak = req.credentials.as_ref().map(|c| c.access_key.clone());
         self.copy_source(ak.as_deref(), &req.input.copy_source)
             .await
+    }
+}
+
+/// The key store s3s asks for secrets: root and the users of [`Users`]. Unknown
+/// keys get `InvalidAccessKeyId`.
+pub struct KeyStore {
+    users: Arc<Users>,
+}
+
+impl KeyStore {
+    pub fn new(users: Arc<Users>) -> Self {
+        Self { users }
+    }
+}
+
+#[async_trait::async_trait]
+impl s3s::auth::S3Auth for KeyStore {
+    async fn get_secret_key(&self, access_key: &str) -> s3s::S3Result<s3s::auth::SecretKey> {
+        match self.users.lookup_fresh(access_key).await {
+            Some((_, secret)) => Ok(s3s::auth::SecretKey::from(secret)),
+            None => Err(s3s::s3_error!(
+                InvalidAccessKeyId,
+                "The AWS Access Key Id you provided does not exist in our records."
+            )),
+        }
     }
 }

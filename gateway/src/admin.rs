@@ -9,7 +9,10 @@ use http_body_util::Full;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use crate::objects::ObjectService;
+use lode_objects::ObjectService;
+use lode_objects::scrub::ScrubStats;
+
+use crate::profile::Profile;
 
 pub const METRIC_UP: &str = "lode_up";
 pub const METRIC_FREE_BYTES: &str = "lode_datapath_free_bytes";
@@ -25,14 +28,13 @@ pub const METRIC_SCRUB_LAST: &str = "lode_scrub_last_pass_end_timestamp_seconds"
 const DASHBOARD: &str = include_str!("dashboard.html");
 
 fn health(svc: &ObjectService) -> (http::StatusCode, String) {
-    let dp = svc.blobs();
-    let (free, total) = dp.space();
-    let poisoned = dp.is_poisoned();
+    let (free, total) = svc.space();
+    let poisoned = svc.is_read_only();
     let body = serde_json::json!({
         "status": if poisoned { "read-only" } else { "ok" },
         "reason": if poisoned { Some("a device write or fsync failed; writes are refused until restart") } else { None },
         "version": env!("CARGO_PKG_VERSION"),
-        "datapath_backend": dp.backend_name(),
+        "datapath_backend": svc.blob_backend(),
         "free_bytes": free,
         "total_bytes": total,
     });
@@ -44,11 +46,9 @@ fn health(svc: &ObjectService) -> (http::StatusCode, String) {
     (status, body.to_string())
 }
 
-fn metrics(svc: &ObjectService) -> String {
+fn metrics(svc: &ObjectService, s: &ScrubStats, profile: &Profile) -> String {
     use std::sync::atomic::Ordering::Relaxed;
-    let dp = svc.blobs();
-    let (free, total) = dp.space();
-    let s = &svc.scrub;
+    let (free, total) = svc.space();
     let rows: &[(&str, &str, &str, f64)] = &[
         (METRIC_UP, "1 while the process serves.", "gauge", 1.0),
         (
@@ -67,7 +67,7 @@ fn metrics(svc: &ObjectService) -> String {
             METRIC_POISONED,
             "1 after a device write/fsync error (writes refused).",
             "gauge",
-            f64::from(u8::from(dp.is_poisoned())),
+            f64::from(u8::from(svc.is_read_only())),
         ),
         (
             METRIC_SCRUB_BYTES,
@@ -104,12 +104,11 @@ fn metrics(svc: &ObjectService) -> String {
     for (name, help, kind, v) in rows {
         out += &format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}\n");
     }
-    out + &svc.profile.prometheus()
+    out + &profile.prometheus()
 }
 
-fn scrub_report(svc: &ObjectService) -> String {
+fn scrub_report(s: &ScrubStats) -> String {
     use std::sync::atomic::Ordering::Relaxed;
-    let s = &svc.scrub;
     serde_json::json!({
         "passes": s.passes.load(Relaxed),
         "chunks": s.chunks.load(Relaxed),
@@ -248,54 +247,66 @@ async fn user_api(
     }
 }
 
-pub async fn serve(
-    listener: TcpListener,
-    svc: Arc<ObjectService>,
-    users: Arc<crate::users::Users>,
-    root_secret: String,
-) {
-    let root_secret = Arc::new(root_secret);
+/// What the admin endpoint reads and manages.
+pub struct Admin {
+    pub svc: Arc<ObjectService>,
+    pub users: Arc<crate::users::Users>,
+    /// The IO profile both doors record into.
+    pub profile: Arc<Profile>,
+    /// The background scrubber's totals.
+    pub scrub: Arc<ScrubStats>,
+    /// Root's secret key (the user API authenticates with it).
+    pub root_secret: String,
+}
+
+pub async fn serve(listener: TcpListener, admin: Admin) {
+    let admin = Arc::new(admin);
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let svc = Arc::clone(&svc);
-        let users = Arc::clone(&users);
-        let root_secret = Arc::clone(&root_secret);
+        let admin = Arc::clone(&admin);
         let service =
             hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                let svc = Arc::clone(&svc);
-                let users = Arc::clone(&users);
-                let root_secret = Arc::clone(&root_secret);
+                let admin = Arc::clone(&admin);
                 async move {
+                    let Admin {
+                        svc,
+                        users,
+                        profile,
+                        scrub,
+                        root_secret,
+                    } = &*admin;
                     let path = req.uri().path().to_owned();
                     let (status, ctype, body) = match (req.method(), path.as_str()) {
                         (_, "/api/users" | "/api/grants") => {
-                            let (s, b) = user_api(&req, &users, &root_secret).await;
+                            let (s, b) = user_api(&req, users, root_secret).await;
                             (s, "application/json", b)
                         }
                         (&http::Method::GET, "/healthz") => {
-                            let (s, b) = health(&svc);
+                            let (s, b) = health(svc);
                             (s, "application/json", b)
                         }
                         (&http::Method::GET, "/api/profile") => (
                             http::StatusCode::OK,
                             "application/json",
-                            serde_json::to_string(&svc.profile.snapshot()).unwrap_or_default(),
+                            serde_json::to_string(&profile.snapshot()).unwrap_or_default(),
                         ),
                         (&http::Method::GET, "/" | "/dashboard") => (
                             http::StatusCode::OK,
                             "text/html; charset=utf-8",
                             DASHBOARD.to_owned(),
                         ),
-                        (&http::Method::GET, "/api/scrub") => {
-                            (http::StatusCode::OK, "application/json", scrub_report(&svc))
-                        }
+                        (&http::Method::GET, "/api/scrub") => (
+                            http::StatusCode::OK,
+                            "application/json",
+                            scrub_report(scrub),
+                        ),
                         (&http::Method::GET, "/metrics") => (
                             http::StatusCode::OK,
                             "text/plain; version=0.0.4",
-                            metrics(&svc),
+                            metrics(svc, scrub, profile),
                         ),
                         _ => (
                             http::StatusCode::NOT_FOUND,
@@ -327,9 +338,7 @@ mod tests {
 
     use lode_datapath::{Datapath, FaultyChunkStore, MemChunkStore};
     use lode_metadata::MemMetadataStore;
-    use lode_metadata::records::ObjectMeta;
-
-    use crate::objects::{Integrity, ServiceConfig, WriteCond};
+    use lode_objects::{Integrity, ObjectMeta, ServiceConfig, WriteCond};
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn healthz_turns_503_when_a_device_write_fails_and_reads_go_on() {
@@ -360,19 +369,20 @@ mod tests {
         };
         put("before", 1 << 20).await.unwrap();
         assert_eq!(health(&svc).0, http::StatusCode::OK);
-        assert!(metrics(&svc).contains(&format!("{METRIC_POISONED} 0")));
+        let m = |svc: &ObjectService| metrics(svc, &ScrubStats::default(), &Profile::default());
+        assert!(m(&svc).contains(&format!("{METRIC_POISONED} 0")));
         faulty.fail_writes.store(true, Ordering::SeqCst);
         assert!(put("fails", 1 << 20).await.is_err());
         let (status, body_text) = health(&svc);
         assert_eq!(status, http::StatusCode::SERVICE_UNAVAILABLE);
         assert!(body_text.contains("read-only"), "{body_text}");
-        assert!(metrics(&svc).contains(&format!("{METRIC_POISONED} 1")));
+        assert!(m(&svc).contains(&format!("{METRIC_POISONED} 1")));
         // Reads go on; writes stay refused even after the device "recovers".
         faulty.fail_writes.store(false, Ordering::SeqCst);
         assert!(svc.open_object("bkt", "before").await.is_ok());
         assert!(matches!(
             put("after", 1 << 20).await,
-            Err(crate::error::ObjError::Chunk(
+            Err(lode_objects::ObjError::Chunk(
                 lode_datapath::ChunkError::Poisoned
             ))
         ));

@@ -44,7 +44,7 @@ impl Report {
 fn chunks(segs: &[Segment]) -> impl Iterator<Item = &lode_metadata::records::ChunkLoc> {
     segs.iter().filter_map(|s| match s {
         Segment::Chunk(c) => Some(c),
-        Segment::Inline(_) => None,
+        Segment::Inline(_) | Segment::Detached(_) => None,
     })
 }
 

@@ -146,7 +146,7 @@ fn harness() -> &'static Harness {
             Arc::new(lode_datapath::MemChunkStore::new(&[256 << 20])),
             true,
         ));
-        let cfg = crate::objects::ServiceConfig {
+        let cfg = lode_objects::ServiceConfig {
             chunk_size: 64 << 10,
             inline_threshold: 1024,
             ..Default::default()

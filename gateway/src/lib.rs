@@ -1,29 +1,23 @@
 //! `lode-gateway`: the `lode` binary and its doors.
 //!
-//! * [`objects`]: the object service both doors share (chunking, inline objects, ETags,
-//!   checksums, commit protocol), written against the `MetadataStore` and `ChunkStore` traits.
+//! Both doors call the object service (`lode_objects`) and nothing below it.
 //! * [`s3`]: the S3 door (s3s over hyper).
-//! * [`posix`]: the POSIX door (FUSE), over [`namespace`]'s operations of the object service.
+//! * [`posix`]: the POSIX door (FUSE).
 //! * [`server`]: wiring; the only module that picks concrete backends.
-//! * [`error`]: the one mapping of failures onto S3 error codes and statuses.
+//! * [`error`]: the one mapping of failures onto S3 error codes and statuses, and onto errnos.
 
 pub mod access;
 pub mod admin;
 pub mod auth;
 pub mod bench;
-pub mod checksum;
 pub mod error;
-pub mod failpoint;
 pub mod fsck;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod host;
-pub mod namespace;
-pub mod objects;
 pub mod posix;
 pub mod profile;
 pub mod s3;
-pub mod scrub;
 pub mod server;
 pub mod users;
 pub mod wire;

@@ -477,7 +477,7 @@ fn main() -> anyhow::Result<()> {
                 .build()?;
             // Crash-test failpoints (see gateway/src/failpoint.rs); never set in production.
             let failpoints = match std::env::var("LODE_FAILPOINTS") {
-                Ok(spec) => lode_gateway::failpoint::Failpoints::parse(&spec)
+                Ok(spec) => lode_objects::failpoint::Failpoints::parse(&spec)
                     .map_err(|e| anyhow::anyhow!("LODE_FAILPOINTS: {e}"))?,
                 Err(_) => Default::default(),
             };

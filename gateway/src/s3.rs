@@ -6,14 +6,14 @@ use std::sync::Arc;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use lode_metadata::records::{Checksums, ObjectMeta, ObjectRecord, UploadRecord};
+use lode_objects::{Checksums, ObjectMeta, ObjectRecord, UploadRecord};
 use s3s::dto::*;
 use s3s::{S3, S3Request, S3Response, S3Result, s3_error};
 use tracing::instrument;
 
-use crate::checksum::{Algo, ChecksumSet};
-use crate::error::ObjError;
-use crate::objects::{Integrity, ObjectService, WriteCond};
+use crate::error::{IntoS3, ObjError, s3_error as obj_s3};
+use lode_objects::checksum::{Algo, ChecksumSet};
+use lode_objects::{Integrity, ObjectService, WriteCond};
 
 pub struct LodeS3 {
     svc: Arc<ObjectService>,
@@ -139,6 +139,15 @@ fn etag(e: &str) -> ETag {
     ETag::Strong(e.to_owned())
 }
 
+/// s3s's aws-chunked trailer, as the object service reads it.
+struct S3sTrailers(s3s::TrailingHeaders);
+
+impl lode_objects::Trailers for S3sTrailers {
+    fn take(&self) -> Option<http::HeaderMap> {
+        self.0.take()
+    }
+}
+
 /// The algorithms to compute for an upload: the announced one, the header values, the trailer.
 /// A `Content-MD5` header that is not the base64 of 16 bytes (an empty one included) is
 /// `400 InvalidDigest` before any byte of the body is read.
@@ -156,7 +165,7 @@ fn integrity<T>(
             .and_then(|s| STANDARD.decode(s.trim()).ok())
             .is_some_and(|b| b.len() == 16);
         if !ok {
-            return Err(ObjError::InvalidDigest.into());
+            return Err(obj_s3(ObjError::InvalidDigest));
         }
     }
     let mut algos: Vec<Algo> = expected.values.iter().map(|(a, _)| *a).collect();
@@ -187,7 +196,10 @@ fn integrity<T>(
         content_md5,
         expected,
         algos,
-        trailers: req.trailing_headers.clone(),
+        trailers: req
+            .trailing_headers
+            .clone()
+            .map(|t| Box::new(S3sTrailers(t)) as Box<dyn lode_objects::Trailers>),
     })
 }
 
@@ -282,7 +294,7 @@ fn read_conditions(
     )
     .map_err(|e| {
         let not_modified = matches!(e, ObjError::NotModified);
-        let mut err = s3s::S3Error::from(e);
+        let mut err = obj_s3(e);
         if not_modified {
             let mut h = http::HeaderMap::new();
             if let Ok(v) = http::HeaderValue::from_str(&format!("\"{}\"", rec.etag)) {
@@ -305,11 +317,13 @@ fn source_object<'a>(c: &'a CopySource, op: &str) -> S3Result<(&'a str, &'a str)
         CopySource::Bucket {
             version_id: Some(v),
             ..
-        } if &**v != "null" => {
-            Err(ObjError::NotImplemented(format!("{op} from a version id")).into())
-        }
+        } if &**v != "null" => Err(obj_s3(ObjError::NotImplemented(format!(
+            "{op} from a version id"
+        )))),
         CopySource::Bucket { bucket, key, .. } => Ok((bucket, key)),
-        _ => Err(ObjError::NotImplemented(format!("{op} from an access point")).into()),
+        _ => Err(obj_s3(ObjError::NotImplemented(format!(
+            "{op} from an access point"
+        )))),
     }
 }
 
@@ -368,7 +382,7 @@ fn plan_read(
                 "Cannot specify both Range header and partNumber query parameter"
             ));
         }
-        let (s, e, idx) = part_range(rec, n)?;
+        let (s, e, idx) = part_range(rec, n).s3()?;
         (plan.start, plan.end) = (s, e);
         if !rec.parts.is_empty() {
             plan.parts_count = Some(rec.parts.len() as i32);
@@ -376,7 +390,9 @@ fn plan_read(
             part_sums = Some(rec.parts[idx].checksums.clone());
         }
     } else if let Some(r) = range {
-        let rr = r.check(rec.size).map_err(|_| ObjError::InvalidRange)?;
+        let rr = r
+            .check(rec.size)
+            .map_err(|_| obj_s3(ObjError::InvalidRange))?;
         (plan.start, plan.end) = (rr.start, rr.end);
         plan.content_range = Some(format!("bytes {}-{}/{}", rr.start, rr.end - 1, rec.size));
     }
@@ -394,10 +410,10 @@ fn plan_read(
 /// The byte range of the part numbered `n` (as uploaded; a completion may skip numbers) and its
 /// index among the object's parts. An object from a single PUT has part 1 only.
 fn part_range(rec: &ObjectRecord, n: i32) -> Result<(u64, u64, usize), ObjError> {
-    if !(1..=crate::objects::MAX_PARTS).contains(&n) {
+    if !(1..=lode_objects::MAX_PARTS).contains(&n) {
         return Err(ObjError::InvalidArgument(format!(
             "Part number must be an integer between 1 and {}, inclusive",
-            crate::objects::MAX_PARTS
+            lode_objects::MAX_PARTS
         )));
     }
     if rec.parts.is_empty() {
@@ -467,7 +483,7 @@ fn max_keys(m: Option<i32>) -> S3Result<usize> {
 }
 
 fn list_entries(
-    page: &lode_metadata::list::ListPage,
+    page: &lode_objects::ListPage,
     fetch_owner: Option<&str>,
     enc: bool,
 ) -> (Vec<Object>, Vec<CommonPrefix>) {
@@ -520,10 +536,13 @@ impl S3 for LodeS3 {
             ));
         }
         if req.input.object_lock_enabled_for_bucket == Some(true) {
-            return Err(ObjError::NotImplemented("Object lock".into()).into());
+            return Err(obj_s3(ObjError::NotImplemented("Object lock".into())));
         }
         let creator = self.user(req.credentials.as_ref());
-        self.svc.create_bucket(&req.input.bucket, &creator).await?;
+        self.svc
+            .create_bucket(&req.input.bucket, &creator)
+            .await
+            .s3()?;
         self.svc.notify_bucket(&req.input.bucket);
         Ok(S3Response::new(CreateBucketOutput {
             location: Some(format!("/{}", req.input.bucket)),
@@ -535,7 +554,7 @@ impl S3 for LodeS3 {
         &self,
         req: S3Request<DeleteBucketInput>,
     ) -> S3Result<S3Response<DeleteBucketOutput>> {
-        self.svc.delete_bucket(&req.input.bucket).await?;
+        self.svc.delete_bucket(&req.input.bucket).await.s3()?;
         if let Err(e) = self.users.drop_bucket(&req.input.bucket).await {
             tracing::warn!(error = %e, "dropping the grants of a deleted bucket failed");
         }
@@ -548,7 +567,7 @@ impl S3 for LodeS3 {
         &self,
         req: S3Request<HeadBucketInput>,
     ) -> S3Result<S3Response<HeadBucketOutput>> {
-        self.svc.bucket(&req.input.bucket).await?;
+        self.svc.bucket(&req.input.bucket).await.s3()?;
         Ok(S3Response::new(HeadBucketOutput {
             bucket_region: Some(self.region.clone()),
             ..Default::default()
@@ -584,7 +603,8 @@ impl S3 for LodeS3 {
         let mut visible = self
             .svc
             .list_buckets()
-            .await?
+            .await
+            .s3()?
             .into_iter()
             .filter(|_| region_ok)
             .filter(|(n, _)| i.prefix.as_deref().is_none_or(|p| n.starts_with(p)))
@@ -624,7 +644,7 @@ impl S3 for LodeS3 {
         &self,
         req: S3Request<GetBucketLocationInput>,
     ) -> S3Result<S3Response<GetBucketLocationOutput>> {
-        self.svc.bucket(&req.input.bucket).await?;
+        self.svc.bucket(&req.input.bucket).await.s3()?;
         let loc = (self.region != "us-east-1")
             .then(|| BucketLocationConstraint::from(self.region.clone()));
         Ok(S3Response::new(GetBucketLocationOutput {
@@ -641,10 +661,9 @@ impl S3 for LodeS3 {
         require_length(&req.headers, req.input.content_length)?;
         let i = &req.input;
         if i.write_offset_bytes.is_some() {
-            return Err(ObjError::NotImplemented(
+            return Err(obj_s3(ObjError::NotImplemented(
                 "PutObject with x-amz-write-offset-bytes (append)".into(),
-            )
-            .into());
+            )));
         }
         let expected = ChecksumSet::from_fields(
             i.checksum_crc32.clone(),
@@ -674,7 +693,8 @@ impl S3 for LodeS3 {
         let r = self
             .svc
             .put_object(&i.bucket, &i.key, meta, body, i.content_length, integ, cond)
-            .await?;
+            .await
+            .s3()?;
         self.svc.notify_changed(&i.bucket, &i.key, false);
         let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) = checksum_fields(&r.checksums);
         Ok(S3Response::new(PutObjectOutput {
@@ -696,7 +716,7 @@ impl S3 for LodeS3 {
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let i = req.input;
-        let h = self.svc.open_object(&i.bucket, &i.key).await?;
+        let h = self.svc.open_object(&i.bucket, &i.key).await.s3()?;
         let rec = h.record.clone();
         read_conditions(
             &rec,
@@ -756,8 +776,7 @@ impl S3 for LodeS3 {
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let i = req.input;
-        let h = self.svc.open_object(&i.bucket, &i.key).await?;
-        let rec = &h.record;
+        let rec = &self.svc.head_object(&i.bucket, &i.key).await.s3()?;
         read_conditions(
             rec,
             i.if_match.as_ref(),
@@ -841,7 +860,7 @@ impl S3 for LodeS3 {
             Some(_) => return Err(s3_error!(InvalidArgument, "max-parts must be non-negative")),
         };
         let marker = i.part_number_marker.unwrap_or(0);
-        let rec = self.svc.open_object(&i.bucket, &i.key).await?.record;
+        let rec = self.svc.head_object(&i.bucket, &i.key).await.s3()?;
         let checksum =
             (wanted(ObjectAttributes::CHECKSUM) && !rec.checksums.is_empty()).then(|| {
                 let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) =
@@ -908,7 +927,8 @@ impl S3 for LodeS3 {
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
         self.svc
             .delete_object(&req.input.bucket, &req.input.key)
-            .await?;
+            .await
+            .s3()?;
         self.svc
             .notify_changed(&req.input.bucket, &req.input.key, true);
         Ok(S3Response::new(DeleteObjectOutput::default()))
@@ -920,7 +940,7 @@ impl S3 for LodeS3 {
         req: S3Request<DeleteObjectsInput>,
     ) -> S3Result<S3Response<DeleteObjectsOutput>> {
         let i = req.input;
-        self.svc.bucket(&i.bucket).await?;
+        self.svc.bucket(&i.bucket).await.s3()?;
         if i.delete.objects.len() > 1000 {
             return Err(s3_error!(
                 MalformedXML,
@@ -942,7 +962,7 @@ impl S3 for LodeS3 {
                     }
                 }
                 Err(e) => {
-                    let s3e = s3s::S3Error::from(e);
+                    let s3e = obj_s3(e);
                     errors.push(Error {
                         code: Some(s3e.code().as_str().to_owned()),
                         key: Some(o.key),
@@ -991,7 +1011,8 @@ impl S3 for LodeS3 {
         let rec = self
             .svc
             .copy_object((sb, sk), (&i.bucket, &i.key), new_meta, check)
-            .await?;
+            .await
+            .s3()?;
         self.svc.notify_changed(&i.bucket, &i.key, false);
         let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) = checksum_fields(&rec.checksums);
         Ok(S3Response::new(CopyObjectOutput {
@@ -1025,7 +1046,8 @@ impl S3 for LodeS3 {
         let page = self
             .svc
             .list_objects(&i.bucket, prefix, i.delimiter.clone(), after, max)
-            .await?;
+            .await
+            .s3()?;
         let me = owner_of(req.credentials.as_ref());
         let (contents, prefixes) = list_entries(
             &page,
@@ -1072,7 +1094,8 @@ impl S3 for LodeS3 {
                 i.marker.clone(),
                 max,
             )
-            .await?;
+            .await
+            .s3()?;
         let me = owner_of(req.credentials.as_ref());
         let (contents, prefixes) = list_entries(&page, Some(me.as_str()), enc);
         let e = |s: Option<String>| if enc { s.map(|s| url_encode(&s)) } else { s };
@@ -1128,14 +1151,14 @@ impl S3 for LodeS3 {
             i.metadata,
         );
         let rec = UploadRecord {
-            initiated_ms: crate::objects::now_ms(),
+            initiated_ms: lode_objects::now_ms(),
             meta,
             checksum_algorithm: i.checksum_algorithm.as_ref().map(|a| a.as_str().to_owned()),
             checksum_type: i.checksum_type.as_ref().map(|t| t.as_str().to_owned()),
             owner,
         };
         let (algo, ctype) = (rec.checksum_algorithm.clone(), rec.checksum_type.clone());
-        let id = self.svc.create_upload(&i.bucket, &i.key, rec).await?;
+        let id = self.svc.create_upload(&i.bucket, &i.key, rec).await.s3()?;
         Ok(S3Response::new(CreateMultipartUploadOutput {
             bucket: Some(i.bucket),
             key: Some(i.key),
@@ -1180,7 +1203,8 @@ impl S3 for LodeS3 {
                 i.content_length,
                 integ,
             )
-            .await?;
+            .await
+            .s3()?;
         let (crc32, crc32c, crc64nvme, sha1, sha256, _) = checksum_fields(&p.checksums);
         Ok(S3Response::new(UploadPartOutput {
             e_tag: Some(etag(&p.etag)),
@@ -1200,15 +1224,19 @@ impl S3 for LodeS3 {
     ) -> S3Result<S3Response<UploadPartCopyOutput>> {
         let i = req.input;
         let (sb, sk) = source_object(&i.copy_source, "UploadPartCopy")?;
-        self.svc.upload(&i.bucket, &i.key, &i.upload_id).await?;
-        let h = self.svc.open_object(sb, sk).await?;
+        self.svc
+            .upload(&i.bucket, &i.key, &i.upload_id)
+            .await
+            .s3()?;
+        let h = self.svc.open_object(sb, sk).await.s3()?;
         CopySourceConds {
             if_match: i.copy_source_if_match.clone(),
             if_none_match: i.copy_source_if_none_match.clone(),
             if_modified_since: i.copy_source_if_modified_since.clone(),
             if_unmodified_since: i.copy_source_if_unmodified_since.clone(),
         }
-        .check(&h.record)?;
+        .check(&h.record)
+        .s3()?;
         let size = h.record.size;
         let range = match &i.copy_source_range {
             None => (0, size),
@@ -1230,7 +1258,7 @@ impl S3 for LodeS3 {
                     ));
                 };
                 if last >= size {
-                    return Err(ObjError::InvalidRange.into());
+                    return Err(obj_s3(ObjError::InvalidRange));
                 }
                 (first, last + 1)
             }
@@ -1238,7 +1266,8 @@ impl S3 for LodeS3 {
         let p = self
             .svc
             .upload_part_copy((&i.bucket, &i.key, &i.upload_id, i.part_number), h, range)
-            .await?;
+            .await
+            .s3()?;
         Ok(S3Response::new(UploadPartCopyOutput {
             copy_part_result: Some(CopyPartResult {
                 e_tag: Some(etag(&p.etag)),
@@ -1255,13 +1284,18 @@ impl S3 for LodeS3 {
         req: S3Request<ListPartsInput>,
     ) -> S3Result<S3Response<ListPartsOutput>> {
         let i = req.input;
-        let up = self.svc.upload(&i.bucket, &i.key, &i.upload_id).await?;
+        let up = self
+            .svc
+            .upload(&i.bucket, &i.key, &i.upload_id)
+            .await
+            .s3()?;
         let max = i.max_parts.unwrap_or(1000).clamp(0, 1000) as usize;
         let marker = i.part_number_marker.unwrap_or(0).max(0) as u32;
         let (parts, truncated) = self
             .svc
             .list_parts(&i.bucket, &i.key, &i.upload_id, marker, max)
-            .await?;
+            .await
+            .s3()?;
         let next = parts.last().map(|(n, _)| *n as i32);
         let parts = parts
             .into_iter()
@@ -1318,7 +1352,8 @@ impl S3 for LodeS3 {
                 i.upload_id_marker.clone(),
                 max,
             )
-            .await?;
+            .await
+            .s3()?;
         let (nk, nu) = page.last.clone().unzip();
         let nu = nu.filter(|u| !u.is_empty()); // the page ended on a common prefix
         let truncated = page.truncated;
@@ -1401,7 +1436,8 @@ impl S3 for LodeS3 {
         let rec = self
             .svc
             .complete_upload(&i.bucket, &i.key, &i.upload_id, parts, whole, cond)
-            .await?;
+            .await
+            .s3()?;
         self.svc.notify_changed(&i.bucket, &i.key, false);
         let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) = checksum_fields(&rec.checksums);
         Ok(S3Response::new(CompleteMultipartUploadOutput {
@@ -1427,7 +1463,8 @@ impl S3 for LodeS3 {
         let i = req.input;
         self.svc
             .abort_upload(&i.bucket, &i.key, &i.upload_id)
-            .await?;
+            .await
+            .s3()?;
         Ok(S3Response::new(AbortMultipartUploadOutput::default()))
     }
 }

@@ -15,9 +15,10 @@ use lode_metadata::{MetadataStore, RocksConfig, RocksMetadataStore};
 use s3s::service::S3ServiceBuilder;
 use tokio::net::TcpListener;
 
-use crate::auth::{Credentials, KeyStore, Source};
+use crate::access::KeyStore;
+use crate::auth::{Credentials, Source};
 
-use crate::objects::{ObjectService, ServiceConfig};
+use lode_objects::{ObjectService, ServiceConfig};
 
 /// The largest browser-form upload (s3s reads the file into memory before the object service
 /// sees it; AWS allows 5 GiB).
@@ -244,7 +245,7 @@ pub async fn fsck_cluster(
         for s in segs {
             if let lode_metadata::records::Segment::Chunk(ch) = s {
                 referenced.insert(lode_blob_rados::chunk_oid(
-                    &crate::objects::chunk_ref(ch).extent,
+                    &lode_objects::chunk_ref(ch).extent,
                 ));
             }
         }
@@ -293,7 +294,7 @@ pub async fn fsck_cluster(
         .into_iter()
         .collect();
     rep.chunks_in_pool = in_pool.len() as u64;
-    let now_ms = crate::objects::now_ms().max(0) as u64;
+    let now_ms = lode_objects::now_ms().max(0) as u64;
     for name in in_pool.difference(&referenced) {
         // `lode.c.<incarnation>.<ms << 20 | seq>`: the chunk's age is in its name.
         let born_ms = name
@@ -326,15 +327,15 @@ pub fn local_service(
     meta: Arc<dyn MetadataStore>,
     dp: Arc<Datapath>,
     cfg: ServiceConfig,
-) -> crate::error::ObjResult<ObjectService> {
-    rebuild_allocator(&*meta, &dp)?;
+) -> anyhow::Result<ObjectService> {
+    rebuild_allocator(&*meta, &dp).context("rebuilding the datapath's allocator")?;
     let catalog = Arc::new(lode_catalog::KvCatalog::new(meta));
     let blobs = Arc::new(lode_datapath::LocalBlobStore::new(dp));
-    ObjectService::open(catalog, blobs, cfg)
+    Ok(ObjectService::open(catalog, blobs, cfg)?)
 }
 
 /// Marks every extent the metadata records as used in the datapath's allocator.
-fn rebuild_allocator(meta: &dyn MetadataStore, dp: &Datapath) -> crate::error::ObjResult<()> {
+fn rebuild_allocator(meta: &dyn MetadataStore, dp: &Datapath) -> anyhow::Result<()> {
     use lode_metadata::{MetaError, Table, keys, records};
     let mut c = meta.cursor(Table::Extents)?;
     c.seek(&[]);
@@ -420,10 +421,11 @@ fn watch_metadata_dir(dir: PathBuf) -> anyhow::Result<()> {
 }
 
 /// `lode scrub`: one offline pass over every chunk, unpaced.
-pub async fn scrub_once(cfg: &LodeConfig) -> anyhow::Result<crate::scrub::PassReport> {
+pub async fn scrub_once(cfg: &LodeConfig) -> anyhow::Result<lode_objects::scrub::PassReport> {
     let (meta, dp) = open_stores(cfg)?;
     let svc = local_service(meta, dp, ServiceConfig::default())?;
-    Ok(crate::scrub::pass(&svc, 0, &svc.scrub).await?)
+    let stats = lode_objects::scrub::ScrubStats::default();
+    Ok(lode_objects::scrub::pass(&svc, 0, &stats).await?)
 }
 
 /// `lode fsck`: offline consistency check (and repair) of metadata against the allocator.
@@ -442,7 +444,7 @@ pub async fn fsck(
 pub async fn serve(
     cfg: LodeConfig,
     master_key_env: Option<String>,
-    failpoints: crate::failpoint::Failpoints,
+    failpoints: lode_objects::failpoint::Failpoints,
     on_start: impl FnOnce(&Started),
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
@@ -517,9 +519,11 @@ pub async fn serve(
             users,
         )
     };
-    svc.profile
-        .enabled
-        .store(cfg.server.profile, Ordering::Relaxed);
+    // The IO profile both doors record into, and the scrubber's totals (served by the admin
+    // endpoint).
+    let profile = Arc::new(crate::profile::Profile::default());
+    profile.enabled.store(cfg.server.profile, Ordering::Relaxed);
+    let scrub_stats = Arc::new(lode_objects::scrub::ScrubStats::default());
     let mut builder = S3ServiceBuilder::new(crate::s3::LodeS3::new(
         Arc::clone(&svc),
         Arc::clone(&users),
@@ -562,9 +566,13 @@ pub async fn serve(
         let a = l.local_addr()?;
         tokio::spawn(crate::admin::serve(
             l,
-            Arc::clone(&svc),
-            Arc::clone(&users),
-            creds.secret_key.clone(),
+            crate::admin::Admin {
+                svc: Arc::clone(&svc),
+                users: Arc::clone(&users),
+                profile: Arc::clone(&profile),
+                scrub: Arc::clone(&scrub_stats),
+                root_secret: creds.secret_key.clone(),
+            },
         ));
         Some(a)
     };
@@ -574,6 +582,7 @@ pub async fn serve(
         Some(
             crate::posix::mount(
                 Arc::clone(&svc),
+                Arc::clone(&profile),
                 &cfg.posix,
                 &data_dir,
                 Arc::clone(&users),
@@ -583,14 +592,15 @@ pub async fn serve(
         )
     };
     if cfg.scrub.enabled && !clustered {
-        tokio::spawn(crate::scrub::run(
+        tokio::spawn(lode_objects::scrub::run(
             Arc::clone(&svc),
+            Arc::clone(&scrub_stats),
             cfg.scrub.rate.0,
             Duration::from_secs(cfg.scrub.start_delay_secs),
             Duration::from_secs(cfg.scrub.interval_secs),
         ));
     }
-    let (free, total) = svc.blobs().space();
+    let (free, total) = svc.space();
     on_start(&Started {
         addr,
         admin_addr,
@@ -636,6 +646,7 @@ pub async fn serve(
         let ids = Arc::clone(&ids);
         let inflight = Arc::clone(&inflight);
         let objects = Arc::clone(&svc);
+        let profile = Arc::clone(&profile);
         let domain = domain.clone();
         let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
             let s3 = s3.clone();
@@ -648,7 +659,7 @@ pub async fn serve(
             );
             let id = ids.fetch_add(1, Ordering::Relaxed);
             let permit = Arc::clone(&inflight).try_acquire_owned();
-            let objects = Arc::clone(&objects);
+            let profile = Arc::clone(&profile);
             let (class, bucket, in_bytes) = classify(&req, &domain);
             async move {
                 let rid = format!("{id:016X}");
@@ -680,7 +691,7 @@ pub async fn serve(
                         .unwrap_or(0),
                     _ => in_bytes,
                 };
-                objects.profile.record(
+                profile.record(
                     crate::profile::Door::S3,
                     class,
                     bucket.as_deref(),

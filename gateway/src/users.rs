@@ -297,7 +297,7 @@ impl Users {
             access_key: creds.access_key.clone(),
             sealed_secret: self.seal(&creds.secret_key),
             uid,
-            created_ms: crate::objects::now_ms(),
+            created_ms: lode_objects::now_ms(),
         });
         let create = Arc::new(move |cur: Option<&[u8]>| match cur {
             Some(_) => Err(CatalogError::PreconditionFailed),

@@ -7,10 +7,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::StreamExt;
 use lode_datapath::{Backend, ChunkError, Datapath};
-use lode_gateway::error::ObjError;
-use lode_gateway::objects::{Integrity, ObjectService, ServiceConfig, WriteCond};
-use lode_metadata::records::ObjectMeta;
 use lode_metadata::{RocksConfig, RocksMetadataStore};
+use lode_objects::{Integrity, ObjError, ObjectMeta, ObjectService, ServiceConfig, WriteCond};
 
 const DEV: u64 = 64 << 20;
 
@@ -209,7 +207,7 @@ async fn multipart_complete_references_parts_and_abort_frees_them() {
     let svc = open(dir.path(), DEV);
     svc.create_bucket("bk1", "me").await.unwrap();
     let empty = free(&svc);
-    let rec = lode_metadata::records::UploadRecord {
+    let rec = lode_objects::UploadRecord {
         initiated_ms: 0,
         meta: ObjectMeta::default(),
         checksum_algorithm: None,
@@ -304,7 +302,7 @@ async fn corrupt_chunk_is_an_error_not_bad_bytes() {
     svc.create_bucket("bk1", "me").await.unwrap();
     put(&svc, "bk1", "k", &data(100_000, 5)).await.unwrap();
     let h = svc.open_object("bk1", "k").await.unwrap();
-    let lode_metadata::records::Segment::Chunk(c) = h.record.segments[0].clone() else {
+    let lode_objects::Segment::Chunk(c) = h.record.segments[0].clone() else {
         panic!("chunked")
     };
     drop(h);
@@ -407,7 +405,8 @@ async fn a_failed_metadata_commit_leaves_nothing_and_returns_the_space() {
     meta.fail_commits.store(true, Ordering::SeqCst);
     // The data is written and synced, then the commit fails: the client gets an error...
     let r = put(&svc, "bk1", "new", &data(3 << 20, 2)).await;
-    assert!(matches!(r, Err(ObjError::Meta(_))), "{r:?}");
+    // The store's failure, reported as a catalog failure (500), not as a client error.
+    assert!(matches!(r, Err(ObjError::Catalog(_))), "{r:?}");
     let r = put(&svc, "bk1", "old", &data(3 << 20, 3)).await;
     assert!(r.is_err());
     meta.fail_commits.store(false, Ordering::SeqCst);
@@ -441,7 +440,7 @@ async fn a_part_committed_during_abort_or_complete_is_never_orphaned() {
         let svc = Arc::new(lode_gateway::server::local_service(meta.clone(), dp, cfg).unwrap());
         svc.create_bucket("bk1", "me").await.unwrap();
         let empty = free(&svc);
-        let rec = lode_metadata::records::UploadRecord {
+        let rec = lode_objects::UploadRecord {
             initiated_ms: 0,
             meta: ObjectMeta::default(),
             checksum_algorithm: None,

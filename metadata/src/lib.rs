@@ -37,16 +37,24 @@ pub enum Table {
     Extents,
     /// misc. singletons (format version, credentials)
     System,
+    /// bucket \0 key (as in `Objects`) -> the payload of the object record at that key: the
+    /// raw bytes of its inline segments, stored apart so that listings and stats never read
+    /// them ([`records::split_inline`]). Only records in format 3 with inline segments have
+    /// one.
+    Inline,
 }
 
 impl Table {
-    pub const ALL: [Table; 6] = [
+    /// Every table. RocksDB creates the column families missing from an older data dir
+    /// (`inline`) when it opens it.
+    pub const ALL: [Table; 7] = [
         Table::Buckets,
         Table::Objects,
         Table::Uploads,
         Table::Parts,
         Table::Extents,
         Table::System,
+        Table::Inline,
     ];
 
     pub fn name(self) -> &'static str {
@@ -57,6 +65,7 @@ impl Table {
             Table::Parts => "parts",
             Table::Extents => "extents",
             Table::System => "system",
+            Table::Inline => "inline",
         }
     }
 }

@@ -1,6 +1,12 @@
 //! Versioned records. Every value starts with a format byte; the body is postcard-encoded.
 //! Each record type says which format it writes (`Record::FORMAT`); older formats stay
 //! decodable: `mod v1` keeps the old structs and `Record::decode_old` migrates them.
+//!
+//! An [`ObjectRecord`] is stored in two pieces since format 3: the record, with each inline
+//! segment replaced by its length ([`Segment::Detached`]), and its **payload**, the bytes of
+//! those segments, under a key of its own ([`split_inline`], [`join_inline`]). Stats, HEADs and
+//! listings read only the record (the "head" form, [`ObjectRecord::into_head`]); reads of the
+//! content join the two.
 
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
@@ -8,8 +14,12 @@ use crate::MetaError;
 
 /// The first record format (every type but `ObjectRecord` still writes it).
 pub const FORMAT_V1: u8 = 1;
-/// `ObjectRecord` since it names its multipart upload and its parts' numbers.
+/// `ObjectRecord` since it names its multipart upload and its parts' numbers (inline bytes
+/// still inside the value).
 pub const FORMAT_V2: u8 = 2;
+/// `ObjectRecord` since its inline bytes are stored apart from it: the value holds
+/// [`Segment::Detached`] lengths, the bytes are its payload ([`split_inline`]).
+pub const FORMAT_V3: u8 = 3;
 
 /// A value stored in the metadata store, with its format byte.
 pub trait Record: Serialize + DeserializeOwned {
@@ -100,6 +110,13 @@ pub enum Segment {
     /// instead of byte by byte.
     Inline(#[serde(with = "serde_bytes")] Vec<u8>),
     Chunk(ChunkLoc),
+    /// `n` inline bytes kept apart from the record: an [`Segment::Inline`] segment as a format-3
+    /// value stores it. The bytes of every such segment of a record, concatenated in order, are
+    /// the record's payload, stored under a key of its own ([`split_inline`]); a record read
+    /// without its payload (the head form) has these, [`join_inline`] turns them back into
+    /// `Inline` segments. (Last variant: postcard encodes the variant index, so older values
+    /// decode as they were.)
+    Detached(u32),
 }
 
 impl Segment {
@@ -107,6 +124,7 @@ impl Segment {
         match self {
             Segment::Inline(b) => b.len() as u64,
             Segment::Chunk(c) => u64::from(c.data_len),
+            Segment::Detached(n) => u64::from(*n),
         }
     }
 
@@ -141,12 +159,101 @@ pub struct ObjectRecord {
     pub upload_id: Option<String>,
 }
 
+impl ObjectRecord {
+    /// Whether some segment is [`Segment::Detached`] (the record lacks its payload).
+    pub fn has_detached(&self) -> bool {
+        self.segments
+            .iter()
+            .any(|s| matches!(s, Segment::Detached(_)))
+    }
+
+    /// The head form: every `Inline` segment replaced by `Detached` of its length.
+    pub fn into_head(mut self) -> Self {
+        for s in &mut self.segments {
+            if let Segment::Inline(b) = s {
+                *s = Segment::Detached(inline_len(b));
+            }
+        }
+        self
+    }
+}
+
+fn inline_len(b: &[u8]) -> u32 {
+    u32::try_from(b.len()).expect("an inline segment is far below 4 GiB")
+}
+
+/// Splits a record for storage: the format-3 value (every `Inline` segment written as
+/// `Detached` of its length) and the payload (the bytes of those segments, concatenated in
+/// order; `None` when there is no inline segment). `rec` should be whole: a `Detached` segment
+/// in it is written as is, and its bytes are not in the payload.
+pub fn split_inline(rec: &ObjectRecord) -> (Vec<u8>, Option<Vec<u8>>) {
+    let mut payload: Option<Vec<u8>> = None;
+    let segments = rec
+        .segments
+        .iter()
+        .map(|s| match s {
+            Segment::Inline(b) => {
+                payload.get_or_insert_with(Vec::new).extend_from_slice(b);
+                Segment::Detached(inline_len(b))
+            }
+            s => s.clone(),
+        })
+        .collect();
+    let head = ObjectRecord {
+        size: rec.size,
+        etag: rec.etag.clone(),
+        last_modified_ms: rec.last_modified_ms,
+        meta: rec.meta.clone(),
+        checksums: rec.checksums.clone(),
+        segments,
+        parts: rec.parts.clone(),
+        upload_id: rec.upload_id.clone(),
+    };
+    (encode(&head), payload)
+}
+
+/// Puts a payload back into a record read in head form: each `Detached(n)` segment becomes
+/// `Inline` of the payload's next `n` bytes. A payload shorter or longer than the `Detached`
+/// segments together is [`MetaError::Corrupt`]. (A record without `Detached` segments, say one
+/// in format 1 or 2, comes back as it was given an empty payload.)
+pub fn join_inline(mut rec: ObjectRecord, payload: &[u8]) -> Result<ObjectRecord, MetaError> {
+    let mut at = 0usize;
+    for s in &mut rec.segments {
+        if let Segment::Detached(n) = *s {
+            let end = at.saturating_add(n as usize);
+            let bytes = payload.get(at..end).ok_or_else(|| {
+                MetaError::Corrupt(format!(
+                    "inline payload of {} bytes is shorter than its record says",
+                    payload.len()
+                ))
+            })?;
+            *s = Segment::Inline(bytes.to_vec());
+            at = end;
+        }
+    }
+    if at != payload.len() {
+        return Err(MetaError::Corrupt(format!(
+            "inline payload of {} bytes, its record names {at}",
+            payload.len()
+        )));
+    }
+    Ok(rec)
+}
+
+/// Decodes a stored object record into its head form (inline bytes as `Detached`, whichever
+/// format the value is in).
+pub fn decode_head(b: &[u8]) -> Result<ObjectRecord, MetaError> {
+    decode::<ObjectRecord>(b).map(ObjectRecord::into_head)
+}
+
 impl Record for ObjectRecord {
-    const FORMAT: u8 = FORMAT_V2;
+    const FORMAT: u8 = FORMAT_V3;
 
     fn decode_old(format: u8, body: &[u8]) -> Result<Self, MetaError> {
         match format {
             FORMAT_V1 => Ok(postcard_body::<v1::ObjectRecord>(body)?.into()),
+            // The same struct, with the inline bytes inside the value.
+            FORMAT_V2 => postcard_body(body),
             f => Err(MetaError::UnknownFormat(f)),
         }
     }
@@ -263,7 +370,7 @@ mod tests {
             upload_id: Some("u1".into()),
         };
         let b = encode(&r);
-        assert_eq!(b[0], FORMAT_V2);
+        assert_eq!(b[0], FORMAT_V3);
         assert_eq!(decode::<ObjectRecord>(&b).unwrap(), r);
         let mut bad = b.clone();
         bad[0] = 9;
@@ -335,7 +442,109 @@ mod tests {
             .collect();
         assert_eq!(got, vec![(1, "a"), (2, "b")]);
         // Re-encoding writes the current format.
-        assert_eq!(encode(&r)[0], FORMAT_V2);
+        assert_eq!(encode(&r)[0], FORMAT_V3);
         assert_eq!(decode::<ObjectRecord>(&encode(&r)).unwrap(), r);
+    }
+
+    /// The record of the v2 fixture: two inline segments around a chunk, metadata, a part.
+    fn v2_fixture_record() -> ObjectRecord {
+        ObjectRecord {
+            size: 107,
+            etag: "e-1".into(),
+            last_modified_ms: 1_700_000_000_123,
+            meta: ObjectMeta {
+                content_type: Some("text/plain".into()),
+                user: vec![("k".into(), "v".into())],
+                ..ObjectMeta::default()
+            },
+            checksums: Checksums {
+                crc32c: Some("AAAAAA==".into()),
+                ..Checksums::default()
+            },
+            segments: vec![
+                Segment::Inline(b"abc".to_vec()),
+                Segment::Chunk(ChunkLoc {
+                    dev: 1,
+                    offset: 8192,
+                    alloc_len: 4096,
+                    data_len: 100,
+                    crc32c: 0xdead_beef,
+                }),
+                Segment::Inline(b"defg".to_vec()),
+            ],
+            parts: vec![PartSummary {
+                number: 2,
+                size: 107,
+                etag: "p2".into(),
+                checksums: Checksums::default(),
+            }],
+            upload_id: Some("u1".into()),
+        }
+    }
+
+    /// A v2 object record (inline bytes inside the value) as format 2's encoder wrote it; kept
+    /// so later formats must still read it. Re-encoding it writes format 3, split.
+    #[test]
+    fn v2_fixture_decodes_and_reencodes_split() {
+        let fixture: &[u8] = &[
+            2, 107, 3, 101, 45, 49, 246, 161, 171, 254, 249, 98, 1, 10, 116, 101, 120, 116, 47,
+            112, 108, 97, 105, 110, 0, 0, 0, 0, 0, 1, 1, 107, 1, 118, 0, 1, 8, 65, 65, 65, 65, 65,
+            65, 61, 61, 0, 0, 0, 0, 3, 0, 3, 97, 98, 99, 1, 1, 128, 64, 128, 32, 100, 239, 253,
+            182, 245, 13, 0, 4, 100, 101, 102, 103, 1, 2, 107, 2, 112, 50, 0, 0, 0, 0, 0, 0, 1, 2,
+            117, 49,
+        ];
+        let want = v2_fixture_record();
+        let r: ObjectRecord = decode(fixture).unwrap();
+        assert_eq!(r, want);
+        assert!(!r.has_detached());
+        let (value, payload) = split_inline(&r);
+        assert_eq!(value[0], FORMAT_V3);
+        assert_eq!(payload.as_deref(), Some(&b"abcdefg"[..]));
+        // The value holds no inline byte: it is the v2 body minus the bytes, plus lengths.
+        let head: ObjectRecord = decode(&value).unwrap();
+        assert!(head.has_detached());
+        assert_eq!(head, want.clone().into_head());
+        assert_eq!(decode_head(fixture).unwrap(), head);
+        assert_eq!(
+            head.segments.iter().map(Segment::len).collect::<Vec<_>>(),
+            vec![3, 100, 4]
+        );
+        assert_eq!(join_inline(head, b"abcdefg").unwrap(), want);
+    }
+
+    #[test]
+    fn split_and_join() {
+        let mut r = v2_fixture_record();
+        // No inline segment: no payload, and the value is the record itself.
+        let chunk_only = ObjectRecord {
+            segments: vec![r.segments[1].clone()],
+            ..r.clone()
+        };
+        let (value, payload) = split_inline(&chunk_only);
+        assert_eq!(payload, None);
+        assert_eq!(value, encode(&chunk_only));
+        assert_eq!(
+            join_inline(decode(&value).unwrap(), b"").unwrap(),
+            chunk_only
+        );
+        // An empty inline segment is kept (an empty object), with an empty payload.
+        r.segments = vec![Segment::Inline(vec![])];
+        let (value, payload) = split_inline(&r);
+        assert_eq!(payload.as_deref(), Some(&b""[..]));
+        let head: ObjectRecord = decode(&value).unwrap();
+        assert_eq!(head.segments, vec![Segment::Detached(0)]);
+        assert_eq!(join_inline(head, b"").unwrap(), r);
+        // A payload that does not match the lengths is corrupt, short or long.
+        let head: ObjectRecord = decode(&split_inline(&v2_fixture_record()).0).unwrap();
+        for bad in [&b"abcdef"[..], b"abcdefgh", b""] {
+            assert!(matches!(
+                join_inline(head.clone(), bad),
+                Err(MetaError::Corrupt(_))
+            ));
+        }
+        // Order matters: the first segment takes the first bytes.
+        let j = join_inline(head, b"xyz1234").unwrap();
+        assert_eq!(j.segments[0], Segment::Inline(b"xyz".to_vec()));
+        assert_eq!(j.segments[2], Segment::Inline(b"1234".to_vec()));
     }
 }

@@ -18,14 +18,12 @@ use fuser::{
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
     Request, TimeOrNow,
 };
-use lode_metadata::records::{ObjectMeta, ObjectRecord};
+use lode_objects::{Integrity, ObjectMeta, ObjectRecord, ObjectService, SegmentCache, WriteCond};
 
 use super::inodes::{Inodes, Kind, NodePath, ROOT};
 use super::names::{self, Attrs, DIR_CONTENT_TYPE};
 use super::open::{self, FileData, OpenFile, Snapshot};
-use crate::error::ObjError;
-use crate::namespace::SegmentCache;
-use crate::objects::{Integrity, ObjectService, WriteCond};
+use crate::error::{ObjError, ToErrno};
 use crate::profile::{Class, Door};
 use std::time::Instant;
 
@@ -69,6 +67,8 @@ struct DirHandle {
 
 pub struct LodeFs {
     svc: Arc<ObjectService>,
+    /// The IO profile this door records into.
+    profile: Arc<crate::profile::Profile>,
     users: Arc<crate::users::Users>,
     rt: tokio::runtime::Handle,
     inodes: Arc<Inodes>,
@@ -112,6 +112,7 @@ enum Found {
 impl LodeFs {
     pub fn new(
         svc: Arc<ObjectService>,
+        profile: Arc<crate::profile::Profile>,
         users: Arc<crate::users::Users>,
         rt: tokio::runtime::Handle,
         inodes: Arc<Inodes>,
@@ -120,6 +121,7 @@ impl LodeFs {
     ) -> Self {
         LodeFs {
             svc,
+            profile,
             users,
             rt,
             inodes,
@@ -134,8 +136,7 @@ impl LodeFs {
 
     /// Records one op of this door in the IO profile.
     fn rec(&self, class: Class, bucket: Option<&str>, bytes: u64, t0: Instant) {
-        self.svc
-            .profile
+        self.profile
             .record(Door::Posix, class, bucket, bytes, t0.elapsed());
     }
 
@@ -444,7 +445,7 @@ impl LodeFs {
         }
         let key = names::child_key(&p.dir_prefix(), name.as_bytes())?;
         let marker = format!("{key}/");
-        if marker.len() > crate::objects::MAX_KEY_LEN {
+        if marker.len() > lode_objects::MAX_KEY_LEN {
             return Err(libc::ENAMETOOLONG);
         }
         if self.resolve(parent, name).is_ok() {
@@ -1169,7 +1170,7 @@ impl Filesystem for LodeFs {
         // On this FUSE thread: the device read blocks it (see
         // `allow_blocking_reads_on_this_thread`), which costs no hop to a runtime worker and the
         // ring thread and back. Only a sequential reader's read-ahead goes to the runtime.
-        lode_datapath::allow_blocking_reads_on_this_thread();
+        self.svc.allow_blocking_reads_on_this_thread();
         let svc = &self.svc;
         let n = self.rt.block_on(async {
             let mut c = cache.lock().await;
@@ -1419,7 +1420,7 @@ impl Filesystem for LodeFs {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let (free, total) = self.svc.blobs().space();
+        let (free, total) = self.svc.space();
         const BS: u64 = 4096;
         reply.statfs(
             total / BS,

@@ -22,9 +22,9 @@ use std::time::Duration;
 use fuser::{Config, INodeNo, MountOption, Notifier, SessionACL};
 use lode_config::PosixConfig;
 
-use crate::namespace::ChangeListener;
-use crate::objects::ObjectService;
 use inodes::{Inodes, Kind, ROOT};
+use lode_objects::ChangeListener;
+use lode_objects::ObjectService;
 
 /// Errors of mounting and unmounting.
 #[derive(Debug, thiserror::Error)]
@@ -142,6 +142,7 @@ fn prepare_mountpoint(path: &Path) -> Result<(), MountError> {
 /// made by mkdir belong to root; buckets of other users show as theirs (their `uid`, mode 0700).
 pub fn mount(
     svc: Arc<ObjectService>,
+    profile: Arc<crate::profile::Profile>,
     cfg: &PosixConfig,
     data_dir: &Path,
     users: Arc<crate::users::Users>,
@@ -179,6 +180,7 @@ pub fn mount(
     };
     let lfs = fs::LodeFs::new(
         Arc::clone(&svc),
+        profile,
         users,
         rt,
         Arc::clone(&inodes),

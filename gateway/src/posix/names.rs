@@ -10,9 +10,9 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lode_metadata::records::ObjectMeta;
+use lode_objects::ObjectMeta;
 
-use crate::objects::MAX_KEY_LEN;
+use lode_objects::MAX_KEY_LEN;
 
 /// Longest file name a directory entry may have (NAME_MAX).
 pub const NAME_MAX: usize = 255;

@@ -14,10 +14,10 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 use futures::Stream;
-use lode_metadata::records::ObjectMeta;
+use lode_objects::{Integrity, ObjectMeta, ObjectService, WriteCond};
 
 use super::names::Attrs;
-use crate::objects::{Integrity, ObjectService, WriteCond};
+use crate::error::ToErrno;
 
 /// What `stat` shows of an open file without waiting for its data lock.
 #[derive(Debug, Clone, Copy)]

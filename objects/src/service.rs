@@ -12,17 +12,17 @@
 //! back (see `lode_datapath::BlobWriter`). Written against the `Catalog` and `BlobStore`
 //! boundaries only; the server picks their backends.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
 use lode_catalog::{Aborted, Catalog, CatalogError, Completion, Refs, UploadQuery, UploadState};
-use lode_datapath::{AlignedBuf, BlobGuard, BlobStore, BlobWriter, ChunkRef, Extent, PendingBlobs};
-use lode_metadata::records::{
+use lode_catalog::{
     BucketRecord, Checksums, ChunkLoc, ObjectMeta, ObjectRecord, PartRecord, PartSummary, Segment,
     UploadRecord,
 };
+use lode_datapath::{AlignedBuf, BlobGuard, BlobStore, BlobWriter, ChunkRef, Extent, PendingBlobs};
 use md5::{Digest, Md5};
 
 use crate::checksum::{Algo, ChecksumSet};
@@ -65,12 +65,8 @@ pub struct ObjectService {
     cfg: ServiceConfig,
     /// Where buckets, objects, uploads and parts are committed.
     pub(crate) catalog: Arc<dyn Catalog>,
-    /// Told about every change made through the S3 door (see `crate::namespace`).
-    pub(crate) listeners: RwLock<Vec<Arc<dyn crate::namespace::ChangeListener>>>,
-    /// Totals of the background scrubber (see `crate::scrub`).
-    pub scrub: crate::scrub::ScrubStats,
-    /// The IO profile both doors record into (see `crate::profile`).
-    pub profile: crate::profile::Profile,
+    /// Told about every change made through the S3 door (see `crate::notify`).
+    pub(crate) listeners: crate::notify::Listeners,
 }
 
 pub fn now_ms() -> i64 {
@@ -201,7 +197,13 @@ pub struct Integrity {
     /// Algorithms to compute (from `x-amz-sdk-checksum-algorithm`, `x-amz-trailer`, headers).
     pub algos: Vec<Algo>,
     /// Checksums that arrive in an aws-chunked trailer, read after the body.
-    pub trailers: Option<s3s::TrailingHeaders>,
+    pub trailers: Option<Box<dyn Trailers>>,
+}
+
+/// Headers that arrive after the body (an aws-chunked trailer), read once the body is done.
+pub trait Trailers: Send + Sync {
+    /// The trailer, once (`None`: none came).
+    fn take(&self) -> Option<http::HeaderMap>;
 }
 
 /// Preconditions on a write (`If-Match` / `If-None-Match` of PutObject and Complete).
@@ -232,7 +234,7 @@ fn chunk_loc(c: &ChunkRef) -> ChunkLoc {
     }
 }
 
-pub(crate) fn chunk_ref(c: &ChunkLoc) -> ChunkRef {
+pub fn chunk_ref(c: &ChunkLoc) -> ChunkRef {
     ChunkRef {
         extent: Extent {
             dev: c.dev,
@@ -279,9 +281,7 @@ impl ObjectService {
             catalog,
             blobs,
             cfg,
-            listeners: RwLock::new(vec![]),
-            scrub: Default::default(),
-            profile: Default::default(),
+            listeners: Default::default(),
         })
     }
 
@@ -297,6 +297,37 @@ impl ObjectService {
     /// The catalog the service commits to.
     pub fn catalog(&self) -> &Arc<dyn Catalog> {
         &self.catalog
+    }
+
+    /// The blob store's backend, for the banner and `/healthz`.
+    pub fn blob_backend(&self) -> &'static str {
+        self.blobs.backend_name()
+    }
+
+    /// (free, total) bytes of the blob store.
+    pub fn space(&self) -> (u64, u64) {
+        self.blobs.space()
+    }
+
+    /// Whether the blob store refuses writes (a write or sync failed; reads go on).
+    pub fn is_read_only(&self) -> bool {
+        self.blobs.is_poisoned()
+    }
+
+    /// Registers a door that caches names (see [`crate::notify`]).
+    pub fn add_listener(&self, l: Arc<dyn crate::notify::ChangeListener>) {
+        self.listeners.add(l);
+    }
+
+    /// Tells every listener that `bucket/key` changed.
+    pub fn notify_changed(&self, bucket: &str, key: &str, deleted: bool) {
+        self.listeners
+            .notify(|l| l.object_changed(bucket, key, deleted));
+    }
+
+    /// Tells every listener that `bucket` was created or deleted.
+    pub fn notify_bucket(&self, bucket: &str) {
+        self.listeners.notify(|l| l.bucket_changed(bucket));
     }
 
     /// Hands chunks whose last reference went to the datapath (freed once readers are done).
@@ -557,6 +588,17 @@ impl ObjectService {
         Ok(ObjectHandle { record, guard })
     }
 
+    /// The record of an object without its inline payload: what HEAD, GetObjectAttributes and
+    /// a stat need (the catalog reads only the small record).
+    pub async fn head_object(&self, bucket: &str, key: &str) -> ObjResult<ObjectRecord> {
+        check_key(key)?;
+        let found = match self.catalog.head_cached(bucket, key) {
+            Some(r) => r?,
+            None => self.catalog.head(bucket, key).await?,
+        };
+        found.ok_or(ObjError::NoSuchKey)
+    }
+
     /// Streams bytes `[start, end)` of an opened object. Chunks are read (and crc-checked) with
     /// one read ahead.
     pub fn read_range(
@@ -585,6 +627,7 @@ impl ObjectService {
                 async move {
                     match seg {
                         Segment::Inline(b) => Ok(Bytes::from(b).slice(from as usize..to as usize)),
+                        Segment::Detached(_) => Err(unloaded()),
                         Segment::Chunk(c) => {
                             let data = blobs.read(&chunk_ref(&c)).await?;
                             Ok(data.slice(from as usize..to as usize))
@@ -696,8 +739,8 @@ impl ObjectService {
         delimiter: Option<String>,
         after: Option<String>,
         max: usize,
-    ) -> ObjResult<lode_metadata::list::ListPage> {
-        let q = lode_metadata::list::ListQuery {
+    ) -> ObjResult<lode_catalog::ListPage> {
+        let q = lode_catalog::ListQuery {
             prefix: &prefix,
             delimiter: delimiter.as_deref(),
             after: after.as_deref(),
@@ -907,6 +950,11 @@ impl ObjectService {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// A read of a record in head form (its inline bytes were not loaded): a bug, never bad bytes.
+pub(crate) fn unloaded() -> ObjError {
+    ObjError::Internal("an object's inline bytes were not loaded with its record".into())
 }
 
 /// Passes the service's own error through a catalog commit.

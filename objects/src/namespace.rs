@@ -1,29 +1,18 @@
 //! Namespace operations of the object service that the POSIX door needs beyond S3's: direct
-//! (blocking) lookups for FUSE threads, atomic renames of a key or of a whole prefix, attribute
-//! updates in place, and the change notifications that keep the kernel's caches coherent with
-//! writes made through S3.
+//! (blocking) lookups for FUSE threads, reads at an offset with a per-reader segment cache,
+//! atomic renames of a key or of a whole prefix, attribute updates in place.
 //!
-//! Everything here goes through the same metadata transactions and extent reference counts as
-//! the S3 operations in `objects.rs`.
+//! Everything here goes through the same catalog commits and chunk releases as the S3
+//! operations in `service.rs`.
 
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
-use lode_metadata::list::ListPage;
-use lode_metadata::records::{BucketRecord, ObjectMeta, ObjectRecord, Segment};
+use lode_catalog::{BucketRecord, ListPage, ListQuery, ObjectMeta, ObjectRecord, Segment};
 
 use crate::error::{ObjError, ObjResult};
-use crate::objects::{MAX_KEY_LEN, ObjectHandle, ObjectService, chunk_ref};
-
-/// Told about changes made through the S3 door, after they commit and before the S3 reply, so
-/// that the POSIX door can drop what the kernel caches about the name.
-pub trait ChangeListener: Send + Sync {
-    /// `key` in `bucket` was written (`deleted` = false) or removed.
-    fn object_changed(&self, bucket: &str, key: &str, deleted: bool);
-    /// The bucket was created or deleted.
-    fn bucket_changed(&self, bucket: &str);
-}
+use crate::service::{MAX_KEY_LEN, ObjectHandle, ObjectService, check_key, chunk_ref};
 
 /// Per-reader read state: the last segment read (so sequential small reads of one chunk cost
 /// one device read), and, for sequential readers, the next segment read ahead. Keyed by the
@@ -36,36 +25,6 @@ pub struct SegmentCache {
 }
 
 impl ObjectService {
-    pub fn add_listener(&self, l: Arc<dyn ChangeListener>) {
-        self.listeners.write().expect("listeners").push(l);
-    }
-
-    /// Tells every listener that `bucket/key` changed.
-    pub fn notify_changed(&self, bucket: &str, key: &str, deleted: bool) {
-        self.notify(|l| l.object_changed(bucket, key, deleted));
-    }
-
-    /// Tells every listener that `bucket` was created or deleted.
-    pub fn notify_bucket(&self, bucket: &str) {
-        self.notify(|l| l.bucket_changed(bucket));
-    }
-
-    fn notify(&self, f: impl Fn(&dyn ChangeListener)) {
-        let ls = self.listeners.read().expect("listeners").clone();
-        if ls.is_empty() {
-            return;
-        }
-        let run = || ls.iter().for_each(|l| f(&**l));
-        // A listener may wait in the kernel (FUSE invalidation takes the directory's lock), so
-        // let the runtime move other tasks off this worker meanwhile.
-        match tokio::runtime::Handle::try_current() {
-            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-                tokio::task::block_in_place(run)
-            }
-            _ => run(),
-        }
-    }
-
     // ------------------------------------------------ blocking lookups (for FUSE threads)
 
     /// The bucket's record, if it exists. Blocks (a catalog read).
@@ -73,12 +32,13 @@ impl ObjectService {
         Ok(self.catalog.bucket_blocking(name)?)
     }
 
-    /// The object's record, if it exists. Blocks.
+    /// The object's record without its inline payload (what a stat needs), if it exists.
+    /// Blocks.
     pub fn stat_blocking(&self, bucket: &str, key: &str) -> ObjResult<Option<ObjectRecord>> {
         if key.is_empty() || key.len() > MAX_KEY_LEN {
             return Ok(None);
         }
-        Ok(self.catalog.get_blocking(bucket, key)?)
+        Ok(self.catalog.head_blocking(bucket, key)?)
     }
 
     /// Up to `limit` keys that start with `prefix` (in order). Blocks.
@@ -99,7 +59,7 @@ impl ObjectService {
         after: Option<&str>,
         max: usize,
     ) -> ObjResult<ListPage> {
-        let q = lode_metadata::list::ListQuery {
+        let q = ListQuery {
             prefix,
             delimiter: Some("/"),
             after,
@@ -108,10 +68,20 @@ impl ObjectService {
         Ok(self.catalog.list_blocking(bucket, &q)?)
     }
 
+    /// Marks the calling thread (a FUSE worker; never an async worker) as one whose chunk reads
+    /// may block it on the device, which spares two thread hops per read where the blob store
+    /// has such a path.
+    pub fn allow_blocking_reads_on_this_thread(&self) {
+        self.blobs.allow_blocking_reads_on_this_thread();
+    }
+
     /// Opens an object for reading from a thread that may block.
     pub fn open_blocking(&self, bucket: &str, key: &str) -> ObjResult<ObjectHandle> {
+        if key.is_empty() || key.len() > MAX_KEY_LEN {
+            return Err(ObjError::NoSuchKey);
+        }
         let guard = self.blobs.read_guard();
-        match self.stat_blocking(bucket, key)? {
+        match self.catalog.get_blocking(bucket, key)? {
             Some(record) => Ok(ObjectHandle { record, guard }),
             None => Err(ObjError::NoSuchKey),
         }
@@ -141,6 +111,7 @@ impl ObjectService {
             let (from, to) = ((off.max(s0) - s0) as usize, (end.min(s1) - s0) as usize);
             let data = match seg {
                 Segment::Inline(b) => Bytes::copy_from_slice(&b[from..to]),
+                Segment::Detached(_) => return Err(crate::service::unloaded()),
                 Segment::Chunk(c) => {
                     let hit = match &cache.entry {
                         Some((etag, idx, d)) if *etag == h.record.etag && *idx == i => {
@@ -232,8 +203,8 @@ impl ObjectService {
         to: &str,
         no_replace: bool,
     ) -> ObjResult<()> {
-        crate::objects::check_key(from)?;
-        crate::objects::check_key(to)?;
+        check_key(from)?;
+        check_key(to)?;
         if from == to {
             return Ok(());
         }
@@ -266,7 +237,7 @@ impl ObjectService {
         key: &str,
         f: impl Fn(&mut ObjectMeta) + Send + Sync + 'static,
     ) -> ObjResult<ObjectRecord> {
-        crate::objects::check_key(key)?;
+        check_key(key)?;
         let update = Arc::new(move |rec: &ObjectRecord| {
             let mut rec = rec.clone();
             f(&mut rec.meta);

@@ -12,12 +12,12 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use lode_catalog::Segment;
 use lode_datapath::ChunkError;
-use lode_metadata::records::Segment;
 use serde::Serialize;
 
 use crate::error::{ObjError, ObjResult};
-use crate::objects::{ObjectService, chunk_ref, now_ms};
+use crate::service::{ObjectService, chunk_ref, now_ms};
 
 /// One chunk that failed its check.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -177,11 +177,17 @@ pub async fn pass(svc: &ObjectService, rate: u64, stats: &ScrubStats) -> ObjResu
 
 /// The background scrubber: a pass every `interval` (measured from the start of the previous
 /// pass), the first after `delay`.
-pub async fn run(svc: Arc<ObjectService>, rate: u64, delay: Duration, interval: Duration) {
+pub async fn run(
+    svc: Arc<ObjectService>,
+    stats: Arc<ScrubStats>,
+    rate: u64,
+    delay: Duration,
+    interval: Duration,
+) {
     tokio::time::sleep(delay).await;
     loop {
         let began = Instant::now();
-        if let Err(e) = pass(&svc, rate, &svc.scrub).await {
+        if let Err(e) = pass(&svc, rate, &stats).await {
             tracing::error!(error = %e, "scrub pass failed");
         }
         let next = interval.saturating_sub(began.elapsed());
@@ -193,11 +199,10 @@ pub async fn run(svc: Arc<ObjectService>, rate: u64, delay: Duration, interval: 
 mod tests {
     use super::*;
     use bytes::Bytes;
+    use lode_catalog::ObjectMeta;
     use lode_datapath::{Datapath, MemChunkStore};
-    use lode_metadata::MemMetadataStore;
-    use lode_metadata::records::ObjectMeta;
 
-    use crate::objects::{Integrity, ServiceConfig, WriteCond};
+    use crate::service::{Integrity, ServiceConfig, WriteCond};
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_pass_reads_every_chunk_and_names_the_corrupt_object() {
@@ -207,7 +212,7 @@ mod tests {
             chunk_size: 1 << 20,
             ..Default::default()
         };
-        let svc = crate::server::local_service(Arc::new(MemMetadataStore::new()), dp, cfg).unwrap();
+        let svc = crate::test_service(dp, cfg);
         svc.create_bucket("bkt", "me").await.unwrap();
         for (k, n) in [("a", 3 << 20), ("b", 10), ("c", 2 << 20)] {
             let body =

@@ -5,7 +5,7 @@
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use crc_fast::{CrcAlgorithm, Digest as CrcDigest};
-use lode_metadata::records::{Checksums, PartRecord, UploadRecord};
+use lode_catalog::{Checksums, PartRecord, UploadRecord};
 use sha1::Digest as _;
 
 use crate::error::{ObjError, ObjResult};

@@ -1,0 +1,154 @@
+//! Errors of the object service. They say what went wrong in the service's own terms; the
+//! doors map them onto the wire (the gateway's `error` module: S3 codes and statuses, and
+//! errnos for the POSIX door), each in one place.
+
+use lode_datapath::ChunkError;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ObjError {
+    #[error("The specified bucket does not exist")]
+    NoSuchBucket,
+    #[error("The specified key does not exist.")]
+    NoSuchKey,
+    #[error("The specified multipart upload does not exist.")]
+    NoSuchUpload,
+    #[error("Your previous request to create the named bucket succeeded and you already own it.")]
+    BucketAlreadyOwnedByYou,
+    #[error(
+        "The requested bucket name is not available. The bucket namespace is shared by all users of the system. Please select a different name and try again."
+    )]
+    BucketAlreadyExists,
+    #[error("The bucket you tried to delete is not empty")]
+    BucketNotEmpty,
+    #[error("The specified bucket is not valid: {0}")]
+    InvalidBucketName(String),
+    #[error("The directory is not empty")]
+    DirectoryNotEmpty,
+    #[error("Your key is too long")]
+    KeyTooLong,
+    #[error("At least one of the pre-conditions you specified did not hold")]
+    PreconditionFailed,
+    #[error("Not Modified")]
+    NotModified,
+    #[error("The requested range is not satisfiable")]
+    InvalidRange,
+    /// GET/HEAD `partNumber` naming a part the object does not have (AWS: `400 InvalidPart`).
+    #[error("The requested partnumber is not satisfiable")]
+    InvalidPartNumber,
+    #[error("{0}")]
+    InvalidPart(String),
+    #[error("The list of parts was not in ascending order.")]
+    InvalidPartOrder,
+    #[error("Your proposed upload is smaller than the minimum allowed object size.")]
+    EntityTooSmall,
+    #[error("Your proposed upload exceeds the maximum allowed object size.")]
+    EntityTooLarge,
+    #[error("{0}")]
+    BadDigest(String),
+    #[error("The Content-MD5 you specified is not valid.")]
+    InvalidDigest,
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("You did not provide the number of bytes specified by the Content-Length HTTP header.")]
+    IncompleteBody,
+    #[error("{0} is not implemented by Lode")]
+    NotImplemented(String),
+    #[error(
+        "Your socket connection to the server was not read from or written to within the timeout period."
+    )]
+    RequestTimeout,
+    #[error("reading the request body failed: {0}")]
+    Body(String),
+    #[error(
+        "The request signature we calculated does not match the signature you provided (aws-chunked chunk or trailer signature)."
+    )]
+    ChunkSignature,
+    #[error("The provided 'x-amz-content-sha256' header does not match what was computed.")]
+    ContentSha256Mismatch,
+    #[error(transparent)]
+    Chunk(#[from] ChunkError),
+    /// The same key kept being changed under the commit; retrying later is safe.
+    #[error("too many concurrent updates of the same key")]
+    Contended,
+    /// A catalog failure the service does not branch on (the backend's own error kept as the
+    /// source).
+    #[error("catalog: {0}")]
+    Catalog(#[source] lode_catalog::CatalogError),
+    /// The catalog could not answer in time (an inactive partition of a cluster): retry.
+    #[error("The metadata service is unavailable: {0}")]
+    Unavailable(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+pub type ObjResult<T> = Result<T, ObjError>;
+
+impl From<lode_catalog::CatalogError> for ObjError {
+    fn from(e: lode_catalog::CatalogError) -> Self {
+        use lode_catalog::CatalogError as C;
+        match e {
+            C::NoSuchBucket => ObjError::NoSuchBucket,
+            C::NoSuchKey => ObjError::NoSuchKey,
+            C::NoSuchUpload => ObjError::NoSuchUpload,
+            // The service compares owners itself; one that did not is the caller's own bucket.
+            C::BucketExists { .. } => ObjError::BucketAlreadyOwnedByYou,
+            C::BucketNotEmpty => ObjError::BucketNotEmpty,
+            C::PreconditionFailed => ObjError::PreconditionFailed,
+            C::DirectoryNotEmpty => ObjError::DirectoryNotEmpty,
+            C::KeyTooLong => ObjError::KeyTooLong,
+            C::Contended => ObjError::Contended,
+            C::Unavailable(m) => ObjError::Unavailable(m),
+            // The service's own error, passed through a commit.
+            C::Refused(b) => match b.downcast::<ObjError>() {
+                Ok(e) => *e,
+                Err(b) => ObjError::InvalidRequest(b.to_string()),
+            },
+            e => ObjError::Catalog(e),
+        }
+    }
+}
+
+impl ObjError {
+    /// Classifies an error from the request body stream (hyper or s3s's aws-chunked decoder,
+    /// whose error type is not exported, hence the match on its text).
+    pub fn from_body(msg: String) -> Self {
+        if msg.contains("SignatureMismatch") {
+            ObjError::ChunkSignature
+        } else if msg.contains("Sha256Mismatch") {
+            ObjError::ContentSha256Mismatch
+        } else if msg.contains("FormatError") || msg.contains("TooLarge") || msg.contains("TooMany")
+        {
+            ObjError::InvalidRequest(format!("Malformed aws-chunked request body: {msg}"))
+        } else {
+            ObjError::Body(msg)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_errors_are_classified() {
+        assert!(matches!(
+            ObjError::from_body("AwsChunkedStreamError: SignatureMismatch".into()),
+            ObjError::ChunkSignature
+        ));
+        assert!(matches!(
+            ObjError::from_body("AwsChunkedStreamError: FormatError".into()),
+            ObjError::InvalidRequest(_)
+        ));
+        assert!(matches!(
+            ObjError::from_body("UploadStreamError: Sha256Mismatch".into()),
+            ObjError::ContentSha256Mismatch
+        ));
+        assert!(matches!(
+            ObjError::from_body("connection reset".into()),
+            ObjError::Body(_)
+        ));
+    }
+}

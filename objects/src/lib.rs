@@ -1,0 +1,52 @@
+//! `lode-objects`: Lode's object service, what both doors (S3 and POSIX) and the admin API call.
+//! It owns chunking and inline objects, ETags and flexible checksums, the commit protocol (data
+//! durable, one catalog commit, then the reply), multipart assembly, the namespace operations
+//! the POSIX door needs beyond S3 (blocking lookups, reads at an offset, renames), change
+//! notifications, and scrub.
+//!
+//! It is written against two boundaries only, and never names a backend:
+//! * the catalog ([`lode_catalog::Catalog`]): buckets, objects, uploads and parts, every commit
+//!   atomic for one key and what hangs off it;
+//! * the blob store ([`lode_datapath::BlobStore`]): chunks written, read (crc-checked) and
+//!   released once readers are done.
+//!
+//! The binary's server module picks the backends (RocksDB + io_uring on one node, RADOS in
+//! cluster mode). The doors see this crate's types (the records are re-exported here), and map
+//! [`ObjError`] onto the wire in one place each. Modules depend one way: `service` (the core)
+//! <- `namespace`, `scrub`; `notify`, `checksum`, `error`, `failpoint` are leaves.
+
+pub mod checksum;
+pub mod error;
+pub mod failpoint;
+pub mod namespace;
+pub mod notify;
+pub mod scrub;
+pub mod service;
+
+pub use error::{ObjError, ObjResult};
+pub use lode_catalog::{
+    BucketRecord, Checksums, ChunkLoc, ListPage, ObjectMeta, ObjectRecord, PartRecord, PartSummary,
+    Segment, UploadPage, UploadRecord,
+};
+pub use namespace::SegmentCache;
+pub use notify::ChangeListener;
+pub use service::{
+    Integrity, MAX_KEY_LEN, MAX_PARTS, MIN_PART_SIZE, ObjectHandle, ObjectService, PutResult,
+    ServiceConfig, Trailers, WriteCond, check_bucket_name, check_key, chunk_ref, multipart_etag,
+    now_ms,
+};
+
+/// A service over the memory catalog and a datapath (unit tests).
+#[cfg(test)]
+pub(crate) fn test_service(
+    dp: std::sync::Arc<lode_datapath::Datapath>,
+    cfg: ServiceConfig,
+) -> ObjectService {
+    use std::sync::Arc;
+    ObjectService::open(
+        Arc::new(lode_catalog::mem_catalog()),
+        Arc::new(lode_datapath::LocalBlobStore::new(dp)),
+        cfg,
+    )
+    .expect("service")
+}
