@@ -33,7 +33,7 @@ bench() { # bench NAME WORKLOAD ARGS...: A then B, B compared with A
         local cmp=(); [ $side = B ] && cmp=(--compare "$OUT/$name-A.json")
         echo "######## $name on $side ($bin)"
         "$B" bench "$@" --endpoint http://127.0.0.1:19601 --json "$OUT/$name-$side.json" "${cmp[@]}" 2>&1 \
-            | grep -v '^\s*[⠁-⣿]' | tee "$OUT/$name-$side.txt"
+            | tee "$OUT/$name-$side.txt"
     done
     stop
 }

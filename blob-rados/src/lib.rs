@@ -6,9 +6,25 @@
 //!
 //! A write is durable when RADOS acknowledges it (every replica in the acting set has it), so
 //! `finish` only waits for the writes. A chunk that no committed record names is removed when
-//! its writer is dropped. Released chunks are removed after a grace period, so that readers on
-//! any gateway (which this process cannot see) finish first; a gateway that dies in between
-//! leaves orphans for `lode fsck --cluster` (not built yet).
+//! its writer is dropped (a gateway killed in the middle of a write leaves it as an orphan for
+//! `lode fsck --cluster --repair`).
+//!
+//! # Released chunks: the GC queue
+//! Released chunks are removed after a grace period, so that readers on any gateway (which
+//! this process cannot see) finish first. They wait in a durable queue, not in this process's
+//! memory, so a gateway that dies leaves nothing behind: each gateway run appends to its own
+//! log object in the index pool (replicated; appends of a few bytes suit it, not an EC pool),
+//! `lode.gc.<incarnation:08x>.<generation:08x>`, one 20-byte record per chunk (release time
+//! in ms, the chunk's two name parts; little endian), one append per release, a new
+//! generation every MiB. A log is a queue: its xattr `lode.gc.done` (zero-padded decimal) is
+//! the offset collected so far. Every gateway runs a collector that walks every log of the
+//! namespace, its own and those of gateways that are gone: it removes the chunks whose grace
+//! has passed (removing one twice is harmless), moves `done` forward with a guarded write
+//! (`cmpxattr done < new`: concurrent collectors never move it back), and removes a log that
+//! is fully collected and idle (guarded by its version, so an append racing the removal
+//! aborts it). Queue objects, not a growing omap: collection leaves no omap tombstones for
+//! RocksDB to skip. The append runs right after the commit that released the chunks; a
+//! gateway killed within those milliseconds leaves orphans for fsck.
 //!
 //! This store does not count references (the RADOS catalog reports every dropped reference);
 //! the object service therefore never shares chunks between records in cluster mode
@@ -24,7 +40,7 @@ use lode_datapath::{
     AlignedBuf, BlobGuard, BlobStore, BlobWriter, ChunkError, ChunkRef, Extent, PendingBlobs,
     crc32c,
 };
-use lode_rados::{IoCtx, RadosError};
+use lode_rados::{CmpOp, IoCtx, RadosError, ReadOp, WriteOp};
 
 /// Tunables of the RADOS blob store.
 #[derive(Debug, Clone)]
@@ -41,10 +57,112 @@ impl Default for RadosBlobConfig {
     }
 }
 
+impl RadosBlobConfig {
+    /// How often the collector walks the GC logs: a quarter of the grace, 1 to 30 s.
+    pub fn collect_every(&self) -> Duration {
+        (self.release_grace / 4).clamp(Duration::from_secs(1), Duration::from_secs(30))
+    }
+}
+
+const GC_PREFIX: &str = "lode.gc.";
+const GC_DONE: &str = "lode.gc.done";
+/// Bytes per queued chunk: release ms (u64), incarnation (u32), name offset (u64).
+const GC_REC: usize = 20;
+/// A gateway's log rolls over to a new generation after this many bytes.
+const GC_ROLL: u64 = 1 << 20;
+/// At most this much of a log is read per collector pass.
+const GC_READ: usize = GC_REC * 8192;
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The `lode.gc.done` value of offset `n` (zero-padded: string order is number order).
+fn done_value(n: u64) -> String {
+    format!("{n:020}")
+}
+
+/// A GC log's size, its collected offset, and the read that found them.
+struct LogState {
+    read: lode_rados::ReadResult,
+    size: u64,
+    done: u64,
+}
+
+async fn log_state(gc_io: &IoCtx, oid: &str) -> Result<Option<LogState>, RadosError> {
+    let read = match gc_io
+        .operate_read(oid, ReadOp::new().getxattrs().stat())
+        .await
+    {
+        Err(e) if e.is_not_found() => return Ok(None),
+        r => r?,
+    };
+    let size = read.stat.as_ref().map_or(0, |s| s.size);
+    let done = read
+        .xattr(GC_DONE)
+        .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
+        .unwrap_or(0);
+    Ok(Some(LogState { read, size, done }))
+}
+
+/// One GC record: (release ms, the chunk's name parts).
+fn parse_record(rec: &[u8]) -> (u64, Extent) {
+    let t = u64::from_le_bytes(rec[0..8].try_into().expect("8 bytes"));
+    let extent = Extent {
+        dev: u32::from_le_bytes(rec[8..12].try_into().expect("4 bytes")),
+        offset: u64::from_le_bytes(rec[12..20].try_into().expect("8 bytes")),
+        len: 0,
+    };
+    (t, extent)
+}
+
+/// The chunk objects queued in the GC logs of `gc_io` and not collected yet: released, to be
+/// removed after their grace (what `lode fsck --cluster` must not call orphans).
+pub async fn queued_chunks(
+    gc_io: &IoCtx,
+) -> Result<std::collections::BTreeSet<String>, RadosError> {
+    let mut out = std::collections::BTreeSet::new();
+    for oid in gc_io.list_objects(Some(GC_PREFIX)).await? {
+        let Some(st) = log_state(gc_io, &oid).await? else {
+            continue;
+        };
+        if st.done >= st.size {
+            continue;
+        }
+        let data = gc_io
+            .read(&oid, st.done, (st.size - st.done) as usize)
+            .await?;
+        for rec in data.chunks_exact(GC_REC) {
+            out.insert(chunk_oid(&parse_record(rec).1));
+        }
+    }
+    Ok(out)
+}
+
+/// What one collector pass did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct GcPass {
+    /// Logs walked.
+    pub logs: u64,
+    /// Chunks removed (or found gone already).
+    pub removed: u64,
+    /// Logs removed, fully collected and idle.
+    pub logs_removed: u64,
+    /// Queued chunks still in their grace period.
+    pub waiting: u64,
+}
+
 struct Inner {
     io: IoCtx,
+    /// Where the GC logs live (the index pool's namespace).
+    gc_io: IoCtx,
     incarnation: u32,
     seq: AtomicU64,
+    /// Bytes appended to this run's GC logs (the generation is `gc_bytes / GC_ROLL`).
+    gc_bytes: AtomicU64,
+    collector: std::sync::Once,
     cfg: RadosBlobConfig,
 }
 
@@ -62,16 +180,32 @@ fn io_err(e: RadosError) -> ChunkError {
 }
 
 impl RadosBlobStore {
-    /// A store writing chunks into `io`'s pool and namespace.
-    pub fn new(io: IoCtx, cfg: RadosBlobConfig) -> Self {
+    /// A store writing chunks into `io`'s pool and namespace, queueing released chunks in
+    /// `gc_io` (a replicated pool: the index pool's namespace).
+    pub fn new(io: IoCtx, gc_io: IoCtx, cfg: RadosBlobConfig) -> Self {
         Self {
             inner: Arc::new(Inner {
                 io,
+                gc_io,
                 incarnation: rand::random(),
                 seq: AtomicU64::new(0),
+                gc_bytes: AtomicU64::new(0),
+                collector: std::sync::Once::new(),
                 cfg,
             }),
         }
+    }
+
+    /// Starts this gateway's collector (once; the first release starts it too): a pass over
+    /// every GC log of the namespace every [`RadosBlobConfig::collect_every`]. Needs a tokio
+    /// runtime.
+    pub fn start_collector(&self) {
+        self.inner.start_collector();
+    }
+
+    /// One collector pass over every GC log of the namespace, now.
+    pub async fn collect_once(&self) -> Result<GcPass, RadosError> {
+        self.inner.collect_once().await
     }
 }
 
@@ -88,13 +222,149 @@ impl Inner {
         }
     }
 
-    fn remove_later(self: &Arc<Self>, chunks: Vec<ChunkRef>, after: Duration) {
+    fn start_collector(self: &Arc<Self>) {
+        let Ok(h) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        self.collector.call_once(|| {
+            let me = Arc::downgrade(self);
+            let every = self.cfg.collect_every();
+            h.spawn(async move {
+                loop {
+                    tokio::time::sleep(every).await;
+                    let Some(me) = me.upgrade() else { return };
+                    match me.collect_once().await {
+                        Ok(p) if p.removed > 0 || p.logs_removed > 0 => tracing::debug!(
+                            removed = p.removed,
+                            logs_removed = p.logs_removed,
+                            waiting = p.waiting,
+                            "released chunks collected"
+                        ),
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(error = %e, "a GC pass failed (retried)"),
+                    }
+                }
+            });
+        });
+    }
+
+    /// The log this run appends `n` more bytes to.
+    fn gc_log(&self, n: u64) -> String {
+        let at = self.gc_bytes.fetch_add(n, Ordering::Relaxed);
+        format!("{GC_PREFIX}{:08x}.{:08x}", self.incarnation, at / GC_ROLL)
+    }
+
+    /// Queues released chunks in this run's GC log (one append).
+    fn queue(self: &Arc<Self>, chunks: Vec<ChunkRef>) {
+        if chunks.is_empty() {
+            return;
+        }
+        self.start_collector();
+        let t = now_ms();
+        let mut rec = Vec::with_capacity(chunks.len() * GC_REC);
+        for c in &chunks {
+            rec.extend_from_slice(&t.to_le_bytes());
+            rec.extend_from_slice(&c.extent.dev.to_le_bytes());
+            rec.extend_from_slice(&c.extent.offset.to_le_bytes());
+        }
+        let oid = self.gc_log(rec.len() as u64);
+        let me = Arc::clone(self);
+        let run = async move {
+            if let Err(e) = me
+                .gc_io
+                .operate_write(&oid, WriteOp::new().append(rec))
+                .await
+            {
+                tracing::warn!(error = %e, log = %oid, chunks = chunks.len(), "queueing released chunks failed: they stay as orphans for fsck");
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) => {
+                h.spawn(run);
+            }
+            Err(_) => tracing::warn!("no runtime to queue released chunks: left as orphans"),
+        }
+    }
+
+    async fn collect_once(&self) -> Result<GcPass, RadosError> {
+        let mut pass = GcPass::default();
+        for oid in self.gc_io.list_objects(Some(GC_PREFIX)).await? {
+            pass.logs += 1;
+            self.collect_log(&oid, &mut pass).await?;
+        }
+        Ok(pass)
+    }
+
+    /// Collects what is due in one log, and removes the log once it is done and idle.
+    async fn collect_log(&self, oid: &str, pass: &mut GcPass) -> Result<(), RadosError> {
+        let Some(LogState {
+            read: r,
+            size,
+            done,
+        }) = log_state(&self.gc_io, oid).await?
+        else {
+            return Ok(());
+        };
+        if done >= size {
+            let idle = r
+                .stat
+                .as_ref()
+                .and_then(|s| s.mtime.elapsed().ok())
+                .is_some_and(|d| d >= self.cfg.release_grace * 2);
+            if idle {
+                let op = WriteOp::new().assert_version(r.version).remove();
+                match self.gc_io.operate_write(oid, op).await {
+                    Ok(_) => pass.logs_removed += 1,
+                    Err(e) if e.is_not_found() || e.is_version_mismatch() || e.is_canceled() => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            return Ok(());
+        }
+        let want = ((size - done) as usize).min(GC_READ) / GC_REC * GC_REC;
+        let data = self.gc_io.read(oid, done, want).await?;
+        let due = now_ms().saturating_sub(self.cfg.release_grace.as_millis() as u64);
+        let mut upto = done;
+        for rec in data.chunks_exact(GC_REC) {
+            let (t, extent) = parse_record(rec);
+            if t > due {
+                pass.waiting += ((data.len() as u64 + done) - upto) / GC_REC as u64;
+                break;
+            }
+            match self.io.remove(&chunk_oid(&extent)).await {
+                Ok(()) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, chunk = %chunk_oid(&extent), "removing a released chunk failed (retried next pass)");
+                    break;
+                }
+            }
+            pass.removed += 1;
+            upto += GC_REC as u64;
+        }
+        if upto > done {
+            let next = done_value(upto);
+            let op = WriteOp::new()
+                .cmpxattr(GC_DONE, CmpOp::Lt, &next)
+                .setxattr(GC_DONE, &next);
+            match self.gc_io.operate_write(oid, op).await {
+                Ok(_) => {}
+                // Another collector got further first, or the log went: nothing lost.
+                Err(e) if e.is_canceled() || e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes chunks that no committed record names (an unfinished write), once their writes
+    /// are done.
+    fn remove_now(self: &Arc<Self>, chunks: Vec<ChunkRef>) {
         if chunks.is_empty() {
             return;
         }
         let me = Arc::clone(self);
         let run = async move {
-            tokio::time::sleep(after).await;
             for c in chunks {
                 match me.io.remove(&chunk_oid(&c.extent)).await {
                     Ok(()) => {}
@@ -198,7 +468,7 @@ impl Drop for Writer {
                         all.push(c);
                     }
                 }
-                inner.remove_later(all, Duration::ZERO);
+                inner.remove_now(all);
             });
         }
     }
@@ -218,7 +488,7 @@ impl PendingBlobs for Pending {
 impl Drop for Pending {
     fn drop(&mut self) {
         let chunks = std::mem::take(&mut self.chunks);
-        self.inner.remove_later(chunks, Duration::ZERO);
+        self.inner.remove_now(chunks);
     }
 }
 
@@ -263,8 +533,7 @@ impl BlobStore for RadosBlobStore {
     }
 
     fn release(&self, chunks: Vec<ChunkRef>) {
-        self.inner
-            .remove_later(chunks, self.inner.cfg.release_grace);
+        self.inner.queue(chunks);
     }
 
     fn space(&self) -> (u64, u64) {

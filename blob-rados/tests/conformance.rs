@@ -7,7 +7,7 @@ use lode_blob_rados::{RadosBlobConfig, RadosBlobStore, chunk_oid};
 use lode_datapath::{AlignedBuf, BlobStore};
 use lode_rados::{Cluster, ClusterConfig, PoolSpec};
 
-async fn store(grace: Duration) -> Option<(RadosBlobStore, lode_rados::IoCtx)> {
+async fn store(grace: Duration) -> Option<(RadosBlobStore, lode_rados::IoCtx, lode_rados::IoCtx)> {
     let Some(conf) = std::env::var_os("LODE_CEPH_CONF") else {
         if std::env::var("LODE_SKIP_CLUSTER_TESTS").as_deref() == Ok("1") {
             eprintln!("skipped: no cluster");
@@ -32,20 +32,23 @@ async fn store(grace: Duration) -> Option<(RadosBlobStore, lode_rados::IoCtx)> {
         .with_namespace(&ns)
         .await
         .unwrap();
+    let gc = io.with_namespace(&format!("{ns}-gc")).await.unwrap();
     Some((
         RadosBlobStore::new(
             io.clone(),
+            gc.clone(),
             RadosBlobConfig {
                 release_grace: grace,
             },
         ),
         io,
+        gc,
     ))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rados_blob_store_conforms() {
-    let Some((s, io)) = store(Duration::from_millis(200)).await else {
+    let Some((s, io, _)) = store(Duration::from_millis(200)).await else {
         return;
     };
     lode_datapath::blob::conformance::round_trip(&s).await;
@@ -62,7 +65,7 @@ async fn rados_blob_store_conforms() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_uncommitted_write_leaves_no_chunk_and_a_damaged_chunk_is_an_error() {
-    let Some((s, io)) = store(Duration::from_secs(60)).await else {
+    let Some((s, io, _)) = store(Duration::from_secs(60)).await else {
         return;
     };
     let mut w = s.writer(2);
@@ -88,4 +91,66 @@ async fn an_uncommitted_write_leaves_no_chunk_and_a_damaged_chunk_is_an_error() 
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Chunks a gateway released stay readable for the grace period, then go, even when the
+/// gateway that released them is gone: they wait in its GC log (a queue object in the index
+/// pool), which any other gateway's collector drains; a drained, idle log is removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn released_chunks_of_a_gone_gateway_are_collected_by_another() {
+    let grace = Duration::from_secs(2);
+    let Some((a, io, gc)) = store(grace).await else {
+        return;
+    };
+    let mut w = a.writer(4);
+    for fill in 0..3u8 {
+        let mut b = AlignedBuf::with_capacity(4096);
+        b.extend_from_slice(&[fill; 4096]);
+        w.push(b).await.unwrap();
+    }
+    let (chunks, pending) = w.finish().await.unwrap();
+    pending.commit();
+    a.release(chunks.clone());
+    // The release is queued durably before anything is removed.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let queued = lode_blob_rados::queued_chunks(&gc).await.unwrap();
+        if queued.len() == 3 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the release was not queued"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The releasing gateway is gone (nothing of it runs any more).
+    drop(a);
+    // Another gateway: nothing is due within the grace period, chunks stay readable...
+    let b = RadosBlobStore::new(
+        io.clone(),
+        gc.clone(),
+        RadosBlobConfig {
+            release_grace: grace,
+        },
+    );
+    let p = b.collect_once().await.unwrap();
+    assert_eq!((p.logs, p.removed, p.waiting), (1, 0, 3), "{p:?}");
+    assert_eq!(b.read(&chunks[1]).await.unwrap()[0], 1);
+    // ...and after it they go, with the queue drained.
+    tokio::time::sleep(grace + Duration::from_millis(200)).await;
+    let p = b.collect_once().await.unwrap();
+    assert_eq!((p.removed, p.waiting), (3, 0), "{p:?}");
+    assert!(io.list_objects(Some("lode.c.")).await.unwrap().is_empty());
+    assert!(
+        lode_blob_rados::queued_chunks(&gc)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // A drained log stays until it has been idle for twice the grace, then goes.
+    assert_eq!(b.collect_once().await.unwrap().logs_removed, 0);
+    tokio::time::sleep(grace * 2 + Duration::from_millis(200)).await;
+    assert_eq!(b.collect_once().await.unwrap().logs_removed, 1);
+    assert!(gc.list_objects(None).await.unwrap().is_empty());
 }

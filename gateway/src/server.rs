@@ -101,7 +101,11 @@ impl Started {
 async fn open_cluster(
     c: &lode_config::ClusterConfig,
     create: bool,
-) -> anyhow::Result<(lode_catalog_rados::RadosCatalog, lode_rados::IoCtx)> {
+) -> anyhow::Result<(
+    lode_catalog_rados::RadosCatalog,
+    lode_rados::IoCtx,
+    lode_rados::IoCtx,
+)> {
     use lode_rados::{Cluster, PoolSpec};
     if !c.ceph_conf.is_file() {
         bail!(
@@ -182,7 +186,13 @@ async fn open_cluster(
         .await?
         .with_namespace(&c.namespace)
         .await?;
-    Ok((catalog, data))
+    // The GC queue of released chunks lives beside the index (a replicated pool).
+    let gc = cluster
+        .ioctx(&c.index_pool)
+        .await?
+        .with_namespace(&c.namespace)
+        .await?;
+    Ok((catalog, data, gc))
 }
 
 /// The cluster-mode object service: the RADOS catalog and blob store on the configured
@@ -192,13 +202,16 @@ pub async fn cluster_service(
     c: &lode_config::ClusterConfig,
     service_cfg: ServiceConfig,
 ) -> anyhow::Result<ObjectService> {
-    let (catalog, data) = open_cluster(c, true).await?;
+    let (catalog, data, gc) = open_cluster(c, true).await?;
     let blobs = lode_blob_rados::RadosBlobStore::new(
         data,
+        gc,
         lode_blob_rados::RadosBlobConfig {
             release_grace: Duration::from_secs(c.release_grace_secs),
         },
     );
+    // Every gateway collects released chunks, those of gateways that are gone included.
+    blobs.start_collector();
     Ok(ObjectService::open(
         Arc::new(catalog),
         Arc::new(blobs),
@@ -218,6 +231,8 @@ pub struct ClusterFsckReport {
     pub chunks_in_pool: u64,
     /// Unreferenced but younger than the minimum age (writes in flight): left alone.
     pub young_unreferenced: u64,
+    /// Released and waiting in the GC queue for their grace to pass: not orphans.
+    pub queued_for_gc: u64,
     pub orphans: Vec<String>,
     pub gaps: Vec<String>,
     pub removed: u64,
@@ -238,7 +253,7 @@ pub async fn fsck_cluster(
 ) -> anyhow::Result<ClusterFsckReport> {
     use lode_catalog::{Catalog, ListQuery, UploadQuery};
     let c = &cfg.cluster;
-    let (catalog, data) = open_cluster(c, false).await?;
+    let (catalog, data, gc) = open_cluster(c, false).await?;
     let mut rep = ClusterFsckReport::default();
     let mut referenced = std::collections::BTreeSet::new();
     let mut note = |segs: &[lode_metadata::records::Segment]| {
@@ -288,6 +303,10 @@ pub async fn fsck_cluster(
         }
     }
     rep.chunks_referenced = referenced.len() as u64;
+    // Released chunks waiting in the GC queue are not orphans: the collector removes them once
+    // their grace is over. The queue is read after the index and before the pool, so a chunk
+    // released meanwhile is referenced or queued, and one collected meanwhile is not listed.
+    let queued = lode_blob_rados::queued_chunks(&gc).await?;
     let in_pool: std::collections::BTreeSet<String> = data
         .list_objects(Some("lode.c."))
         .await?
@@ -296,6 +315,10 @@ pub async fn fsck_cluster(
     rep.chunks_in_pool = in_pool.len() as u64;
     let now_ms = lode_objects::now_ms().max(0) as u64;
     for name in in_pool.difference(&referenced) {
+        if queued.contains(name) {
+            rep.queued_for_gc += 1;
+            continue;
+        }
         // `lode.c.<incarnation>.<ms << 20 | seq>`: the chunk's age is in its name.
         let born_ms = name
             .rsplit('.')

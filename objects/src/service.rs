@@ -527,7 +527,13 @@ impl ObjectService {
         E: std::fmt::Display,
     {
         check_key(key)?;
-        self.bucket(bucket).await?;
+        // A body that may need chunks is not written into a bucket that is not there. A body
+        // small enough to stay inline costs nothing to take in, and the commit answers
+        // `NoSuchBucket` itself: one catalog read fewer per small PUT (in cluster mode a read
+        // of the shared bucket directory).
+        if content_length.is_none_or(|l| l < 0 || l as u64 > self.cfg.inline_threshold as u64) {
+            self.bucket(bucket).await?;
+        }
         let ing = self
             .ingest(body, &integrity, self.cfg.max_object_size, content_length)
             .await?;
