@@ -496,3 +496,39 @@ def test_released_chunks_of_a_killed_gateway_are_collected_by_the_other(tmp_path
         b.stop()
         if a.proc.poll() is None:
             a.stop()
+
+
+def test_rados_ops_per_s3_operation(gateways):
+    """What each S3 operation costs in RADOS operations, from the gateway's own counters
+    (bench/rados_ops.py prints the same table): a small PUT is one index read and one index
+    write, a GET or HEAD of a small object one index read, a chunked object adds one data op
+    per chunk, a listing page is one index read. Background reads (users refresh, GC) show as
+    a few hundredths at most."""
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+    from rados_ops import measure
+
+    g = gateways[0]
+    got = measure(make_client(g.endpoint), g.admin)
+
+    def ops(name):
+        d = got[name]
+        return {k: round(v) for k, v in d.items() if v >= 0.005}, max(abs(v - round(v)) for v in d.values())
+
+    want = {
+        "PUT 1 KiB (inline)": {(INDEX_POOL, "read"): 1, (INDEX_POOL, "write"): 1},
+        # The bucket is checked before any chunk is written, then the commit reads and writes.
+        "PUT 5 MiB (2 chunks)": {(INDEX_POOL, "read"): 2, (INDEX_POOL, "write"): 1, (DATA_POOL, "write"): 2},
+        "GET 1 KiB": {(INDEX_POOL, "read"): 1},
+        "GET 5 MiB": {(INDEX_POOL, "read"): 1, (DATA_POOL, "read"): 2},
+        "HEAD": {(INDEX_POOL, "read"): 1},
+        "LIST page (120 keys)": {(INDEX_POOL, "read"): 1},
+        "overwrite 1 KiB": {(INDEX_POOL, "read"): 1, (INDEX_POOL, "write"): 1},
+        # The commit, then the released chunks' append to the GC queue (one for both chunks).
+        "DELETE 5 MiB": {(INDEX_POOL, "read"): 1, (INDEX_POOL, "write"): 2},
+    }
+    for name, w in want.items():
+        counted, noise = ops(name)
+        counted = {k: v for k, v in counted.items() if v}
+        assert counted == w and noise < 0.2, (name, got[name])

@@ -307,6 +307,31 @@ impl RadosCatalog {
         })
     }
 
+    /// One page of a partition's omap entries under `filter` after `after`. `first`: the
+    /// listing's first read, which also reads the epoch, so that a bucket being deleted lists
+    /// as missing without a read of its own. `NoSuchBucket` if the partition is missing.
+    async fn omap_page(
+        &self,
+        bucket: &str,
+        after: &[u8],
+        filter: &[u8],
+        max: u64,
+        first: bool,
+    ) -> Result<lode_rados::OmapPage> {
+        let mut op = ReadOp::new().omap_get_vals(after, filter, max);
+        if first {
+            op = op.getxattrs();
+        }
+        let r = match self.io.operate_read(&index_oid(bucket), op).await {
+            Err(e) if e.is_not_found() => return Err(CatalogError::NoSuchBucket),
+            r => r.map_err(err)?,
+        };
+        if first && r.xattr(EPOCH).map(|e| e.as_ref()) == Some(DELETED.as_bytes()) {
+            return Err(CatalogError::NoSuchBucket);
+        }
+        Ok(r.omap_vals.unwrap_or_default())
+    }
+
     /// Runs a guarded write; `Ok(false)` when a guard failed (re-read and retry).
     async fn try_write(&self, bucket: &str, op: WriteOp) -> Result<bool> {
         match self.io.operate_write(&index_oid(bucket), op).await {
@@ -626,12 +651,14 @@ impl Catalog for RadosCatalog {
     }
 
     async fn list(&self, bucket: &str, q: &ListQuery<'_>) -> Result<ListPage> {
-        // Existence first (an empty bucket lists nothing; a missing one is an error).
-        self.read_keys(bucket, &[]).await?;
         let mut page = ListPage::default();
         if q.max == 0 {
+            // Nothing to read but whether the bucket exists.
+            self.read_keys(bucket, &[]).await?;
             return Ok(page);
         }
+        // The first read also says whether the bucket exists (one op for a page).
+        let mut first = true;
         let filter = okey(q.prefix);
         let mut after: Vec<u8> = match q.after {
             Some(a) if a > q.prefix => okey(a),
@@ -641,13 +668,9 @@ impl Catalog for RadosCatalog {
         loop {
             let want = (q.max + 1 - page.objects.len() - page.common_prefixes.len()) as u64;
             let chunk = self
-                .io
-                .omap_get_vals(&index_oid(bucket), &after, &filter, want.min(PAGE))
-                .await;
-            let chunk = match chunk {
-                Err(e) if e.is_not_found() => return Err(CatalogError::NoSuchBucket),
-                c => c.map_err(err)?,
-            };
+                .omap_page(bucket, &after, &filter, want.min(PAGE), first)
+                .await?;
+            first = false;
             let mut sought = false;
             for (k, v) in &chunk.entries {
                 let key = key_of(k)?;
@@ -914,8 +937,9 @@ impl Catalog for RadosCatalog {
     }
 
     async fn list_uploads(&self, bucket: &str, q: &UploadQuery) -> Result<UploadPage> {
-        // O(page): seek to the markers, and past each common prefix.
-        self.read_keys(bucket, &[]).await?;
+        // O(page): seek to the markers, and past each common prefix. The first read also says
+        // whether the bucket exists.
+        let mut first = true;
         let filter = tagged(b'u', &[&esc(q.prefix.as_bytes())]);
         let past = |key: &str| {
             let mut k = tagged(b'u', &[&esc(key.as_bytes())]);
@@ -931,14 +955,10 @@ impl Catalog for RadosCatalog {
         let delim = q.delimiter.as_deref().filter(|d| !d.is_empty());
         loop {
             let want = (q.max + 1 - page.uploads.len() - page.prefixes.len()) as u64;
-            let chunk = match self
-                .io
-                .omap_get_vals(&index_oid(bucket), &after, &filter, want.min(PAGE))
-                .await
-            {
-                Err(e) if e.is_not_found() => return Err(CatalogError::NoSuchBucket),
-                c => c.map_err(err)?,
-            };
+            let chunk = self
+                .omap_page(bucket, &after, &filter, want.min(PAGE), first)
+                .await?;
+            first = false;
             let mut sought = false;
             for (k, v) in &chunk.entries {
                 let rest = &k[1..];

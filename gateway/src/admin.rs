@@ -23,6 +23,11 @@ pub const METRIC_SCRUB_CHUNKS: &str = "lode_scrub_chunks_total";
 pub const METRIC_SCRUB_CORRUPT: &str = "lode_scrub_corrupt_chunks_total";
 pub const METRIC_SCRUB_PASSES: &str = "lode_scrub_passes_total";
 pub const METRIC_SCRUB_LAST: &str = "lode_scrub_last_pass_end_timestamp_seconds";
+/// Cluster mode: RADOS operations sent, labelled by pool and kind (read, write).
+pub const METRIC_RADOS_OPS: &str = "lode_rados_ops_total";
+
+/// More Prometheus text for `/metrics` (the backend's own counters).
+pub type MetricsFn = Arc<dyn Fn() -> String + Send + Sync>;
 
 /// The dashboard: one static page (inline CSS and JS, no CDN) that polls `/api/profile`.
 const DASHBOARD: &str = include_str!("dashboard.html");
@@ -257,6 +262,8 @@ pub struct Admin {
     pub scrub: Arc<ScrubStats>,
     /// Root's secret key (the user API authenticates with it).
     pub root_secret: String,
+    /// The backend's own counters (cluster mode: RADOS ops per pool).
+    pub extra_metrics: Option<MetricsFn>,
 }
 
 pub async fn serve(listener: TcpListener, admin: Admin) {
@@ -277,6 +284,7 @@ pub async fn serve(listener: TcpListener, admin: Admin) {
                         profile,
                         scrub,
                         root_secret,
+                        extra_metrics,
                     } = &*admin;
                     let path = req.uri().path().to_owned();
                     let (status, ctype, body) = match (req.method(), path.as_str()) {
@@ -306,7 +314,8 @@ pub async fn serve(listener: TcpListener, admin: Admin) {
                         (&http::Method::GET, "/metrics") => (
                             http::StatusCode::OK,
                             "text/plain; version=0.0.4",
-                            metrics(svc, scrub, profile),
+                            metrics(svc, scrub, profile)
+                                + &extra_metrics.as_ref().map(|f| f()).unwrap_or_default(),
                         ),
                         _ => (
                             http::StatusCode::NOT_FOUND,

@@ -201,8 +201,9 @@ async fn open_cluster(
 pub async fn cluster_service(
     c: &lode_config::ClusterConfig,
     service_cfg: ServiceConfig,
-) -> anyhow::Result<ObjectService> {
+) -> anyhow::Result<(ObjectService, Arc<lode_rados::Cluster>)> {
     let (catalog, data, gc) = open_cluster(c, true).await?;
+    let cluster = Arc::clone(data.cluster());
     let blobs = lode_blob_rados::RadosBlobStore::new(
         data,
         gc,
@@ -212,11 +213,21 @@ pub async fn cluster_service(
     );
     // Every gateway collects released chunks, those of gateways that are gone included.
     blobs.start_collector();
-    Ok(ObjectService::open(
-        Arc::new(catalog),
-        Arc::new(blobs),
-        service_cfg,
-    )?)
+    let svc = ObjectService::open(Arc::new(catalog), Arc::new(blobs), service_cfg)?;
+    Ok((svc, cluster))
+}
+
+/// The RADOS operations this gateway sent, per pool and kind, for `/metrics`.
+fn rados_metrics(cluster: &lode_rados::Cluster) -> String {
+    let name = crate::admin::METRIC_RADOS_OPS;
+    let mut out = format!(
+        "# HELP {name} RADOS operations this gateway sent (a compound op counts once).\n# TYPE {name} counter\n"
+    );
+    for (pool, reads, writes) in cluster.op_counts() {
+        out += &format!("{name}{{pool=\"{pool}\",kind=\"read\"}} {reads}\n");
+        out += &format!("{name}{{pool=\"{pool}\",kind=\"write\"}} {writes}\n");
+    }
+    out
 }
 
 /// What `lode fsck --cluster` found: chunk objects in the data pool that no index entry names
@@ -485,6 +496,7 @@ pub async fn serve(
         secret_key: cfg.auth.secret_key.clone(),
     });
     let clustered = cfg.cluster.backend == "ceph";
+    let mut extra_metrics: Option<crate::admin::MetricsFn> = None;
     let (svc, data_dir, backend_name, ndev, creds, creds_source, users) = if clustered {
         let Some(creds) = given else {
             bail!(
@@ -502,7 +514,9 @@ pub async fn serve(
             );
         };
         let master = crate::users::master_key(std::path::Path::new(""), Some(master_hex))?;
-        let svc = Arc::new(cluster_service(&cfg.cluster, service_cfg).await?);
+        let (svc, cluster) = cluster_service(&cfg.cluster, service_cfg).await?;
+        let svc = Arc::new(svc);
+        extra_metrics = Some(Arc::new(move || rados_metrics(&cluster)));
         let users = Arc::new(
             crate::users::Users::open(Arc::clone(svc.catalog()), master, creds.clone())
                 .await
@@ -595,6 +609,7 @@ pub async fn serve(
                 profile: Arc::clone(&profile),
                 scrub: Arc::clone(&scrub_stats),
                 root_secret: creds.secret_key.clone(),
+                extra_metrics,
             },
         ));
         Some(a)

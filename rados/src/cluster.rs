@@ -141,6 +141,17 @@ pub struct MonReply {
 pub struct Cluster {
     raw: Arc<raw::ClusterHandle>,
     client_name: String,
+    /// Operations sent, per pool (see [`Cluster::op_counts`]).
+    counters: std::sync::Mutex<Vec<Arc<PoolOps>>>,
+}
+
+/// Operations this client sent to one pool: each `operate_read` / `operate_write` (a compound
+/// op is one) counts once, whatever it does.
+#[derive(Debug, Default)]
+pub struct PoolOps {
+    pub pool: String,
+    pub reads: std::sync::atomic::AtomicU64,
+    pub writes: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -216,6 +227,7 @@ impl Cluster {
         let cluster = Cluster {
             raw: Arc::new(handle),
             client_name,
+            counters: Default::default(),
         };
         tracing::debug!(
             client = %cluster.client_name,
@@ -223,6 +235,38 @@ impl Cluster {
             "connected to the ceph cluster"
         );
         Ok(Arc::new(cluster))
+    }
+
+    /// The op counters of `pool` (shared by every I/O context on it).
+    pub(crate) fn pool_ops(&self, pool: &str) -> Arc<PoolOps> {
+        let mut all = self.counters.lock().expect("op counters");
+        if let Some(c) = all.iter().find(|c| c.pool == pool) {
+            return Arc::clone(c);
+        }
+        let c = Arc::new(PoolOps {
+            pool: pool.to_owned(),
+            ..Default::default()
+        });
+        all.push(Arc::clone(&c));
+        c
+    }
+
+    /// (pool, read ops, write ops) this client sent since it connected, per pool: what an S3
+    /// operation costs in RADOS operations, measured.
+    pub fn op_counts(&self) -> Vec<(String, u64, u64)> {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.counters
+            .lock()
+            .expect("op counters")
+            .iter()
+            .map(|c| {
+                (
+                    c.pool.clone(),
+                    c.reads.load(Relaxed),
+                    c.writes.load(Relaxed),
+                )
+            })
+            .collect()
     }
 
     /// librados' version (major, minor, extra): 3.0.0 for Pacific.

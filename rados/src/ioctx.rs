@@ -26,6 +26,7 @@ pub struct IoCtx {
 
 struct Inner {
     raw: Arc<raw::IoCtxHandle>,
+    ops: Arc<crate::cluster::PoolOps>,
     cluster: Arc<Cluster>,
     pool_name: String,
     namespace: String,
@@ -72,6 +73,7 @@ impl IoCtx {
         Ok(Self {
             inner: Arc::new(Inner {
                 raw: Arc::new(handle),
+                ops: cluster.pool_ops(pool),
                 cluster,
                 pool_name: pool.to_owned(),
                 namespace: namespace.to_owned(),
@@ -123,6 +125,10 @@ impl IoCtx {
             return Err(e);
         }
         let oid_c = Self::oid(oid)?;
+        self.inner
+            .ops
+            .writes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let done = raw::submit_write(self.inner.raw.clone(), oid_c, raw, flags)?.await?;
         check("operate_write", done.rval.into())?;
         Ok(done.version)
@@ -136,6 +142,10 @@ impl IoCtx {
             return Err(e);
         }
         let oid_c = Self::oid(oid)?;
+        self.inner
+            .ops
+            .reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let done = raw::submit_read(self.inner.raw.clone(), oid_c, raw, flags)?.await?;
         let (rval, version) = (done.rval, done.version);
         check("operate_read", rval.into())?;
