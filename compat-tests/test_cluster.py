@@ -532,3 +532,56 @@ def test_rados_ops_per_s3_operation(gateways):
         counted, noise = ops(name)
         counted = {k: v for k, v in counted.items() if v}
         assert counted == w and noise < 0.2, (name, got[name])
+
+
+def test_the_cluster_profile_adds_up_every_gateway(gateways):
+    """Each gateway registers in the cluster with a lease and publishes its IO profile there;
+    `/api/profile?scope=cluster` (and `lode profile --cluster`) on any gateway adds up every
+    live gateway's. Writes through a, reads through b: a's own profile sees only the writes,
+    the cluster profile on a sees both."""
+    import time
+
+    import requests
+
+    a, b = gateways
+    sa, sb = make_client(a.endpoint), make_client(b.endpoint)
+    name = "prof-" + uuid.uuid4().hex[:8]
+    sa.create_bucket(Bucket=name)
+
+    def cluster():
+        r = requests.get(a.admin + "/api/profile?scope=cluster", timeout=10)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def local():
+        return requests.get(a.admin + "/api/profile", timeout=10).json()
+
+    time.sleep(2.5)  # one publishing period: both gateways' snapshots are current
+    c0, l0 = cluster(), local()
+    for i in range(30):
+        sa.put_object(Bucket=name, Key=f"k{i}", Body=b"x" * 1000)
+    for i in range(30):
+        assert sb.get_object(Bucket=name, Key=f"k{i}")["Body"].read() == b"x" * 1000
+    # a's own profile: the writes, none of the reads.
+    l1 = local()
+    assert l1["total"]["write"]["ops"] - l0["total"]["write"]["ops"] == 30
+    assert l1["total"]["read"]["ops"] == l0["total"]["read"]["ops"]
+    # The cluster's, once b has published: both.
+    deadline = time.time() + 15
+    while True:
+        c1 = cluster()
+        reads = c1["total"]["read"]["ops"] - c0["total"]["read"]["ops"]
+        writes = c1["total"]["write"]["ops"] - c0["total"]["write"]["ops"]
+        if reads >= 30 or time.time() > deadline:
+            break
+        time.sleep(0.5)
+    assert len(c1["gateways"]) >= 2, c1["gateways"]
+    assert reads == 30 and writes == 30, (reads, writes)
+    assert c1["buckets"][name]["read"][0] == 30 and c1["buckets"][name]["write"][0] == 30
+    # The command line says the same.
+    env = dict(os.environ, RUST_LIB_BACKTRACE="0")
+    p = subprocess.run([lode_bin(), "profile", "--cluster", "--endpoint", a.admin], capture_output=True, env=env, timeout=60)
+    assert p.returncode == 0 and b"gateway(s) added up" in p.stdout, p.stderr
+    for i in range(30):
+        sa.delete_object(Bucket=name, Key=f"k{i}")
+    sa.delete_bucket(Bucket=name)

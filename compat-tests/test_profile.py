@@ -37,6 +37,9 @@ def test_profile_reports_the_mix_of_both_doors(tmp_path):
             assert f.read() == data
 
         p = requests.get(srv.admin + "/api/profile").json()
+        # One node has no cluster to add up: a clear error, not an empty profile.
+        r = requests.get(srv.admin + "/api/profile?scope=cluster")
+        assert r.status_code == 400 and "cluster mode" in r.json()["error"]
         s3d = p["doors"]["s3"]
         assert s3d["write"]["ops"] == 5 and s3d["write"]["bytes"] == sum(sizes)
         assert s3d["read"]["ops"] == 7 and s3d["read"]["bytes"] == got

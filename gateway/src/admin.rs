@@ -1,5 +1,6 @@
 //! The admin endpoint: `/healthz` (JSON; 503 while the datapath refuses writes), `/metrics`
-//! (Prometheus text), `/api/profile` (JSON) and the dashboard page (`/`, `/dashboard`). Metric
+//! (Prometheus text), `/api/profile` (JSON; `?scope=cluster`: every gateway's, added up, in
+//! cluster mode) and the dashboard page (`/`, `/dashboard`; `?scope=cluster` likewise). Metric
 //! names are defined once, here.
 
 use std::sync::Arc;
@@ -264,6 +265,8 @@ pub struct Admin {
     pub root_secret: String,
     /// The backend's own counters (cluster mode: RADOS ops per pool).
     pub extra_metrics: Option<MetricsFn>,
+    /// Cluster mode: the gateways' registry, for the whole cluster's profile.
+    pub cluster: Option<Arc<crate::cluster_profile::Registry>>,
 }
 
 pub async fn serve(listener: TcpListener, admin: Admin) {
@@ -274,8 +277,8 @@ pub async fn serve(listener: TcpListener, admin: Admin) {
         };
         let _ = stream.set_nodelay(true);
         let admin = Arc::clone(&admin);
-        let service =
-            hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+        let service = hyper::service::service_fn(
+            move |req: http::Request<hyper::body::Incoming>| {
                 let admin = Arc::clone(&admin);
                 async move {
                     let Admin {
@@ -285,7 +288,12 @@ pub async fn serve(listener: TcpListener, admin: Admin) {
                         scrub,
                         root_secret,
                         extra_metrics,
+                        cluster,
                     } = &*admin;
+                    let cluster_scope = req
+                        .uri()
+                        .query()
+                        .is_some_and(|q| q.split('&').any(|kv| kv == "scope=cluster"));
                     let path = req.uri().path().to_owned();
                     let (status, ctype, body) = match (req.method(), path.as_str()) {
                         (_, "/api/users" | "/api/grants") => {
@@ -295,6 +303,30 @@ pub async fn serve(listener: TcpListener, admin: Admin) {
                         (&http::Method::GET, "/healthz") => {
                             let (s, b) = health(svc);
                             (s, "application/json", b)
+                        }
+                        (&http::Method::GET, "/api/profile") if cluster_scope => {
+                            match cluster {
+                                Some(reg) => match reg.cluster_snapshot().await {
+                                    Ok(snap) => (
+                                        http::StatusCode::OK,
+                                        "application/json",
+                                        serde_json::to_string(&snap).unwrap_or_default(),
+                                    ),
+                                    Err(e) => {
+                                        tracing::warn!(error = %e, "reading the cluster's profile failed");
+                                        (
+                                            http::StatusCode::SERVICE_UNAVAILABLE,
+                                            "application/json",
+                                            serde_json::json!({"error": format!("reading the cluster's profile: {e}")}).to_string(),
+                                        )
+                                    }
+                                },
+                                None => (
+                                    http::StatusCode::BAD_REQUEST,
+                                    "application/json",
+                                    serde_json::json!({"error": "scope=cluster needs cluster mode (lode serve --cluster ceph)"}).to_string(),
+                                ),
+                            }
                         }
                         (&http::Method::GET, "/api/profile") => (
                             http::StatusCode::OK,
@@ -331,7 +363,8 @@ pub async fn serve(listener: TcpListener, admin: Admin) {
                     );
                     Ok::<_, std::convert::Infallible>(r)
                 }
-            });
+            },
+        );
         tokio::spawn(async move {
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)

@@ -38,6 +38,9 @@ enum Cmd {
         /// Print the raw JSON instead.
         #[arg(long)]
         json: bool,
+        /// The whole cluster's profile (every live gateway's, added up; cluster mode).
+        #[arg(long)]
+        cluster: bool,
     },
     /// Manage users and grants of a running lode (through its admin endpoint).
     Admin(AdminArgs),
@@ -181,7 +184,13 @@ async fn http_json(
 /// The profile as a compact text summary.
 fn profile_summary(v: &serde_json::Value) -> String {
     let f = |x: &serde_json::Value| x.as_f64().unwrap_or(0.0);
-    let mut out = format!(
+    let gateways = v["gateways"].as_array().map_or(0, Vec::len);
+    let mut out = if gateways > 0 {
+        format!("Lode cluster: {gateways} gateway(s) added up\n")
+    } else {
+        String::new()
+    };
+    out += &format!(
         "Lode IO profile ({:.0} s up)\n  ops/s peak {:.0}, avg {:.1}; MiB/s peak {:.1}, avg {:.2}\n  metadata share {:.1}%; read/write bytes {}\n",
         f(&v["uptime_secs"]),
         f(&v["ops_per_sec_peak"]),
@@ -414,11 +423,16 @@ fn main() -> anyhow::Result<()> {
                 std::process::exit(1)
             }
         }
-        Cmd::Profile { endpoint, json } => {
+        Cmd::Profile {
+            endpoint,
+            json,
+            cluster,
+        } => {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
-            let url = format!("{}/api/profile", endpoint.trim_end_matches('/'));
+            let scope = if cluster { "?scope=cluster" } else { "" };
+            let url = format!("{}/api/profile{scope}", endpoint.trim_end_matches('/'));
             let v = rt.block_on(http_json("GET", &url, None))?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&v)?);

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Door {
@@ -105,13 +105,13 @@ impl Default for Profile {
 }
 
 /// The profile as `/api/profile` serves it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize, Clone)]
 pub struct Snapshot {
     pub uptime_secs: f64,
     /// door -> class -> stats
-    pub doors: HashMap<&'static str, HashMap<&'static str, ClassSnap>>,
+    pub doors: HashMap<String, HashMap<String, ClassSnap>>,
     /// Both doors together.
-    pub total: HashMap<&'static str, ClassSnap>,
+    pub total: HashMap<String, ClassSnap>,
     /// Per-second ops and MiB for the last `SECONDS` (oldest first), per class.
     pub series: Vec<SecondSnap>,
     /// Peak and average of the per-second series, all classes together.
@@ -123,12 +123,146 @@ pub struct Snapshot {
     pub read_write_ratio: Option<f64>,
     /// Metadata ops / all ops.
     pub metadata_share: f64,
-    pub buckets: HashMap<String, HashMap<&'static str, (u64, u64)>>,
+    pub buckets: HashMap<String, HashMap<String, (u64, u64)>>,
     /// Upper bounds of the histogram buckets: sizes in bytes, latencies in microseconds.
     pub histogram_bounds: Vec<u64>,
+    /// In a cluster-wide profile: the gateways it adds up.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gateways: Vec<String>,
 }
 
-#[derive(Debug, Default, Serialize, Clone)]
+impl ClassSnap {
+    fn add(&mut self, o: &ClassSnap) {
+        self.ops += o.ops;
+        self.bytes += o.bytes;
+        for (h, oh) in [
+            (&mut self.size_hist, &o.size_hist),
+            (&mut self.latency_us_hist, &o.latency_us_hist),
+        ] {
+            if h.len() < oh.len() {
+                h.resize(oh.len(), 0);
+            }
+            for (a, b) in h.iter_mut().zip(oh) {
+                *a += b;
+            }
+        }
+        self.p50_ms = quantile(&self.latency_us_hist, 0.5) as f64 / 1000.0;
+        self.p99_ms = quantile(&self.latency_us_hist, 0.99) as f64 / 1000.0;
+    }
+}
+
+/// Peak and average ops/s and MiB/s over the seconds that have passed (the last is partial).
+fn peaks(series: &[SecondSnap]) -> (u64, f64, f64, f64) {
+    let done = &series[..series.len().saturating_sub(1)];
+    let per = |f: &dyn Fn(&SecondSnap) -> u64| -> (u64, f64) {
+        let v: Vec<u64> = done.iter().map(f).collect();
+        let peak = v.iter().copied().max().unwrap_or(0);
+        let avg = if v.is_empty() {
+            0.0
+        } else {
+            v.iter().sum::<u64>() as f64 / v.len() as f64
+        };
+        (peak, avg)
+    };
+    let (ops_peak, ops_avg) = per(&|s| s.ops.iter().sum());
+    let (b_peak, b_avg) = per(&|s| s.bytes.iter().sum());
+    (
+        ops_peak,
+        ops_avg,
+        b_peak as f64 / (1 << 20) as f64,
+        b_avg / (1 << 20) as f64,
+    )
+}
+
+/// (read/write bytes ratio, metadata share of all ops) of the totals.
+fn shares(total: &HashMap<String, ClassSnap>) -> (Option<f64>, f64) {
+    let get = |c: &str| total.get(c).cloned().unwrap_or_default();
+    let (rd, wr) = (get("read").bytes, get("write").bytes);
+    let all: u64 = total.values().map(|c| c.ops).sum();
+    let meta = if all == 0 {
+        0.0
+    } else {
+        get("meta").ops as f64 / all as f64
+    };
+    ((wr > 0).then(|| rd as f64 / wr as f64), meta)
+}
+
+impl Snapshot {
+    /// Several gateways' profiles added up (the cluster's profile): counts, bytes, histograms
+    /// and buckets summed, percentiles taken from the summed histograms, the per-second series
+    /// summed second by second of wall-clock time.
+    pub fn merge(parts: &[Snapshot], gateways: Vec<String>) -> Snapshot {
+        let mut doors: HashMap<String, HashMap<String, ClassSnap>> = HashMap::new();
+        let mut total: HashMap<String, ClassSnap> = HashMap::new();
+        let mut buckets: HashMap<String, HashMap<String, (u64, u64)>> = HashMap::new();
+        let mut secs: std::collections::BTreeMap<u64, ([u64; 4], [u64; 4])> = Default::default();
+        for p in parts {
+            for (d, classes) in &p.doors {
+                for (c, snap) in classes {
+                    doors
+                        .entry(d.clone())
+                        .or_default()
+                        .entry(c.clone())
+                        .or_default()
+                        .add(snap);
+                }
+            }
+            for (c, snap) in &p.total {
+                total.entry(c.clone()).or_default().add(snap);
+            }
+            for (b, classes) in &p.buckets {
+                for (c, (ops, bytes)) in classes {
+                    let e = buckets
+                        .entry(b.clone())
+                        .or_default()
+                        .entry(c.clone())
+                        .or_default();
+                    e.0 += ops;
+                    e.1 += bytes;
+                }
+            }
+            for s in &p.series {
+                let e = secs.entry(s.unix).or_default();
+                for i in 0..4 {
+                    e.0[i] += s.ops[i];
+                    e.1[i] += s.bytes[i];
+                }
+            }
+        }
+        let last = secs.keys().next_back().copied().unwrap_or(0);
+        let first = last.saturating_sub(SECONDS as u64 - 1);
+        let series: Vec<SecondSnap> = (first..=last)
+            .map(|u| {
+                let (ops, bytes) = secs.get(&u).copied().unwrap_or_default();
+                SecondSnap {
+                    t: u - first,
+                    unix: u,
+                    ops,
+                    bytes,
+                }
+            })
+            .collect();
+        let (ops_per_sec_peak, ops_per_sec_avg, mib_per_sec_peak, mib_per_sec_avg) = peaks(&series);
+        let (read_write_ratio, metadata_share) = shares(&total);
+        Snapshot {
+            uptime_secs: parts.iter().map(|p| p.uptime_secs).fold(0.0, f64::max),
+            doors,
+            total,
+            series,
+            ops_per_sec_peak,
+            ops_per_sec_avg,
+            mib_per_sec_peak,
+            mib_per_sec_avg,
+            read_write_ratio,
+            metadata_share,
+            buckets,
+            histogram_bounds: (0..BUCKETS).map(bucket_bound).collect(),
+            gateways,
+        }
+    }
+}
+
+#[derive(Debug, Default, Serialize, Deserialize, Clone)]
 pub struct ClassSnap {
     pub ops: u64,
     pub bytes: u64,
@@ -138,9 +272,13 @@ pub struct ClassSnap {
     pub p99_ms: f64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize, Clone)]
 pub struct SecondSnap {
+    /// Seconds since the profile started (in a merged profile: since its first second).
     pub t: u64,
+    /// The wall-clock second (Unix time), which aligns the series of several gateways.
+    #[serde(default)]
+    pub unix: u64,
     pub ops: [u64; 4],
     pub bytes: [u64; 4],
 }
@@ -236,16 +374,22 @@ impl Profile {
         for (ci, cname) in CLASSES.iter().enumerate() {
             for (di, dname) in DOORS.iter().enumerate() {
                 doors
-                    .entry(*dname)
+                    .entry((*dname).to_owned())
                     .or_insert_with(HashMap::new)
-                    .insert(*cname, Self::class_snap(&[&self.classes[di][ci]]));
+                    .insert(
+                        (*cname).to_owned(),
+                        Self::class_snap(&[&self.classes[di][ci]]),
+                    );
             }
             total.insert(
-                *cname,
+                (*cname).to_owned(),
                 Self::class_snap(&[&self.classes[0][ci], &self.classes[1][ci]]),
             );
         }
         let now = self.start.elapsed().as_secs();
+        let unix_now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
         let first = now.saturating_sub(SECONDS as u64 - 1);
         let series: Vec<SecondSnap> = (first..=now)
             .map(|t| {
@@ -256,28 +400,14 @@ impl Profile {
                 };
                 SecondSnap {
                     t,
+                    unix: unix_now - (now - t),
                     ops: get(&slot.ops),
                     bytes: get(&slot.bytes),
                 }
             })
             .collect();
-        // Peak and average over the seconds that have passed (the current one is partial).
-        let done = &series[..series.len().saturating_sub(1)];
-        let per = |f: &dyn Fn(&SecondSnap) -> u64| -> (u64, f64) {
-            let v: Vec<u64> = done.iter().map(f).collect();
-            let peak = v.iter().copied().max().unwrap_or(0);
-            let avg = if v.is_empty() {
-                0.0
-            } else {
-                v.iter().sum::<u64>() as f64 / v.len() as f64
-            };
-            (peak, avg)
-        };
-        let (ops_peak, ops_avg) = per(&|s| s.ops.iter().sum());
-        let (b_peak, b_avg) = per(&|s| s.bytes.iter().sum());
-        let rd = total["read"].bytes;
-        let wr = total["write"].bytes;
-        let all: u64 = total.values().map(|c| c.ops).sum();
+        let (ops_per_sec_peak, ops_per_sec_avg, mib_per_sec_peak, mib_per_sec_avg) = peaks(&series);
+        let (read_write_ratio, metadata_share) = shares(&total);
         let buckets = self
             .buckets
             .read()
@@ -287,7 +417,12 @@ impl Profile {
                 let m = CLASSES
                     .iter()
                     .enumerate()
-                    .map(|(i, c)| (*c, (b.ops[i].load(Relaxed), b.bytes[i].load(Relaxed))))
+                    .map(|(i, c)| {
+                        (
+                            (*c).to_owned(),
+                            (b.ops[i].load(Relaxed), b.bytes[i].load(Relaxed)),
+                        )
+                    })
                     .collect();
                 (name.clone(), m)
             })
@@ -295,20 +430,17 @@ impl Profile {
         Snapshot {
             uptime_secs: self.start.elapsed().as_secs_f64(),
             doors,
-            ops_per_sec_peak: ops_peak,
-            ops_per_sec_avg: ops_avg,
-            mib_per_sec_peak: b_peak as f64 / (1 << 20) as f64,
-            mib_per_sec_avg: b_avg / (1 << 20) as f64,
-            read_write_ratio: (wr > 0).then(|| rd as f64 / wr as f64),
-            metadata_share: if all == 0 {
-                0.0
-            } else {
-                total["meta"].ops as f64 / all as f64
-            },
+            ops_per_sec_peak,
+            ops_per_sec_avg,
+            mib_per_sec_peak,
+            mib_per_sec_avg,
+            read_write_ratio,
+            metadata_share,
             total,
             series,
             buckets,
             histogram_bounds: (0..BUCKETS).map(bucket_bound).collect(),
+            gateways: vec![],
         }
     }
 
@@ -417,5 +549,55 @@ mod tests {
         let m = p.prometheus();
         assert!(m.contains("lode_ops_total{door=\"s3\",class=\"read\"} 10"));
         assert!(m.contains("lode_op_latency_seconds_count{door=\"posix\",class=\"meta\"} 9"));
+    }
+
+    /// Two gateways' profiles add up: counts, histograms and percentiles, buckets, and the
+    /// per-second series aligned on wall-clock seconds; a snapshot survives JSON (it travels
+    /// through the cluster).
+    #[test]
+    fn snapshots_of_several_gateways_merge() {
+        let (a, b) = (Profile::default(), Profile::default());
+        for _ in 0..10 {
+            a.record(
+                Door::S3,
+                Class::Read,
+                Some("x"),
+                100,
+                Duration::from_micros(100),
+            );
+        }
+        for _ in 0..90 {
+            b.record(
+                Door::S3,
+                Class::Read,
+                Some("x"),
+                100,
+                Duration::from_millis(50),
+            );
+        }
+        b.record(
+            Door::Posix,
+            Class::Write,
+            Some("y"),
+            7,
+            Duration::from_micros(10),
+        );
+        let sa: Snapshot =
+            serde_json::from_str(&serde_json::to_string(&a.snapshot()).unwrap()).unwrap();
+        let m = Snapshot::merge(&[sa, b.snapshot()], vec!["a".into(), "b".into()]);
+        assert_eq!(m.gateways, vec!["a", "b"]);
+        assert_eq!(m.total["read"].ops, 100);
+        assert_eq!(m.doors["s3"]["read"].bytes, 10_000);
+        assert_eq!(m.total["write"].ops, 1);
+        // 90 of 100 reads took 50 ms: the merged p50 is in the 50 ms bucket, not a's 0.1 ms.
+        assert!(m.total["read"].p50_ms >= 32.0, "{}", m.total["read"].p50_ms);
+        assert_eq!(m.buckets["x"]["read"], (100, 10_000));
+        assert_eq!(m.buckets["y"]["write"], (1, 7));
+        // The series holds every op once, on consecutive wall-clock seconds.
+        let all: u64 = m.series.iter().map(|s| s.ops.iter().sum::<u64>()).sum();
+        assert_eq!(all, 101);
+        assert_eq!(m.series.len(), SECONDS);
+        assert!(m.series.windows(2).all(|w| w[1].unix == w[0].unix + 1));
+        assert!((m.metadata_share - 0.0).abs() < 1e-9);
     }
 }

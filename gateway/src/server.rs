@@ -497,6 +497,7 @@ pub async fn serve(
     });
     let clustered = cfg.cluster.backend == "ceph";
     let mut extra_metrics: Option<crate::admin::MetricsFn> = None;
+    let mut registry_io: Option<lode_rados::IoCtx> = None;
     let (svc, data_dir, backend_name, ndev, creds, creds_source, users) = if clustered {
         let Some(creds) = given else {
             bail!(
@@ -516,6 +517,13 @@ pub async fn serve(
         let master = crate::users::master_key(std::path::Path::new(""), Some(master_hex))?;
         let (svc, cluster) = cluster_service(&cfg.cluster, service_cfg).await?;
         let svc = Arc::new(svc);
+        registry_io = Some(
+            cluster
+                .ioctx(&cfg.cluster.index_pool)
+                .await?
+                .with_namespace(&cfg.cluster.namespace)
+                .await?,
+        );
         extra_metrics = Some(Arc::new(move || rados_metrics(&cluster)));
         let users = Arc::new(
             crate::users::Users::open(Arc::clone(svc.catalog()), master, creds.clone())
@@ -594,12 +602,37 @@ pub async fn serve(
         .await
         .with_context(|| format!("binding {}", cfg.server.listen))?;
     let addr = listener.local_addr()?;
-    let admin_addr = if cfg.server.admin_listen.is_empty() {
+    let admin_listener = if cfg.server.admin_listen.is_empty() {
         None
     } else {
-        let l = TcpListener::bind(&cfg.server.admin_listen)
-            .await
-            .with_context(|| format!("binding the admin endpoint {}", cfg.server.admin_listen))?;
+        Some(
+            TcpListener::bind(&cfg.server.admin_listen)
+                .await
+                .with_context(|| {
+                    format!("binding the admin endpoint {}", cfg.server.admin_listen)
+                })?,
+        )
+    };
+    // Cluster mode: this gateway registers in the cluster (with a lease) and publishes its
+    // profile there, so any gateway can show the whole cluster's.
+    let registry = match registry_io {
+        Some(io) => {
+            let admin = match &admin_listener {
+                Some(l) => l.local_addr()?.to_string(),
+                None => String::new(),
+            };
+            let r = Arc::new(crate::cluster_profile::Registry::new(
+                io,
+                addr.to_string(),
+                admin,
+                Arc::clone(&profile),
+            ));
+            r.spawn();
+            Some(r)
+        }
+        None => None,
+    };
+    let admin_addr = if let Some(l) = admin_listener {
         let a = l.local_addr()?;
         tokio::spawn(crate::admin::serve(
             l,
@@ -610,9 +643,12 @@ pub async fn serve(
                 scrub: Arc::clone(&scrub_stats),
                 root_secret: creds.secret_key.clone(),
                 extra_metrics,
+                cluster: registry,
             },
         ));
         Some(a)
+    } else {
+        None
     };
     let mount = if cfg.posix.mount.as_os_str().is_empty() {
         None
