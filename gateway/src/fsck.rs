@@ -2,6 +2,9 @@
 //! extents that objects and multipart parts reference, with the right reference counts, inside
 //! the devices and never overlapping. `--repair` fixes reference counts and releases leaked
 //! extents in one transaction. `--verify-data` also reads every chunk and checks its crc32c.
+//! Small objects' bytes, stored beside their records (the `inline` table), are checked both
+//! ways too: every record that has inline bytes finds them at the right length, and no payload
+//! is left without its record (`--repair` removes those).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,6 +31,10 @@ pub struct Report {
     pub bad_extents: Vec<String>,
     /// Chunks whose crc32c did not match (with `--verify-data`): (bucket/key or part, dev, offset).
     pub corrupt: Vec<String>,
+    /// Objects whose inline bytes are missing or of the wrong length (bucket/key).
+    pub payload_missing: Vec<String>,
+    /// Inline bytes that no object record has (bucket/key): `--repair` removes them.
+    pub payload_orphans: Vec<String>,
     pub repaired: bool,
 }
 
@@ -38,6 +45,8 @@ impl Report {
             && self.wrong_refs.is_empty()
             && self.bad_extents.is_empty()
             && self.corrupt.is_empty()
+            && self.payload_missing.is_empty()
+            && self.payload_orphans.is_empty()
     }
 }
 
@@ -59,13 +68,27 @@ pub async fn run(
     // (dev, offset) -> (len, references found)
     let mut found: BTreeMap<(u32, u64), (u32, u32)> = BTreeMap::new();
     let mut to_verify: Vec<(String, ChunkRef)> = vec![];
+    // Object key -> the length of the inline bytes its record says are stored beside it.
+    let mut want_payload: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
     for (table, is_obj) in [(Table::Objects, true), (Table::Parts, false)] {
         let mut c = meta.cursor(table)?;
         c.seek(&[]);
         while let Some((k, v)) = c.current() {
             let segs = if is_obj {
                 rep.objects += 1;
-                records::decode::<ObjectRecord>(v)?.segments
+                let r = records::decode::<ObjectRecord>(v)?;
+                let detached: u64 = r
+                    .segments
+                    .iter()
+                    .map(|s| match s {
+                        Segment::Detached(n) => u64::from(*n),
+                        _ => 0,
+                    })
+                    .sum();
+                if r.has_detached() {
+                    want_payload.insert(k.to_vec(), detached);
+                }
+                r.segments
             } else {
                 rep.parts += 1;
                 records::decode::<PartRecord>(v)?.segments
@@ -110,6 +133,27 @@ pub async fn run(
         c.status()?;
     }
     rep.extents_recorded = recorded.len() as u64;
+    let name_of = |k: &[u8]| String::from_utf8_lossy(k).replace('\0', "/");
+    let mut orphan_keys: Vec<Vec<u8>> = vec![];
+    {
+        let mut c = meta.cursor(Table::Inline)?;
+        c.seek(&[]);
+        while let Some((k, v)) = c.current() {
+            match want_payload.remove(k) {
+                Some(n) if n == v.len() as u64 => {}
+                Some(_) => rep.payload_missing.push(name_of(k)),
+                None => {
+                    rep.payload_orphans.push(name_of(k));
+                    orphan_keys.push(k.to_vec());
+                }
+            }
+            c.next();
+        }
+        c.status()?;
+    }
+    rep.payload_missing
+        .extend(want_payload.keys().map(|k| name_of(k)));
+    rep.payload_missing.sort();
     for (&(dev, off), r) in &recorded {
         match found.get(&(dev, off)) {
             None => rep.leaked.push((dev, off, r.len)),
@@ -155,7 +199,10 @@ pub async fn run(
         }
     }
     if repair
-        && (!rep.leaked.is_empty() || !rep.wrong_refs.is_empty() || !rep.unrecorded.is_empty())
+        && (!rep.leaked.is_empty()
+            || !rep.wrong_refs.is_empty()
+            || !rep.unrecorded.is_empty()
+            || !orphan_keys.is_empty())
     {
         let (leaked, wrong, unrec) = (
             rep.leaked.clone(),
@@ -164,6 +211,9 @@ pub async fn run(
         );
         let found = found.clone();
         transact::<_, MetaError>(&*meta, |t| {
+            for k in &orphan_keys {
+                t.delete(Table::Inline, k)?;
+            }
             for &(d, o, _) in &leaked {
                 t.delete(Table::Extents, &keys::extent(d, o))?;
             }
@@ -273,5 +323,51 @@ mod tests {
         t.commit().unwrap();
         let r = run(m, &[1 << 20], None, false).await.unwrap();
         assert_eq!(r.bad_extents.len(), 2, "{:?}", r.bad_extents);
+    }
+
+    /// Inline bytes stored beside their record: a record whose bytes are gone or of the wrong
+    /// length is reported (nothing to repair it from), bytes no record has are reported and
+    /// removed by `--repair`.
+    #[tokio::test]
+    async fn checks_inline_payloads_both_ways() {
+        let m: Arc<dyn MetadataStore> = Arc::new(MemMetadataStore::new());
+        let rec = |body: &[u8]| ObjectRecord {
+            size: body.len() as u64,
+            etag: String::new(),
+            last_modified_ms: 0,
+            meta: ObjectMeta::default(),
+            checksums: Checksums::default(),
+            segments: vec![Segment::Inline(body.to_vec())],
+            parts: vec![],
+            upload_id: None,
+        };
+        let mut t = m.begin();
+        for (key, body, payload) in [
+            ("ok", &b"hello"[..], Some(&b"hello"[..])),
+            ("gone", b"lost", None),
+            ("short", b"abcdef", Some(&b"abc"[..])),
+        ] {
+            let (value, _) = records::split_inline(&rec(body));
+            t.put(Table::Objects, &keys::object("b", key), &value)
+                .unwrap();
+            if let Some(p) = payload {
+                t.put(Table::Inline, &keys::object("b", key), p).unwrap();
+            }
+        }
+        t.put(Table::Inline, &keys::object("b", "stray"), b"zz")
+            .unwrap();
+        t.commit().unwrap();
+        let r = run(Arc::clone(&m), &[1 << 20], None, true).await.unwrap();
+        assert_eq!(r.payload_missing, vec!["b/gone", "b/short"]);
+        assert_eq!(r.payload_orphans, vec!["b/stray"]);
+        assert!(r.repaired && !r.is_clean());
+        let r = run(Arc::clone(&m), &[1 << 20], None, false).await.unwrap();
+        assert!(r.payload_orphans.is_empty(), "{r:?}");
+        assert_eq!(r.payload_missing.len(), 2);
+        assert!(
+            m.get(Table::Inline, &keys::object("b", "ok"))
+                .unwrap()
+                .is_some()
+        );
     }
 }
