@@ -5,9 +5,9 @@ read or write op librados sends counts once).
 
 Usage: bench/rados_ops.py S3_ENDPOINT ADMIN_URL   (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY set)
 Runs each S3 operation N times in a fresh bucket and prints the ops per S3 op, per pool. The
-gateway's background work (users refresh every 2 s, the GC collector) adds a few reads per
-second to the index pool: the figures are averages over N, so that noise shows as a few
-hundredths."""
+gateway's background work (users refresh and profile publishing every 2 s, the GC collector)
+is measured first over a quiet interval and subtracted at its rate; what is left of it shows
+as a few hundredths."""
 
 import os
 import re
@@ -27,16 +27,26 @@ def rados_ops(admin):
             for m in re.finditer(r'lode_rados_ops_total\{pool="([^"]+)",kind="(\w+)"\} (\d+)', text)}
 
 
-def measure(s3, admin):
-    """{operation: {(pool, kind): ops per S3 op}}"""
+def measure(s3, admin, quiet=3.0):
+    """{operation: {(pool, kind): ops per S3 op}}. The gateway's own background ops (users
+    refresh, profile publishing, GC) are measured over `quiet` seconds without traffic first,
+    and subtracted at that rate from each measurement."""
+    import time
+
     out = {}
+    a = rados_ops(admin)
+    time.sleep(quiet)
+    b = rados_ops(admin)
+    background = {k: (b.get(k, 0) - a.get(k, 0)) / quiet for k in b}
 
     def cost(name, f, n):
         a = rados_ops(admin)
+        t0 = time.monotonic()
         for i in range(n):
             f(i)
+        took = time.monotonic() - t0
         b = rados_ops(admin)
-        out[name] = {k: (b.get(k, 0) - a.get(k, 0)) / n for k in b}
+        out[name] = {k: (b.get(k, 0) - a.get(k, 0) - background.get(k, 0) * took) / n for k in b}
 
     b = "rops-" + uuid.uuid4().hex[:8]
     s3.create_bucket(Bucket=b)

@@ -717,6 +717,14 @@ impl Catalog for RadosCatalog {
             let (Some(src), dst) = (find(&s.vals, &fk), find(&s.vals, &tk)) else {
                 return Err(CatalogError::NoSuchKey);
             };
+            if from == to {
+                // Onto itself: nothing moves (POSIX); with no-replace the target exists.
+                return if no_replace {
+                    Err(CatalogError::PreconditionFailed)
+                } else {
+                    Ok(Commit::default())
+                };
+            }
             if dst.is_some() && no_replace {
                 return Err(CatalogError::PreconditionFailed);
             }

@@ -628,6 +628,15 @@ pub async fn renames(c: &dyn Catalog) {
         c.rename("ren", "nope", "t", false).await,
         Err(CatalogError::NoSuchKey)
     ));
+    // A rename onto itself keeps the object (and releases nothing).
+    let same = c.rename("ren", "t", "t", false).await.unwrap();
+    assert!(same.previous.is_none() && same.released.is_empty());
+    assert_eq!(c.get("ren", "t").await.unwrap().unwrap().etag, "t");
+    assert!(matches!(
+        c.rename("ren", "t", "t", true).await,
+        Err(CatalogError::PreconditionFailed)
+    ));
+    assert!(c.get("ren", "t").await.unwrap().is_some());
     let (n, released) = c.rename_prefix("ren", "d/", "e/", 1024).await.unwrap();
     assert_eq!(n, 2);
     assert!(released.is_empty());

@@ -600,6 +600,14 @@ impl Catalog for KvCatalog {
                 let Some(src) = get_obj(t, &fk)? else {
                     return Err(CatalogError::NoSuchKey);
                 };
+                if fk == tk {
+                    // Onto itself: nothing moves (POSIX); with no-replace the target exists.
+                    return if no_replace {
+                        Err(CatalogError::PreconditionFailed)
+                    } else {
+                        Ok(Commit::default())
+                    };
+                }
                 let mut released = vec![];
                 let old = get_obj(t, &tk)?;
                 if let Some(old) = &old {
