@@ -191,16 +191,7 @@ async fn rados_reads_and_migrates_format_2_records() {
     )
     .await
     .unwrap();
-    let recs: Vec<(&str, ObjectRecord)> = ["a", "b", "d/x"]
-        .iter()
-        .zip(1u8..)
-        .map(|(k, i)| {
-            (
-                *k,
-                conformance::inline_record(k, &conformance::pattern(50, i)),
-            )
-        })
-        .collect();
+    let recs = conformance::legacy_records();
     // Format 3's encoding of a record with its bytes inside, with format 2's byte, is format
     // 2's (the records fixture test pins format 2's bytes).
     let entries: Vec<(Vec<u8>, Vec<u8>)> = recs

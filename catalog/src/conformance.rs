@@ -708,6 +708,16 @@ pub fn inline_record(etag: &str, bytes: &[u8]) -> ObjectRecord {
     }
 }
 
+/// The records the backends' format-2 migration tests store the old way: `a`, `b` and `d/x`,
+/// 50 inline bytes each.
+pub fn legacy_records() -> Vec<(&'static str, ObjectRecord)> {
+    ["a", "b", "d/x"]
+        .into_iter()
+        .zip(1u8..)
+        .map(|(k, i)| (k, inline_record(k, &pattern(50, i))))
+        .collect()
+}
+
 /// `n` bytes that differ from position to position and from seed to seed.
 pub fn pattern(n: usize, seed: u8) -> Vec<u8> {
     (0..n)

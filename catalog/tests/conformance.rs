@@ -128,16 +128,7 @@ async fn kv_reads_and_migrates_format_2_records() {
     )
     .await
     .unwrap();
-    let recs: Vec<(&str, ObjectRecord)> = ["a", "b", "d/x"]
-        .iter()
-        .zip(1u8..)
-        .map(|(k, i)| {
-            (
-                *k,
-                conformance::inline_record(k, &conformance::pattern(50, i)),
-            )
-        })
-        .collect();
+    let recs = conformance::legacy_records();
     let mut t = store.begin();
     for (k, r) in &recs {
         t.put(Table::Objects, &keys::object("old", k), &v2_value(r))
