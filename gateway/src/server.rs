@@ -197,13 +197,14 @@ async fn open_cluster(
 
 /// The cluster-mode object service: the RADOS catalog and blob store on the configured
 /// cluster. Creates missing pools, and refuses an unusable setup (an erasure-coded index pool,
-/// an unreachable cluster) with a clear error before anything is written.
+/// an unreachable cluster) with a clear error before anything is written. Also returns the
+/// index pool's I/O context (the namespace's), which the gateways' registry shares.
 pub async fn cluster_service(
     c: &lode_config::ClusterConfig,
     service_cfg: ServiceConfig,
-) -> anyhow::Result<(ObjectService, Arc<lode_rados::Cluster>)> {
+) -> anyhow::Result<(ObjectService, lode_rados::IoCtx)> {
     let (catalog, data, gc) = open_cluster(c, true).await?;
-    let cluster = Arc::clone(data.cluster());
+    let index = gc.clone();
     let blobs = lode_blob_rados::RadosBlobStore::new(
         data,
         gc,
@@ -214,7 +215,7 @@ pub async fn cluster_service(
     // Every gateway collects released chunks, those of gateways that are gone included.
     blobs.start_collector();
     let svc = ObjectService::open(Arc::new(catalog), Arc::new(blobs), service_cfg)?;
-    Ok((svc, cluster))
+    Ok((svc, index))
 }
 
 /// The RADOS operations this gateway sent, per pool and kind, for `/metrics`.
@@ -515,15 +516,10 @@ pub async fn serve(
             );
         };
         let master = crate::users::master_key(std::path::Path::new(""), Some(master_hex))?;
-        let (svc, cluster) = cluster_service(&cfg.cluster, service_cfg).await?;
+        let (svc, index) = cluster_service(&cfg.cluster, service_cfg).await?;
         let svc = Arc::new(svc);
-        registry_io = Some(
-            cluster
-                .ioctx(&cfg.cluster.index_pool)
-                .await?
-                .with_namespace(&cfg.cluster.namespace)
-                .await?,
-        );
+        let cluster = Arc::clone(index.cluster());
+        registry_io = Some(index);
         extra_metrics = Some(Arc::new(move || rados_metrics(&cluster)));
         let users = Arc::new(
             crate::users::Users::open(Arc::clone(svc.catalog()), master, creds.clone())
