@@ -5,14 +5,16 @@
 //! # Layout (in the index pool, a replicated pool: omap cannot live in an EC pool)
 //! * `lode.buckets`: omap `bucket name -> BucketRecord` (ListBuckets, owners).
 //! * `lode.sys`: omap of the system key space (users, grants).
-//! * `lode.idx.<bucket>`: the bucket's index partition. Its xattr `lode.epoch` is the
-//!   partition's epoch (zero-padded decimal, compared with `cmpxattr`); `deleted` marks a
+//! * `lode.idx.<bucket>`: the bucket's first index partition, and `lode.part.<bucket>.<id>`
+//!   the others (range partitions, see [`partition`]). A partition's xattr `lode.epoch` is its
+//!   epoch (zero-padded decimal, compared with `cmpxattr`); `deleted` on the first marks a
 //!   bucket being deleted. Its omap holds, under order-preserving escaped keys ([`esc`]):
 //!   `o<key>` the object record (format 3: inline segments as their lengths); `d<key>` its
 //!   payload, the raw bytes of those inline segments (only for a record that has some), apart
 //!   so that HEADs and listings, which read only `o` values, never transfer them;
 //!   `u<key>␁␁<id>` an upload; `p<key>␁␁<id>␁␁<n:05>` a part (uploads and parts beside their
-//!   key, so a Complete is one op); `a<id>` an aborted-upload tombstone. Records written in
+//!   key, so a Complete is one op); `a<key>␁␁<id>` an aborted-upload tombstone; `l<omap key>`
+//!   the log of a split in progress. Records written in
 //!   format 2 keep their bytes inside the `o` value; they read as they are.
 //!
 //! The object's existence is the bucket's: a commit that finds no partition object answers
@@ -39,10 +41,16 @@
 //! reports each reference it dropped, and the blob store counts holders (cls `refcount`
 //! tags on the chunk objects, as RGW does for shared tails).
 //!
-//! # Not built yet (cluster-mode work in progress, see the README)
-//! One partition per bucket: range splits (epoch bump, copy, switch, retire) are not built,
-//! so a bucket's index is one RADOS object (RGW keeps shards under ~100k keys; deep scrub
-//! warns at 200k).
+//! # Partitions
+//! A bucket's index is a chain of range partitions, split as they fill, without blocking
+//! writes for O(entries): see [`partition`]. Every key's entries stay in one partition, so
+//! every commit above is still one op on one object. A rename (or a directory rename) whose
+//! names fall in two partitions is refused with [`CatalogError::CrossPartition`] (the mount
+//! answers `EXDEV`, and `mv` copies).
+
+mod partition;
+
+pub use partition::{PartitionConfig, SplitStop};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -56,16 +64,16 @@ use lode_catalog::{
 use lode_metadata::records::{self, AbortedUpload, Record};
 use lode_rados::{Cluster, CmpOp, IoCtx, RadosError, ReadOp, WriteOp};
 
-const BUCKETS: &str = "lode.buckets";
+pub(crate) const BUCKETS: &str = "lode.buckets";
 const SYS: &str = "lode.sys";
-const EPOCH: &str = "lode.epoch";
-const FIRST_EPOCH: &str = "0000000001";
-const DELETED: &str = "deleted";
+pub(crate) const EPOCH: &str = "lode.epoch";
+pub(crate) const FIRST_EPOCH: &str = "0000000001";
+pub(crate) const DELETED: &str = "deleted";
 /// Separator inside escaped omap keys: sorts below every escaped byte.
 const SEP: [u8; 2] = [1, 1];
 /// Above every escaped byte (UTF-8 never has 0xFF): `e(p) + HIGH` is past every key under `p`.
 const HIGH: u8 = 0xff;
-const RETRIES: usize = 64;
+pub(crate) const RETRIES: usize = 64;
 /// How long an aborted upload is remembered for a retried abort.
 const ABORTED_MEMORY_MS: i64 = 24 * 3600 * 1000;
 /// Omap entries asked per read.
@@ -139,15 +147,21 @@ fn pkey(key: &str, id: &str, n: u32) -> Vec<u8> {
     k
 }
 
-fn akey(id: &str) -> Vec<u8> {
-    tagged(b'a', &[&esc(id.as_bytes())])
+/// An aborted-upload tombstone, beside its key (so that it moves with it).
+fn akey(key: &str, id: &str) -> Vec<u8> {
+    tagged(b'a', &[&esc(key.as_bytes()), &esc(id.as_bytes())])
 }
 
-fn index_oid(bucket: &str) -> String {
+/// The escaped position of an object key, for routing to its partition.
+fn pos(key: &str) -> Vec<u8> {
+    esc(key.as_bytes())
+}
+
+pub(crate) fn index_oid(bucket: &str) -> String {
     format!("lode.idx.{bucket}")
 }
 
-fn err(e: RadosError) -> CatalogError {
+pub(crate) fn err(e: RadosError) -> CatalogError {
     if e.is_timeout() {
         CatalogError::Unavailable(e.to_string())
     } else {
@@ -155,11 +169,11 @@ fn err(e: RadosError) -> CatalogError {
     }
 }
 
-fn decode<T: Record>(v: &[u8]) -> Result<T> {
+pub(crate) fn decode<T: Record>(v: &[u8]) -> Result<T> {
     Ok(records::decode(v)?)
 }
 
-fn chunks_of(segments: &[Segment]) -> impl Iterator<Item = ChunkLoc> + '_ {
+pub(crate) fn chunks_of(segments: &[Segment]) -> impl Iterator<Item = ChunkLoc> + '_ {
     segments.iter().filter_map(|s| match s {
         Segment::Chunk(c) => Some(*c),
         Segment::Inline(_) | Segment::Detached(_) => None,
@@ -177,25 +191,67 @@ fn find(vals: &[(Vec<u8>, Bytes)], k: &[u8]) -> Option<Bytes> {
 }
 
 /// A guarded write lost its race (or the partition changed): read again.
-fn lost_race(e: &RadosError) -> bool {
+pub(crate) fn lost_race(e: &RadosError) -> bool {
     e.is_canceled() || e.is_version_mismatch()
 }
 
 /// What a read of a partition found.
 struct Snapshot {
+    oid: String,
+    part: partition::Part,
     version: u64,
     epoch: Bytes,
     vals: Vec<(Vec<u8>, Bytes)>,
 }
 
+/// One partition of a bucket's index, as [`RadosCatalog::partitions`] reports it.
+#[derive(Debug, Clone)]
+pub struct PartitionInfo {
+    pub oid: String,
+    /// Escaped bounds ([`esc`]); `hi` absent for the last partition.
+    pub lo: Vec<u8>,
+    pub hi: Option<Vec<u8>>,
+    /// Object keys in its range.
+    pub keys: usize,
+    /// A split of it is in progress (or was cut short and not yet taken over).
+    pub splitting: bool,
+}
+
+/// The catalog on RADOS. Cheap to share: the state is behind an `Arc`.
 pub struct RadosCatalog {
+    inner: Arc<Inner>,
+}
+
+impl std::ops::Deref for RadosCatalog {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.inner
+    }
+}
+
+#[doc(hidden)]
+pub struct Inner {
     io: IoCtx,
+    cfg: PartitionConfig,
+    routes: partition::Routes,
+    /// Itself, for the background splits it starts.
+    me: std::sync::Weak<Inner>,
 }
 
 impl RadosCatalog {
     /// Opens the catalog in `pool` (which must exist, be replicated and hold omap) of `cluster`,
     /// in RADOS namespace `namespace` (empty: the default).
     pub async fn open(cluster: &Arc<Cluster>, pool: &str, namespace: &str) -> Result<Self> {
+        Self::open_with(cluster, pool, namespace, PartitionConfig::default()).await
+    }
+
+    /// [`RadosCatalog::open`] with partitions split as `cfg` says.
+    pub async fn open_with(
+        cluster: &Arc<Cluster>,
+        pool: &str,
+        namespace: &str,
+        cfg: PartitionConfig,
+    ) -> Result<Self> {
         match cluster.pool_info(pool).await.map_err(err)? {
             None => {
                 return Err(CatalogError::Backend(
@@ -224,122 +280,113 @@ impl RadosCatalog {
                 .await
                 .map_err(err)?;
         }
-        Ok(Self { io })
+        let inner = Arc::new_cyclic(|me| Inner {
+            io,
+            cfg,
+            routes: partition::Routes::default(),
+            me: me.clone(),
+        });
+        Ok(Self { inner })
     }
 
-    /// Reads `keys` of a partition with its version and epoch. `NoSuchBucket` if the
-    /// partition is missing or being deleted.
-    async fn read_keys(&self, bucket: &str, keys: &[Vec<u8>]) -> Result<Snapshot> {
-        let op = ReadOp::new().getxattrs().omap_get_vals_by_keys(keys);
-        self.snapshot(bucket, op, |r| {
-            r.omap_vals_by_keys.clone().unwrap_or_default()
+    /// The partitions of `bucket`'s index, in key order (for tests and tools).
+    pub async fn partitions(&self, bucket: &str) -> Result<Vec<PartitionInfo>> {
+        Ok(self
+            .walk(bucket)
+            .await?
+            .into_iter()
+            .map(|(oid, part, _, vals)| PartitionInfo {
+                keys: vals
+                    .iter()
+                    .filter(|(k, _)| k.first() == Some(&b'o'))
+                    .count(),
+                splitting: part.claim.is_some(),
+                lo: part.lo,
+                hi: part.hi,
+                oid,
+            })
+            .collect())
+    }
+
+    /// Splits the partition of `bucket` that holds `key` at `key` now (tests and tools);
+    /// `Ok(false)` if it is being split already or `key` is its lower bound.
+    pub async fn split_at(&self, bucket: &str, key: &str) -> Result<bool> {
+        self.split_until(bucket, key, SplitStop::Done).await
+    }
+
+    /// [`RadosCatalog::split_at`] that stops after `stop`, as a gateway that died there would.
+    #[doc(hidden)]
+    pub async fn split_until(&self, bucket: &str, key: &str, stop: SplitStop) -> Result<bool> {
+        let l = self.locate(bucket, &pos(key), ReadOp::new).await?;
+        self.inner
+            .split_until(bucket, &l.oid, &pos(key), stop)
+            .await
+    }
+
+    /// Counts the partition of `bucket` that holds `key` and splits it if it is full, as the
+    /// background check does (tests and tools).
+    pub async fn check_partition(&self, bucket: &str, key: &str) -> Result<bool> {
+        let l = self.locate(bucket, &pos(key), ReadOp::new).await?;
+        self.maybe_split(bucket, &l.oid, None).await
+    }
+}
+
+impl Inner {
+    /// Reads `keys` of the partition holding `key` with its version and epoch. `NoSuchBucket`
+    /// if the bucket is missing or being deleted.
+    async fn read_keys(&self, bucket: &str, key: &[u8], keys: &[Vec<u8>]) -> Result<Snapshot> {
+        let l = self
+            .locate(bucket, key, || ReadOp::new().omap_get_vals_by_keys(keys))
+            .await?;
+        Ok(Snapshot {
+            version: l.r.version,
+            epoch: l.part.epoch.clone(),
+            vals: l.r.omap_vals_by_keys.unwrap_or_default(),
+            oid: l.oid,
+            part: l.part,
         })
-        .await
     }
 
-    /// Reads every entry of a partition under `prefix` (paging), with version and epoch.
-    async fn read_prefix(&self, bucket: &str, prefix: &[u8]) -> Result<Snapshot> {
+    /// Reads every entry under omap `prefix` of the partition holding escaped `key` (paging),
+    /// with version and epoch.
+    async fn read_prefix(&self, bucket: &str, key: &[u8], prefix: &[u8]) -> Result<Snapshot> {
         // One op for the first page keeps version, epoch and entries consistent; larger sets
         // re-check the version after paging.
-        let mut after: Vec<u8> = vec![];
-        let mut vals = vec![];
-        let mut first: Option<(u64, Bytes)> = None;
-        loop {
-            let op = ReadOp::new()
-                .getxattrs()
-                .omap_get_vals(&after, prefix, PAGE);
-            let r = self.io.operate_read(&index_oid(bucket), op).await;
-            let r = match r {
-                Err(e) if e.is_not_found() => return Err(CatalogError::NoSuchBucket),
-                r => r.map_err(err)?,
-            };
-            let epoch = r.xattr(EPOCH).cloned().unwrap_or_default();
-            if epoch.as_ref() == DELETED.as_bytes() {
-                return Err(CatalogError::NoSuchBucket);
+        'again: loop {
+            let l = self
+                .locate(bucket, key, || {
+                    ReadOp::new().omap_get_vals(b"", prefix, PAGE)
+                })
+                .await?;
+            let page = l.r.omap_vals.unwrap_or_default();
+            let mut more = page.more && !page.entries.is_empty();
+            let mut vals = page.entries;
+            while more {
+                let after = vals.last().expect("nonempty").0.clone();
+                let op = ReadOp::new()
+                    .assert_version(l.r.version)
+                    .omap_get_vals(&after, prefix, PAGE);
+                let page = match self.io.operate_read(&l.oid, op).await {
+                    Err(e) if e.is_version_mismatch() || e.is_not_found() => continue 'again,
+                    r => r.map_err(err)?.omap_vals.unwrap_or_default(),
+                };
+                more = page.more && !page.entries.is_empty();
+                vals.extend(page.entries);
             }
-            match &first {
-                None => first = Some((r.version, epoch)),
-                Some((v, _)) if *v != r.version => {
-                    // Changed while paging: start over.
-                    after.clear();
-                    vals.clear();
-                    first = None;
-                    continue;
-                }
-                Some(_) => {}
-            }
-            let page = r.omap_vals.unwrap_or_default();
-            if let Some((k, _)) = page.entries.last() {
-                after = k.clone();
-            }
-            let more = page.more && !page.entries.is_empty();
-            vals.extend(page.entries);
-            if !more {
-                break;
-            }
+            return Ok(Snapshot {
+                version: l.r.version,
+                epoch: l.part.epoch.clone(),
+                vals,
+                oid: l.oid,
+                part: l.part,
+            });
         }
-        let (version, epoch) = first.expect("read at least once");
-        Ok(Snapshot {
-            version,
-            epoch,
-            vals,
-        })
     }
 
-    async fn snapshot(
-        &self,
-        bucket: &str,
-        op: ReadOp,
-        vals: impl Fn(&lode_rados::ReadResult) -> Vec<(Vec<u8>, Bytes)>,
-    ) -> Result<Snapshot> {
-        let r = match self.io.operate_read(&index_oid(bucket), op).await {
-            Err(e) if e.is_not_found() => return Err(CatalogError::NoSuchBucket),
-            r => r.map_err(err)?,
-        };
-        let epoch = r.xattr(EPOCH).cloned().unwrap_or_default();
-        if epoch.as_ref() == DELETED.as_bytes() {
-            return Err(CatalogError::NoSuchBucket);
-        }
-        Ok(Snapshot {
-            version: r.version,
-            epoch,
-            vals: vals(&r),
-        })
-    }
-
-    /// One page of a partition's omap entries under `filter` after `after`. `first`: the
-    /// listing's first read, which also reads the epoch, so that a bucket being deleted lists
-    /// as missing without a read of its own. `NoSuchBucket` if the partition is missing.
-    async fn omap_page(
-        &self,
-        bucket: &str,
-        after: &[u8],
-        filter: &[u8],
-        max: u64,
-        first: bool,
-    ) -> Result<lode_rados::OmapPage> {
-        let mut op = ReadOp::new().omap_get_vals(after, filter, max);
-        if first {
-            op = op.getxattrs();
-        }
-        let r = match self.io.operate_read(&index_oid(bucket), op).await {
-            Err(e) if e.is_not_found() => return Err(CatalogError::NoSuchBucket),
-            r => r.map_err(err)?,
-        };
-        if first && r.xattr(EPOCH).map(|e| e.as_ref()) == Some(DELETED.as_bytes()) {
-            return Err(CatalogError::NoSuchBucket);
-        }
-        Ok(r.omap_vals.unwrap_or_default())
-    }
-
-    /// Runs a guarded write; `Ok(false)` when a guard failed (re-read and retry).
-    async fn try_write(&self, bucket: &str, op: WriteOp) -> Result<bool> {
-        match self.io.operate_write(&index_oid(bucket), op).await {
-            Ok(_) => Ok(true),
-            Err(e) if lost_race(&e) => Ok(false),
-            Err(e) if e.is_not_found() => Err(CatalogError::NoSuchBucket),
-            Err(e) => Err(err(e)),
-        }
+    /// Runs a guarded write on the snapshot's partition; `Ok(false)` when a guard failed
+    /// (re-read and retry).
+    async fn try_write(&self, s: &Snapshot, op: WriteOp) -> Result<bool> {
+        self.try_write_at(&s.oid, op).await
     }
 
     /// An upload's parts (under `parts_prefix`) and `keys`, read at one partition version;
@@ -347,19 +394,20 @@ impl RadosCatalog {
     async fn read_upload(
         &self,
         bucket: &str,
+        key: &str,
         parts_prefix: &[u8],
         keys: &[Vec<u8>],
     ) -> Result<Option<(Snapshot, Snapshot)>> {
-        let parts = self.read_prefix(bucket, parts_prefix).await?;
-        let k = self.read_keys(bucket, keys).await?;
-        Ok((k.version == parts.version).then_some((parts, k)))
+        let parts = self.read_prefix(bucket, &pos(key), parts_prefix).await?;
+        let k = self.read_keys(bucket, &pos(key), keys).await?;
+        Ok((k.version == parts.version && k.oid == parts.oid).then_some((parts, k)))
     }
 
-    /// Forgets up to 32 aborted-upload tombstones of a bucket that are over a day old.
-    async fn prune_aborted(&self, bucket: &str) -> Result<()> {
+    /// Forgets up to 32 aborted-upload tombstones of partition `oid` that are over a day old.
+    async fn prune_aborted(&self, oid: &str) -> Result<()> {
         let page = self
             .io
-            .omap_get_vals(&index_oid(bucket), b"", b"a", 32)
+            .omap_get_vals(oid, b"", b"a", 32)
             .await
             .map_err(err)?;
         let old = now_ms() - ABORTED_MEMORY_MS;
@@ -371,19 +419,47 @@ impl RadosCatalog {
             .collect();
         if !stale.is_empty() {
             self.io
-                .operate_write(&index_oid(bucket), WriteOp::new().omap_rm_keys(&stale))
+                .operate_write(oid, WriteOp::new().omap_rm_keys(&stale))
                 .await
                 .map_err(err)?;
         }
         Ok(())
     }
 
-    fn guarded(s: &Snapshot) -> WriteOp {
-        WriteOp::new().cmpxattr(EPOCH, CmpOp::Eq, &s.epoch)
+    /// A write guarded by the snapshot's epoch that sets `set` and removes `rm` (plus, while a
+    /// split copies, the log entries of those keys).
+    fn guarded<K: AsRef<[u8]>, V: AsRef<[u8]>, R: AsRef<[u8]>>(
+        s: &Snapshot,
+        set: &[(K, V)],
+        rm: &[R],
+    ) -> WriteOp {
+        let log = Self::log_entries(
+            &s.part,
+            set.iter()
+                .map(|(k, _)| k.as_ref())
+                .chain(rm.iter().map(|k| k.as_ref())),
+        );
+        let mut op = WriteOp::new().cmpxattr(EPOCH, CmpOp::Eq, &s.epoch);
+        if !set.is_empty() {
+            op = op.omap_set(set);
+        }
+        if !rm.is_empty() {
+            op = op.omap_rm_keys(rm);
+        }
+        if !log.is_empty() {
+            op = op.omap_set(&log);
+        }
+        op
     }
 
-    fn whole(s: &Snapshot) -> WriteOp {
-        Self::guarded(s).assert_version(s.version)
+    /// [`Inner::guarded`], also guarded by the partition's version (multi-key commits).
+    fn whole<K: AsRef<[u8]>, V: AsRef<[u8]>, R: AsRef<[u8]>>(
+        s: &Snapshot,
+        set: &[(K, V)],
+        rm: &[R],
+    ) -> WriteOp {
+        // The op is one transaction: a guard anywhere in it fails it whole.
+        Self::guarded(s, set, rm).assert_version(s.version)
     }
 
     /// Single-key commit of `bucket/key`: `f` maps the current record to the new one (`None`:
@@ -404,7 +480,7 @@ impl RadosCatalog {
             vec![k.clone()]
         };
         for _ in 0..RETRIES {
-            let s = self.read_keys(bucket, &read).await?;
+            let s = self.read_keys(bucket, &pos(key), &read).await?;
             let cur_raw = find(&s.vals, &k);
             let stored: Option<ObjectRecord> = cur_raw.as_deref().map(decode).transpose()?;
             let had_payload = has_payload(stored.as_ref());
@@ -417,22 +493,27 @@ impl RadosCatalog {
             // is written and removed only in the same op as `o<key>`, and an `o` value names
             // its content (size, ETag, the MD5 of the bytes or of the parts', last-modified), so
             // the payload cannot change while `o<key>` compares equal.
-            let mut op =
-                Self::guarded(&s).omap_cmp(&k, CmpOp::Eq, cur_raw.as_deref().unwrap_or(b""));
-            op = match &new {
+            let none: [&[u8]; 0] = [];
+            let op = match &new {
                 Some(r) => {
                     let (value, payload) = split_record(r)?;
                     match payload {
-                        Some(p) => op.omap_set(&[(&k, &value), (&d, &p)]),
-                        None if had_payload => op.omap_set(&[(&k, value)]).omap_rm_keys(&[&d]),
-                        None => op.omap_set(&[(&k, value)]),
+                        Some(p) => Self::guarded(&s, &[(&k, &value), (&d, &p)], &none),
+                        None if had_payload => Self::guarded(&s, &[(&k, value)], &[&d]),
+                        None => Self::guarded(&s, &[(&k, value)], &none),
                     }
                 }
-                None if cur.is_some() && had_payload => op.omap_rm_keys(&[&k, &d]),
-                None if cur.is_some() => op.omap_rm_keys(&[&k]),
+                None if cur.is_some() && had_payload => {
+                    Self::guarded(&s, &[] as &[(&[u8], &[u8])], &[&k, &d])
+                }
+                None if cur.is_some() => Self::guarded(&s, &[] as &[(&[u8], &[u8])], &[&k]),
                 None => return Ok((None, None)),
             };
-            if self.try_write(bucket, op).await? {
+            let op = op.omap_cmp(&k, CmpOp::Eq, cur_raw.as_deref().unwrap_or(b""));
+            if self.try_write(&s, op).await? {
+                if cur.is_none() {
+                    self.note_insert(bucket, &s.oid, &pos(key));
+                }
                 return Ok((cur.map(ObjectRecord::into_head), new));
             }
         }
@@ -484,8 +565,9 @@ impl Catalog for RadosCatalog {
                 let x = r.map_err(err)?;
                 if x.xattr(EPOCH).map(|e| e.as_ref()) == Some(DELETED.as_bytes()) {
                     // A deletion was cut short: finish it, then create anew.
-                    self.io.remove(&oid).await.map_err(err)?;
-                    return self.create_bucket(name, rec).await;
+                    let chain = self.chain_of(name).await?;
+                    self.remove_chain(name, chain).await?;
+                    return Box::pin(self.create_bucket(name, rec)).await;
                 }
                 let owner = x
                     .xattr("lode.owner")
@@ -547,37 +629,15 @@ impl Catalog for RadosCatalog {
     }
 
     async fn delete_bucket(&self, name: &str) -> Result<Vec<ChunkLoc>> {
-        let oid = index_oid(name);
-        for _ in 0..RETRIES {
-            let s = self.read_prefix(name, b"").await?;
-            if s.vals.iter().any(|(k, _)| k.first() == Some(&b'o')) {
-                return Err(CatalogError::BucketNotEmpty);
-            }
-            let mut released = vec![];
-            for (k, v) in &s.vals {
-                if k.first() == Some(&b'p') {
-                    released.extend(chunks_of(&decode::<PartRecord>(v)?.segments));
-                }
-            }
-            // Mark it deleted (commits stop), drop its directory entry, remove it.
-            let mark = Self::whole(&s).setxattr(EPOCH, DELETED);
-            if !self.try_write(name, mark).await? {
-                continue;
-            }
-            self.io
-                .operate_write(BUCKETS, WriteOp::new().omap_rm_keys(&[name]))
-                .await
-                .map_err(err)?;
-            self.io.remove(&oid).await.map_err(err)?;
-            return Ok(released);
-        }
-        Err(CatalogError::Contended)
+        self.delete_partitions(name, RETRIES).await
     }
 
     async fn get(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
         // Record and payload in one read op: one version of the partition.
         let (k, d) = (okey(key), dkey(key));
-        let s = self.read_keys(bucket, &[k.clone(), d.clone()]).await?;
+        let s = self
+            .read_keys(bucket, &pos(key), &[k.clone(), d.clone()])
+            .await?;
         let Some(v) = find(&s.vals, &k) else {
             return Ok(None);
         };
@@ -585,7 +645,7 @@ impl Catalog for RadosCatalog {
     }
 
     async fn head(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
-        let s = self.read_keys(bucket, &[okey(key)]).await?;
+        let s = self.read_keys(bucket, &pos(key), &[okey(key)]).await?;
         s.vals
             .first()
             .map(|(_, v)| Ok(records::decode_head(v)?))
@@ -654,11 +714,10 @@ impl Catalog for RadosCatalog {
         let mut page = ListPage::default();
         if q.max == 0 {
             // Nothing to read but whether the bucket exists.
-            self.read_keys(bucket, &[]).await?;
+            self.read_keys(bucket, &pos(q.prefix), &[]).await?;
             return Ok(page);
         }
-        // The first read also says whether the bucket exists (one op for a page).
-        let mut first = true;
+        // Every read also says whether the bucket exists (one op for a page).
         let filter = okey(q.prefix);
         let mut after: Vec<u8> = match q.after {
             Some(a) if a > q.prefix => okey(a),
@@ -667,12 +726,9 @@ impl Catalog for RadosCatalog {
         let delim = q.delimiter.filter(|d| !d.is_empty());
         loop {
             let want = (q.max + 1 - page.objects.len() - page.common_prefixes.len()) as u64;
-            let chunk = self
-                .omap_page(bucket, &after, &filter, want.min(PAGE), first)
-                .await?;
-            first = false;
+            let (entries, more) = self.scan(bucket, &after, &filter, want.min(PAGE)).await?;
             let mut sought = false;
-            for (k, v) in &chunk.entries {
+            for (k, v) in &entries {
                 let key = key_of(k)?;
                 let cp = delim.and_then(|d| {
                     key[q.prefix.len()..]
@@ -702,7 +758,7 @@ impl Catalog for RadosCatalog {
                 page.objects.push((key, records::decode_head(v)?));
                 after = k.clone();
             }
-            if !sought && (!chunk.more || chunk.entries.is_empty()) {
+            if !sought && (!more || entries.is_empty()) {
                 return Ok(page);
             }
         }
@@ -712,11 +768,17 @@ impl Catalog for RadosCatalog {
         let (fk, tk, fd, td) = (okey(from), okey(to), dkey(from), dkey(to));
         for _ in 0..RETRIES {
             let s = self
-                .read_keys(bucket, &[fk.clone(), tk.clone(), fd.clone()])
+                .read_keys(bucket, &pos(from), &[fk.clone(), tk.clone(), fd.clone()])
                 .await?;
             let (Some(src), dst) = (find(&s.vals, &fk), find(&s.vals, &tk)) else {
+                if !s.part.holds(&pos(to)) && find(&s.vals, &fk).is_some() {
+                    return Err(CatalogError::CrossPartition);
+                }
                 return Err(CatalogError::NoSuchKey);
             };
+            if !s.part.holds(&pos(to)) {
+                return Err(CatalogError::CrossPartition);
+            }
             if from == to {
                 // Onto itself: nothing moves (POSIX); with no-replace the target exists.
                 return if no_replace {
@@ -741,12 +803,13 @@ impl Catalog for RadosCatalog {
                 None if has_payload(old.as_ref()) => rm.push(&td),
                 None => {}
             }
-            let op = Self::guarded(&s)
+            let op = Inner::guarded(&s, &set, &rm)
                 .omap_cmp(&fk, CmpOp::Eq, &src)
-                .omap_cmp(&tk, CmpOp::Eq, dst.as_deref().unwrap_or(b""))
-                .omap_set(&set)
-                .omap_rm_keys(&rm);
-            if self.try_write(bucket, op).await? {
+                .omap_cmp(&tk, CmpOp::Eq, dst.as_deref().unwrap_or(b""));
+            if self.try_write(&s, op).await? {
+                if dst.is_none() {
+                    self.note_insert(bucket, &s.oid, &pos(to));
+                }
                 return Ok(commit(old.map(ObjectRecord::into_head)));
             }
         }
@@ -760,18 +823,27 @@ impl Catalog for RadosCatalog {
         to: &str,
         max_key_len: usize,
     ) -> Result<(usize, Vec<ChunkLoc>)> {
+        let (fp, tp) = (okey(from), okey(to));
+        let (fdp, tdp) = (dkey(from), dkey(to));
         for _ in 0..RETRIES {
-            let s = self.read_prefix(bucket, b"o").await?;
-            let (fp, tp) = (okey(from), okey(to));
-            let (fdp, tdp) = (dkey(from), dkey(to));
-            // The payloads under `from`, at the same version as the records.
-            let payloads = self.read_prefix(bucket, &fdp).await?;
-            if payloads.version != s.version {
+            // The records under `from` and under `to`, and the payloads under `from`, all at
+            // one version of the partition: O(directory), not O(bucket).
+            let s = self.read_prefix(bucket, &pos(from), &fp).await?;
+            if !s.part.holds_prefix(&pos(from)) || !s.part.holds_prefix(&pos(to)) {
+                return Err(CatalogError::CrossPartition);
+            }
+            let targets = self.read_prefix(bucket, &pos(from), &tp).await?;
+            let payloads = self.read_prefix(bucket, &pos(from), &fdp).await?;
+            if payloads.version != s.version
+                || targets.version != s.version
+                || payloads.oid != s.oid
+                || targets.oid != s.oid
+            {
                 continue;
             }
             let mut released = vec![];
             let mut rm: Vec<Vec<u8>> = vec![];
-            for (k, v) in s.vals.iter().filter(|(k, _)| k.starts_with(&tp)) {
+            for (k, v) in &targets.vals {
                 if *k != tp {
                     return Err(CatalogError::DirectoryNotEmpty);
                 }
@@ -782,8 +854,7 @@ impl Catalog for RadosCatalog {
                     rm.push(tdp.clone());
                 }
             }
-            let moved: Vec<&(Vec<u8>, Bytes)> =
-                s.vals.iter().filter(|(k, _)| k.starts_with(&fp)).collect();
+            let moved: Vec<&(Vec<u8>, Bytes)> = s.vals.iter().collect();
             if moved.is_empty() {
                 return Err(CatalogError::NoSuchKey);
             }
@@ -805,8 +876,9 @@ impl Catalog for RadosCatalog {
                 rm.push(k.clone());
             }
             rm.retain(|k| !set.iter().any(|(n, _)| n == k));
-            let op = Self::whole(&s).omap_rm_keys(&rm).omap_set(&set);
-            if self.try_write(bucket, op).await? {
+            // Removals first, then the new keys (one transaction).
+            let op = Inner::whole(&s, &set, &rm);
+            if self.try_write(&s, op).await? {
                 return Ok((moved.len(), released));
             }
         }
@@ -816,17 +888,33 @@ impl Catalog for RadosCatalog {
     async fn remove_dir(&self, bucket: &str, prefix: &str) -> Result<Vec<ChunkLoc>> {
         let p = okey(prefix);
         for _ in 0..RETRIES {
-            let op = ReadOp::new().getxattrs().omap_get_vals(b"", &p, 2);
-            let s = self
-                .snapshot(bucket, op, |r| {
-                    r.omap_vals.clone().unwrap_or_default().entries
+            let l = self
+                .locate(bucket, &pos(prefix), || {
+                    ReadOp::new().omap_get_vals(b"", &p, 2)
                 })
                 .await?;
+            let vals = l.r.omap_vals.clone().unwrap_or_default().entries;
+            let s = Snapshot {
+                version: l.r.version,
+                epoch: l.part.epoch.clone(),
+                vals,
+                oid: l.oid,
+                part: l.part,
+            };
             if s.vals.is_empty() {
                 return Err(CatalogError::NoSuchKey);
             }
             if s.vals.iter().any(|(k, _)| *k != p) {
                 return Err(CatalogError::DirectoryNotEmpty);
+            }
+            if !s.part.holds_prefix(&pos(prefix)) {
+                // Keys under the directory may live in the next partitions: checked apart
+                // (a key created there meanwhile outlives its directory marker; S3 keys need
+                // no marker).
+                let (rest, _) = self.scan(bucket, &p, &p, 1).await?;
+                if !rest.is_empty() {
+                    return Err(CatalogError::DirectoryNotEmpty);
+                }
             }
             let old: ObjectRecord = decode(&s.vals[0].1)?;
             let released = chunks_of(&old.segments).collect();
@@ -836,7 +924,7 @@ impl Catalog for RadosCatalog {
                 vec![p.clone()]
             };
             if self
-                .try_write(bucket, Self::whole(&s).omap_rm_keys(&rm))
+                .try_write(&s, Inner::whole(&s, &[] as &[(&[u8], &[u8])], &rm))
                 .await?
             {
                 return Ok(released);
@@ -852,17 +940,20 @@ impl Catalog for RadosCatalog {
         id: &str,
         rec: UploadRecord,
     ) -> Result<()> {
-        let s = self.read_keys(bucket, &[]).await?;
-        let op = Self::guarded(&s).omap_set(&[(ukey(key, id), records::encode(&rec))]);
-        if self.try_write(bucket, op).await? {
-            Ok(())
-        } else {
-            Err(CatalogError::NoSuchBucket)
+        let value = records::encode(&rec);
+        for _ in 0..RETRIES {
+            let s = self.read_keys(bucket, &pos(key), &[]).await?;
+            let none: [&[u8]; 0] = [];
+            let op = Inner::guarded(&s, &[(ukey(key, id), &value)], &none);
+            if self.try_write(&s, op).await? {
+                return Ok(());
+            }
         }
+        Err(CatalogError::Contended)
     }
 
     async fn upload(&self, bucket: &str, key: &str, id: &str) -> Result<UploadRecord> {
-        let s = self.read_keys(bucket, &[ukey(key, id)]).await?;
+        let s = self.read_keys(bucket, &pos(key), &[ukey(key, id)]).await?;
         match s.vals.first() {
             Some((_, v)) => decode(v),
             None => Err(CatalogError::NoSuchUpload),
@@ -880,18 +971,20 @@ impl Catalog for RadosCatalog {
         let (uk, pk) = (ukey(key, id), pkey(key, id, n));
         let value = records::encode(&part);
         for _ in 0..RETRIES {
-            let s = self.read_keys(bucket, &[uk.clone(), pk.clone()]).await?;
+            let s = self
+                .read_keys(bucket, &pos(key), &[uk.clone(), pk.clone()])
+                .await?;
             let find = |k: &[u8]| s.vals.iter().find(|(x, _)| x == k).map(|(_, v)| v.clone());
             let Some(up) = find(&uk) else {
                 return Err(CatalogError::NoSuchUpload);
             };
             let old = find(&pk);
             // The upload must still be there (Complete and Abort remove it in one op).
-            let op = Self::guarded(&s)
+            let none: [&[u8]; 0] = [];
+            let op = Inner::guarded(&s, &[(&pk, &value)], &none)
                 .omap_cmp(&uk, CmpOp::Eq, &up)
-                .omap_cmp(&pk, CmpOp::Eq, old.as_deref().unwrap_or(b""))
-                .omap_set(&[(&pk, &value)]);
-            if self.try_write(bucket, op).await? {
+                .omap_cmp(&pk, CmpOp::Eq, old.as_deref().unwrap_or(b""));
+            if self.try_write(&s, op).await? {
                 return Ok(match old {
                     Some(o) => chunks_of(&decode::<PartRecord>(&o)?.segments).collect(),
                     None => vec![],
@@ -915,19 +1008,12 @@ impl Catalog for RadosCatalog {
         } else {
             pkey(key, id, after)
         };
-        let page = match self
-            .io
-            .omap_get_vals(
-                &index_oid(bucket),
-                &start,
-                &prefix,
-                (max as u64 + 1).min(PAGE),
-            )
-            .await
-        {
-            Err(e) if e.is_not_found() => return Err(CatalogError::NoSuchBucket),
-            p => p.map_err(err)?,
-        };
+        let l = self
+            .locate(bucket, &pos(key), || {
+                ReadOp::new().omap_get_vals(&start, &prefix, (max as u64 + 1).min(PAGE))
+            })
+            .await?;
+        let page = l.r.omap_vals.unwrap_or_default();
         let truncated = page.entries.len() > max || (page.more && page.entries.len() >= max);
         let parts = page
             .entries
@@ -945,9 +1031,8 @@ impl Catalog for RadosCatalog {
     }
 
     async fn list_uploads(&self, bucket: &str, q: &UploadQuery) -> Result<UploadPage> {
-        // O(page): seek to the markers, and past each common prefix. The first read also says
+        // O(page): seek to the markers, and past each common prefix. Every read also says
         // whether the bucket exists.
-        let mut first = true;
         let filter = tagged(b'u', &[&esc(q.prefix.as_bytes())]);
         let past = |key: &str| {
             let mut k = tagged(b'u', &[&esc(key.as_bytes())]);
@@ -963,12 +1048,9 @@ impl Catalog for RadosCatalog {
         let delim = q.delimiter.as_deref().filter(|d| !d.is_empty());
         loop {
             let want = (q.max + 1 - page.uploads.len() - page.prefixes.len()) as u64;
-            let chunk = self
-                .omap_page(bucket, &after, &filter, want.min(PAGE), first)
-                .await?;
-            first = false;
+            let (entries, more) = self.scan(bucket, &after, &filter, want.min(PAGE)).await?;
             let mut sought = false;
-            for (k, v) in &chunk.entries {
+            for (k, v) in &entries {
                 let rest = &k[1..];
                 let Some(i) = rest.windows(2).position(|w| w == SEP) else {
                     after = k.clone();
@@ -1005,17 +1087,17 @@ impl Catalog for RadosCatalog {
                 page.uploads.push((key, id, decode(v)?));
                 after = k.clone();
             }
-            if !sought && (!chunk.more || chunk.entries.is_empty()) {
+            if !sought && (!more || entries.is_empty()) {
                 return Ok(page);
             }
         }
     }
 
     async fn abort(&self, bucket: &str, key: &str, id: &str) -> Result<Aborted> {
-        let (uk, ak, pp) = (ukey(key, id), akey(id), pprefix(key, id));
+        let (uk, ak, pp) = (ukey(key, id), akey(key, id), pprefix(key, id));
         for _ in 0..RETRIES {
             let Some((s, keys)) = self
-                .read_upload(bucket, &pp, &[uk.clone(), ak.clone()])
+                .read_upload(bucket, key, &pp, &[uk.clone(), ak.clone()])
                 .await?
             else {
                 continue;
@@ -1043,9 +1125,9 @@ impl Catalog for RadosCatalog {
                 key: key.to_owned(),
                 aborted_ms: now_ms(),
             });
-            let op = Self::whole(&s).omap_rm_keys(&rm).omap_set(&[(&ak, tomb)]);
-            if self.try_write(bucket, op).await? {
-                if let Err(e) = self.prune_aborted(bucket).await {
+            let op = Inner::whole(&s, &[(ak.clone(), tomb)], &rm);
+            if self.try_write(&s, op).await? {
+                if let Err(e) = self.prune_aborted(&s.oid).await {
                     tracing::warn!(error = %e, "pruning aborted-upload tombstones failed");
                 }
                 return Ok(Aborted::Now(released));
@@ -1065,7 +1147,7 @@ impl Catalog for RadosCatalog {
         let (uk, ok, dk, pp) = (ukey(key, id), okey(key), dkey(key), pprefix(key, id));
         for _ in 0..RETRIES {
             let Some((s, keys)) = self
-                .read_upload(bucket, &pp, &[uk.clone(), ok.clone()])
+                .read_upload(bucket, key, &pp, &[uk.clone(), ok.clone()])
                 .await?
             else {
                 continue;
@@ -1115,8 +1197,11 @@ impl Catalog for RadosCatalog {
                 None if had_payload => rm.push(dk.clone()),
                 None => {}
             }
-            let op = Self::whole(&s).omap_rm_keys(&rm).omap_set(&set);
-            if self.try_write(bucket, op).await? {
+            let op = Inner::whole(&s, &set, &rm);
+            if self.try_write(&s, op).await? {
+                if current.is_none() {
+                    self.note_insert(bucket, &s.oid, &pos(key));
+                }
                 return Ok((
                     done.record,
                     Commit {
@@ -1174,7 +1259,7 @@ impl Catalog for RadosCatalog {
     }
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)

@@ -7,8 +7,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use lode_catalog::{Catalog, CatalogError, ListQuery, ObjectRecord, conformance};
-use lode_catalog_rados::{RadosCatalog, esc, unesc};
+use std::collections::BTreeMap;
+
+use lode_catalog::{Catalog, CatalogError, Cond, ListQuery, ObjectRecord, Refs, conformance};
+use lode_catalog_rados::{PartitionConfig, PartitionInfo, RadosCatalog, SplitStop, esc, unesc};
 use lode_metadata::records;
 use lode_rados::{Cluster, ClusterConfig, IoCtx, PoolSpec, WriteOp};
 
@@ -137,13 +139,7 @@ async fn catalog_and_io(c: &Arc<Cluster>, tag: &str) -> (Arc<dyn Catalog>, IoCtx
     c.create_pool(POOL, &PoolSpec::replicated(3)).await.unwrap();
     let ns = namespace(tag);
     let cat = RadosCatalog::open(c, POOL, &ns).await.unwrap();
-    let io = c
-        .ioctx(POOL)
-        .await
-        .unwrap()
-        .with_namespace(&ns)
-        .await
-        .unwrap();
+    let io = io_of(c, &ns).await;
     (Arc::new(cat), io)
 }
 
@@ -264,4 +260,420 @@ async fn rados_reads_and_migrates_format_2_records() {
     }
     assert!(tagged_entries(&io, "old", b'd').await.is_empty());
     cat.delete_bucket("old").await.unwrap();
+}
+
+// ---------------------------------------------------------------------- partitions and splits
+
+/// A catalog on namespace `ns` whose partitions split at `split_keys` keys, with a claim of
+/// `lease`.
+async fn partitioned(c: &Arc<Cluster>, ns: &str, split_keys: u64, lease: Duration) -> RadosCatalog {
+    c.create_pool(POOL, &PoolSpec::replicated(3)).await.unwrap();
+    let cfg = PartitionConfig {
+        split_keys,
+        split_lease: lease,
+    };
+    RadosCatalog::open_with(c, POOL, ns, cfg).await.unwrap()
+}
+
+/// Puts a record with ETag `etag` at `key`, unconditionally.
+async fn put_rec(
+    c: &dyn Catalog,
+    bucket: &str,
+    key: &str,
+    etag: &str,
+) -> lode_catalog::Result<lode_catalog::Commit> {
+    c.put(
+        bucket,
+        key,
+        conformance::record(etag, &[]),
+        &Cond::default(),
+        Refs::Fresh,
+    )
+    .await
+}
+
+fn bucket_rec() -> lode_catalog::BucketRecord {
+    lode_catalog::BucketRecord {
+        created_ms: 1,
+        owner: "o".into(),
+    }
+}
+
+/// Every key of a bucket through paged listings of `page` keys: (key, etag).
+async fn list_all(c: &dyn Catalog, bucket: &str, page: usize) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = vec![];
+    let mut after: Option<String> = None;
+    loop {
+        let q = ListQuery {
+            prefix: "",
+            delimiter: None,
+            after: after.as_deref(),
+            max: page,
+        };
+        let p = c.list(bucket, &q).await.unwrap();
+        out.extend(p.objects.into_iter().map(|(k, r)| (k, r.etag)));
+        if !p.truncated {
+            return out;
+        }
+        after = p.last.clone();
+    }
+}
+
+/// Waits until no partition of `bucket` is being split; returns them.
+async fn settled(c: &RadosCatalog, bucket: &str) -> Vec<PartitionInfo> {
+    for _ in 0..600 {
+        let parts = c.partitions(bucket).await.unwrap();
+        if parts.iter().all(|p| !p.splitting) {
+            return parts;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("splits of {bucket} did not settle");
+}
+
+/// What each partition object holds: every entry inside its own range, no split log, no
+/// claim; the ranges chain from the empty key to no bound.
+async fn assert_clean_partitions(io: &IoCtx, parts: &[PartitionInfo]) {
+    assert!(parts[0].lo.is_empty());
+    assert!(parts.last().unwrap().hi.is_none());
+    for w in parts.windows(2) {
+        assert_eq!(w[0].hi.as_ref(), Some(&w[1].lo), "ranges chain");
+    }
+    for p in parts {
+        let xattrs = io
+            .operate_read(&p.oid, lode_rados::ReadOp::new().getxattrs())
+            .await
+            .unwrap();
+        assert!(
+            xattrs.xattr("lode.split").is_none(),
+            "{}: claim left",
+            p.oid
+        );
+        assert!(xattrs.xattr("lode.state").is_none(), "{}: building", p.oid);
+        for (k, _) in io.omap_get_all(&p.oid).await.unwrap() {
+            assert_ne!(k[0], b'l', "{}: split log left", p.oid);
+            let pos = &k[1..];
+            assert!(
+                pos >= p.lo.as_slice() && p.hi.as_deref().is_none_or(|h| pos < h),
+                "{}: entry {:?} outside its range",
+                p.oid,
+                String::from_utf8_lossy(&k)
+            );
+        }
+    }
+}
+
+/// The suite with partitions of 6 keys: its listings, uploads, bucket deletions and
+/// conditional writes cross partition boundaries that splits move while it runs. (Renames
+/// across partitions are refused: `renames_and_bucket_deletion_across_partitions`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rados_backend_conforms_with_tiny_partitions() {
+    let Some(c) = cluster().await else { return };
+    let cat = partitioned(&c, &namespace("tiny"), 6, Duration::from_secs(30)).await;
+    conformance::run_all_but_renames(Arc::new(cat)).await;
+}
+
+/// Two gateways write (puts, overwrites, deletes, monotonic appends, multipart uploads) while
+/// partitions split under them and two listers list; every full listing is in order without
+/// duplicates and holds every key that was there all along; at the end the index equals the
+/// reference model exactly and every partition holds only its own range.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn splits_under_concurrent_writers_and_listers_match_a_reference_model() {
+    let Some(c) = cluster().await else { return };
+    let ns = namespace("split");
+    let a = Arc::new(partitioned(&c, &ns, 40, Duration::from_secs(30)).await);
+    let c2 = cluster().await.unwrap();
+    let b = Arc::new(partitioned(&c2, &ns, 40, Duration::from_secs(30)).await);
+    a.create_bucket("s", bucket_rec()).await.unwrap();
+    // Keys that stay put all along.
+    let stable: Vec<String> = (0..60).map(|i| format!("stable/{:03}", i * 7)).collect();
+    for k in &stable {
+        put_rec(&*a, "s", k, k).await.unwrap();
+    }
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = vec![];
+    for w in 0..4usize {
+        let cat: Arc<RadosCatalog> = if w % 2 == 0 { a.clone() } else { b.clone() };
+        writers.push(tokio::spawn(async move {
+            let mut model: BTreeMap<String, String> = BTreeMap::new();
+            let mut seed = 0x9e37_79b9_u64 ^ w as u64;
+            let mut rnd = |n: u64| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed % n
+            };
+            for i in 0..150usize {
+                let op = rnd(10);
+                if op < 4 {
+                    // Random keys of this writer (disjoint from the others').
+                    let key = format!("r/{:03}/{w}", rnd(120));
+                    let etag = format!("{key}@{i}");
+                    let rec = conformance::record(&etag, &[]);
+                    cat.put("s", &key, rec, &Cond::default(), Refs::Fresh)
+                        .await
+                        .unwrap();
+                    model.insert(key, etag);
+                } else if op < 6 {
+                    let key = format!("r/{:03}/{w}", rnd(120));
+                    cat.delete("s", &key).await.unwrap();
+                    model.remove(&key);
+                } else if op < 9 {
+                    // Monotonic names: every writer appends at the end.
+                    let key = format!("shard-{i:06}-{w}");
+                    let rec = conformance::record(&key, &[]);
+                    cat.put("s", &key, rec, &Cond::default(), Refs::Fresh)
+                        .await
+                        .unwrap();
+                    model.insert(key.clone(), key);
+                } else {
+                    // A multipart upload, its part written and completed a moment apart.
+                    let key = format!("mp/{i:03}/{w}");
+                    let id = format!("u{i}-{w}");
+                    let up = lode_catalog::UploadRecord {
+                        initiated_ms: 1,
+                        meta: Default::default(),
+                        checksum_algorithm: None,
+                        checksum_type: None,
+                        owner: "o".into(),
+                    };
+                    cat.create_upload("s", &key, &id, up).await.unwrap();
+                    let part = lode_catalog::PartRecord {
+                        size: 1,
+                        etag: "p".into(),
+                        last_modified_ms: 1,
+                        checksums: Default::default(),
+                        segments: vec![lode_catalog::Segment::Inline(b"x".to_vec())],
+                    };
+                    cat.put_part("s", &key, &id, 1, part).await.unwrap();
+                    let etag = format!("{key}@mp");
+                    let e2 = etag.clone();
+                    let f: lode_catalog::CompleteFn = Arc::new(move |st| {
+                        assert_eq!(st.parts.len(), 1, "the part moved with its upload");
+                        Ok(lode_catalog::Completion {
+                            record: conformance::record(&e2, &[]),
+                            used_parts: vec![1],
+                        })
+                    });
+                    cat.complete("s", &key, &id, &Cond::default(), f)
+                        .await
+                        .unwrap();
+                    model.insert(key, etag);
+                }
+            }
+            model
+        }));
+    }
+    let mut listers = vec![];
+    for l in 0..2usize {
+        let cat: Arc<RadosCatalog> = if l == 0 { a.clone() } else { b.clone() };
+        let (done, stable) = (done.clone(), stable.clone());
+        listers.push(tokio::spawn(async move {
+            let mut rounds = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) || rounds == 0 {
+                let all = list_all(cat.as_ref(), "s", 17 + l * 10).await;
+                for w in all.windows(2) {
+                    assert!(w[0].0 < w[1].0, "listing out of order: {:?}", w);
+                }
+                let keys: std::collections::BTreeSet<&str> =
+                    all.iter().map(|(k, _)| k.as_str()).collect();
+                for k in &stable {
+                    assert!(keys.contains(k.as_str()), "listing lost {k}");
+                }
+                rounds += 1;
+            }
+            rounds
+        }));
+    }
+    let mut model: BTreeMap<String, String> =
+        stable.iter().map(|k| (k.clone(), k.clone())).collect();
+    for w in writers {
+        model.extend(w.await.unwrap());
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    for l in listers {
+        assert!(l.await.unwrap() > 0);
+    }
+    let parts = settled(&a, "s").await;
+    assert!(parts.len() >= 4, "only {} partitions", parts.len());
+    let want: Vec<(String, String)> = model.into_iter().collect();
+    assert_eq!(list_all(a.as_ref(), "s", 1000).await, want);
+    assert_eq!(list_all(b.as_ref(), "s", 7).await, want);
+    for (k, etag) in &want {
+        assert_eq!(&b.get("s", k).await.unwrap().unwrap().etag, etag, "{k}");
+    }
+    assert_eq!(parts.iter().map(|p| p.keys).sum::<usize>(), want.len());
+    let io = io_of(&c, &ns).await;
+    assert_clean_partitions(&io, &parts).await;
+    // No upload is left behind, in any partition.
+    let ups = a
+        .list_uploads(
+            "s",
+            &lode_catalog::UploadQuery {
+                max: 1000,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(ups.uploads.is_empty(), "{:?}", ups.uploads);
+}
+
+/// Monotonic names (`shard-000123`) split the last partition near its top: the partitions
+/// left behind stay nearly full (a median split would leave them half full) and the new last
+/// one takes the new keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn monotonic_keys_leave_full_partitions_behind() {
+    let Some(c) = cluster().await else { return };
+    let cat = partitioned(&c, &namespace("mono"), 32, Duration::from_secs(30)).await;
+    cat.create_bucket("m", bucket_rec()).await.unwrap();
+    for i in 0..300 {
+        let key = format!("shard-{i:06}");
+        put_rec(&cat, "m", &key, &key).await.unwrap();
+    }
+    let parts = settled(&cat, "m").await;
+    assert!(parts.len() >= 5, "{parts:?}");
+    assert_eq!(parts.iter().map(|p| p.keys).sum::<usize>(), 300);
+    for p in &parts[..parts.len() - 1] {
+        assert!(p.keys >= 24, "a partition left {} keys: {parts:?}", p.keys);
+    }
+}
+
+/// Splits cut short, as by a gateway killed in the middle: another gateway finds each one
+/// after its claim ran out and abandons it (not sealed: the old partition is still the truth)
+/// or finishes it (sealed, or activated but not cleaned). Nothing is lost either way, and
+/// writes during the copy land.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn splits_cut_short_are_taken_over() {
+    let Some(c) = cluster().await else { return };
+    let ns = namespace("takeover");
+    let lease = Duration::from_millis(1500);
+    let dead = partitioned(&c, &ns, 1_000_000, lease).await;
+    let live = partitioned(&c, &ns, 1_000_000, lease).await;
+    let io = io_of(&c, &ns).await;
+    for (n, stop) in [SplitStop::Copied, SplitStop::Sealed, SplitStop::Activated]
+        .into_iter()
+        .enumerate()
+    {
+        let bucket = format!("t{n}");
+        live.create_bucket(&bucket, bucket_rec()).await.unwrap();
+        let mut model = BTreeMap::new();
+        for i in 0..50 {
+            let key = format!("k{i:03}");
+            put_rec(&live, &bucket, &key, &key).await.unwrap();
+            model.insert(key.clone(), key);
+        }
+        assert!(dead.split_until(&bucket, "k025", stop).await.unwrap());
+        // Writes on both sides of the split key, through the other gateway, while the
+        // claim holds (the sealed range waits for the claim to run out, then is finished).
+        for key in ["k010", "k030", "k049", "k060"] {
+            let etag = format!("{key}@{stop:?}");
+            put_rec(&live, &bucket, key, &etag).await.unwrap();
+            model.insert(key.to_owned(), etag);
+        }
+        live.delete(&bucket, "k040").await.unwrap();
+        model.remove("k040");
+        // A later check (or a bucket deletion) takes over whatever is left.
+        tokio::time::sleep(lease).await;
+        live.check_partition(&bucket, "k000").await.unwrap();
+        let parts = settled(&live, &bucket).await;
+        let want: Vec<(String, String)> = model.clone().into_iter().collect();
+        assert_eq!(list_all(&live, &bucket, 9).await, want, "{stop:?}");
+        assert_eq!(list_all(&dead, &bucket, 1000).await, want, "{stop:?}");
+        assert_clean_partitions(&io, &parts).await;
+        let expect_parts = if stop == SplitStop::Copied { 1 } else { 2 };
+        assert_eq!(parts.len(), expect_parts, "{stop:?}: {parts:?}");
+        if stop == SplitStop::Copied {
+            // Abandoned, so it can split again.
+            assert!(live.split_at(&bucket, "k025").await.unwrap());
+            assert_eq!(list_all(&live, &bucket, 1000).await, want);
+            assert_eq!(settled(&live, &bucket).await.len(), 2);
+        }
+    }
+}
+
+/// A bucket whose index spans partitions: a rename across them is refused and changes
+/// nothing; deletion refuses while any partition holds a key (and the bucket takes writes
+/// afterwards), then removes every partition object; the name can be created again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn renames_and_bucket_deletion_across_partitions() {
+    let Some(c) = cluster().await else { return };
+    let ns = namespace("xpart");
+    let cat = partitioned(&c, &ns, 1_000_000, Duration::from_secs(30)).await;
+    cat.create_bucket("x", bucket_rec()).await.unwrap();
+    for key in ["a/1", "a/2", "m/1", "z/1", "z/2"] {
+        put_rec(&cat, "x", key, key).await.unwrap();
+    }
+    assert!(cat.split_at("x", "m/1").await.unwrap());
+    assert!(cat.split_at("x", "z/1").await.unwrap());
+    assert_eq!(cat.partitions("x").await.unwrap().len(), 3);
+    let before = list_all(&cat, "x", 100).await;
+    assert!(matches!(
+        cat.rename("x", "a/1", "z/9", false).await,
+        Err(CatalogError::CrossPartition)
+    ));
+    assert!(matches!(
+        cat.rename_prefix("x", "a/", "z/new/", 1024).await,
+        Err(CatalogError::CrossPartition)
+    ));
+    assert_eq!(list_all(&cat, "x", 100).await, before);
+    // Within one partition a rename is one commit as always.
+    cat.rename("x", "z/1", "z/3", false).await.unwrap();
+    assert!(cat.get("x", "z/3").await.unwrap().is_some());
+    // Removing a directory marker whose directory goes on in the next partition.
+    put_rec(&cat, "x", "d/", "d").await.unwrap();
+    put_rec(&cat, "x", "d/x", "dx").await.unwrap();
+    assert!(cat.split_at("x", "d/x").await.unwrap());
+    assert!(matches!(
+        cat.remove_dir("x", "d/").await,
+        Err(CatalogError::DirectoryNotEmpty)
+    ));
+    cat.delete("x", "d/x").await.unwrap();
+    cat.remove_dir("x", "d/").await.unwrap();
+    // Not empty while the last partition holds a key; the others reopen.
+    for key in ["a/1", "a/2", "m/1", "z/3"] {
+        cat.delete("x", key).await.unwrap();
+    }
+    assert!(matches!(
+        cat.delete_bucket("x").await,
+        Err(CatalogError::BucketNotEmpty)
+    ));
+    put_rec(&cat, "x", "a/1", "again").await.unwrap();
+    for key in ["a/1", "z/2"] {
+        cat.delete("x", key).await.unwrap();
+    }
+    let oids: Vec<String> = cat
+        .partitions("x")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| p.oid)
+        .collect();
+    assert_eq!(oids.len(), 4);
+    cat.delete_bucket("x").await.unwrap();
+    for oid in &oids {
+        assert!(
+            io_of(&c, &ns).await.stat(oid).await.is_err(),
+            "{oid} outlived its bucket"
+        );
+    }
+    assert!(matches!(
+        put_rec(&cat, "x", "z/5", "z").await,
+        Err(CatalogError::NoSuchBucket)
+    ));
+    cat.create_bucket("x", bucket_rec()).await.unwrap();
+    put_rec(&cat, "x", "z/5", "z").await.unwrap();
+    assert_eq!(
+        list_all(&cat, "x", 10).await,
+        vec![("z/5".into(), "z".into())]
+    );
+}
+
+async fn io_of(c: &Arc<Cluster>, ns: &str) -> IoCtx {
+    c.ioctx(POOL)
+        .await
+        .unwrap()
+        .with_namespace(ns)
+        .await
+        .unwrap()
 }

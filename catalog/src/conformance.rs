@@ -1204,10 +1204,9 @@ pub async fn empty_and_delete_bucket(c: &dyn Catalog, bucket: &str) {
     c.delete_bucket(bucket).await.unwrap();
 }
 
-/// Every test above, in sequence, on one catalog.
-pub async fn run_all(c: Arc<dyn Catalog>) {
-    inline_payloads(Arc::clone(&c), "inl").await;
-    empty_and_delete_bucket(&*c, "inl").await;
+/// Every test above but the renames (which a partitioned backend refuses across partitions,
+/// [`CatalogError::CrossPartition`]), in sequence, on one catalog.
+pub async fn run_all_but_renames(c: Arc<dyn Catalog>) {
     inline_reads_race_overwrites(Arc::clone(&c)).await;
     buckets(&*c).await;
     conditions(&*c).await;
@@ -1215,7 +1214,14 @@ pub async fn run_all(c: Arc<dyn Catalog>) {
     listing(&*c).await;
     multipart(&*c).await;
     upload_listing(&*c).await;
-    renames(&*c).await;
     system_keys(&*c).await;
     racing_conditional_puts(c).await;
+}
+
+/// Every test above, in sequence, on one catalog.
+pub async fn run_all(c: Arc<dyn Catalog>) {
+    inline_payloads(Arc::clone(&c), "inl").await;
+    empty_and_delete_bucket(&*c, "inl").await;
+    renames(&*c).await;
+    run_all_but_renames(c).await;
 }

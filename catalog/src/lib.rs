@@ -76,6 +76,10 @@ pub enum CatalogError {
     /// A rename would make a key longer than allowed.
     #[error("key too long")]
     KeyTooLong,
+    /// A rename whose source and target are kept apart by the backend (index partitions of a
+    /// cluster), so that it cannot be one atomic commit: refused, nothing changed.
+    #[error("the rename spans index partitions")]
+    CrossPartition,
     /// The commit kept losing races with concurrent commits of the same key; retry later.
     #[error("too many concurrent updates of the same key")]
     Contended,

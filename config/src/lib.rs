@@ -166,6 +166,9 @@ pub struct ClusterConfig {
     pub connect_timeout_secs: u64,
     /// A released chunk stays readable this long (readers on other gateways), seconds.
     pub release_grace_secs: u64,
+    /// A bucket's index partition is split (in the background, writes go on) when it holds
+    /// this many keys.
+    pub index_split_keys: u64,
 }
 
 impl Default for ClusterConfig {
@@ -184,6 +187,7 @@ impl Default for ClusterConfig {
             op_timeout_secs: 30,
             connect_timeout_secs: 10,
             release_grace_secs: 300,
+            index_split_keys: 50_000,
         }
     }
 }
@@ -441,6 +445,12 @@ impl LodeConfig {
                 }
                 if c.pool_size == 0 {
                     return Err(invalid("cluster.pool_size", "must be at least 1"));
+                }
+                if !(2..=190_000).contains(&c.index_split_keys) {
+                    return Err(invalid(
+                        "cluster.index_split_keys",
+                        "must be 2 to 190000 (deep scrub warns at 200000 keys in one object)",
+                    ));
                 }
                 if c.op_timeout_secs == 0 || c.connect_timeout_secs == 0 {
                     return Err(invalid(

@@ -34,6 +34,8 @@ impl ToErrno for ObjError {
             | ObjError::PreconditionFailed => EEXIST,
             ObjError::BucketNotEmpty | ObjError::DirectoryNotEmpty => ENOTEMPTY,
             ObjError::KeyTooLong => ENAMETOOLONG,
+            // What rename(2) answers across file systems: `mv` then copies and unlinks.
+            ObjError::CrossPartition => EXDEV,
             ObjError::InvalidBucketName(_)
             | ObjError::InvalidArgument(_)
             | ObjError::InvalidRequest(_)
@@ -71,7 +73,7 @@ pub fn s3_error(e: ObjError) -> S3Error {
         ObjError::BucketAlreadyExists => C::BucketAlreadyExists,
         ObjError::BucketNotEmpty => C::BucketNotEmpty,
         // Only the POSIX door renames or removes directories.
-        ObjError::DirectoryNotEmpty => C::InvalidRequest,
+        ObjError::DirectoryNotEmpty | ObjError::CrossPartition => C::InvalidRequest,
         ObjError::InvalidBucketName(_) => C::InvalidBucketName,
         ObjError::KeyTooLong => C::KeyTooLongError,
         ObjError::PreconditionFailed => C::PreconditionFailed,

@@ -178,9 +178,18 @@ async fn open_cluster(
             .with_context(|| format!("creating the data pool {:?}", c.data_pool))?;
         tracing::info!(pool = %c.data_pool, "created the data pool");
     }
-    let catalog = lode_catalog_rados::RadosCatalog::open(&cluster, &c.index_pool, &c.namespace)
-        .await
-        .context("opening the index")?;
+    let partitions = lode_catalog_rados::PartitionConfig {
+        split_keys: c.index_split_keys,
+        ..Default::default()
+    };
+    let catalog = lode_catalog_rados::RadosCatalog::open_with(
+        &cluster,
+        &c.index_pool,
+        &c.namespace,
+        partitions,
+    )
+    .await
+    .context("opening the index")?;
     let data = cluster
         .ioctx(&c.data_pool)
         .await?

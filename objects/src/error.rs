@@ -27,6 +27,10 @@ pub enum ObjError {
     DirectoryNotEmpty,
     #[error("Your key is too long")]
     KeyTooLong,
+    /// A rename that the catalog cannot make atomic (its names are in two index partitions
+    /// of a cluster): nothing changed; copy and delete instead (the mount: `EXDEV`).
+    #[error("The rename spans index partitions; copy and delete instead")]
+    CrossPartition,
     #[error("At least one of the pre-conditions you specified did not hold")]
     PreconditionFailed,
     #[error("Not Modified")]
@@ -99,6 +103,7 @@ impl From<lode_catalog::CatalogError> for ObjError {
             C::PreconditionFailed => ObjError::PreconditionFailed,
             C::DirectoryNotEmpty => ObjError::DirectoryNotEmpty,
             C::KeyTooLong => ObjError::KeyTooLong,
+            C::CrossPartition => ObjError::CrossPartition,
             C::Contended => ObjError::Contended,
             C::Unavailable(m) => ObjError::Unavailable(m),
             // The service's own error, passed through a commit.

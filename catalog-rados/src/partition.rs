@@ -1,0 +1,1209 @@
+//! Range partitions of a bucket's index, and their splits.
+//!
+//! # Partitions
+//! A bucket's index is a chain of partition objects, each holding the object keys of one range
+//! `[lo, hi)` (escaped keys, see [`crate::esc`]) with everything stored beside them (payloads,
+//! uploads, parts, abort tombstones). The first partition, `lode.idx.<bucket>`, starts at the
+//! empty key and never moves: its existence is the bucket's. The others are
+//! `lode.part.<bucket>.<random>`, names never reused. Each partition's own xattrs are the truth
+//! about it:
+//! * `lode.epoch`: bumped by every change of the rules writers follow (a split starting, a
+//!   seal); every commit is guarded by `cmpxattr lode.epoch == the epoch it read`;
+//! * `lode.lo`, `lode.hi` (absent: no upper bound), `lode.next` (the partition that starts at
+//!   `hi`);
+//! * `lode.state = building` on a partition that a split is still filling, `lode.parent` its
+//!   parent, `lode.builder` the token of the split filling it;
+//! * `lode.split` on a partition being split: the split key, the new partition, the builder
+//!   token and the claim's deadline.
+//!
+//! Every read that a commit or a listing uses reads these xattrs in the same op, so a reader
+//! checks in its own snapshot that its key is in range; a gateway's map of partitions is only a
+//! cache, corrected by following `lode.next` (lo never changes; partitions are never merged).
+//!
+//! # A split, without blocking writes for O(entries)
+//! 1. **Claim**: set `lode.split` on the partition P and bump its epoch (one op guarded by the
+//!    epoch read). From then on every commit to P that touches a key at or above the split key
+//!    also writes a log entry `l<omap key>` with a fresh token, in the same op.
+//! 2. **Copy**: create Q (`building`), copy P's entries of `[split, hi)` into it page by page.
+//!    Writers go on meanwhile. Every write to Q is guarded by `cmpxattr lode.builder`, so a
+//!    split whose claim was taken over cannot write into Q any more.
+//! 3. **Catch up**: read the log and the keys it names in one op, apply them to Q, remember the
+//!    token applied per log entry.
+//! 4. **Seal**: one op on P sets `hi = split`, `next = Q` and bumps the epoch. Commits of keys
+//!    at or above the split key now fail their guard, re-read, and follow `next` to Q, where
+//!    they wait (milliseconds) while Q is `building`.
+//! 5. **Final catch-up**: the log is frozen now (no key at or above the split key can be
+//!    written in P); apply every entry whose token changed since it was applied.
+//! 6. **Activate** Q (remove `building`), then **clean** P: `omap_rm_range` of the moved ranges
+//!    and the log, and remove `lode.split` (one op).
+//!
+//! A split whose claim ran out (its gateway died) is finished by whichever gateway finds it: a
+//! sealed one is taken over (new builder token on P's claim, then on Q), caught up from the
+//! whole log and activated; an unsealed one is abandoned (Q removed, P's log and claim removed,
+//! epoch bumped) and started again later.
+//!
+//! # When to split
+//! Each gateway counts the new keys it commits per partition; every `split_keys / 8` of them it
+//! counts the partition's keys (a page of keys per 1,000). At `split_keys` it splits at the
+//! median key, or, when the partition is the last one and this gateway's recent keys are all
+//! in its top quarter (monotonic names, `shard-000123`), at the 15/16 key: the new last
+//! partition starts nearly empty and takes the new keys, the old one stays nearly full and is
+//! not written any more.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use lode_catalog::{CatalogError, Result};
+use lode_rados::{CmpOp, IoCtx, ReadOp, ReadResult, WriteOp};
+
+use crate::{DELETED, EPOCH, Inner, err, index_oid, lost_race, now_ms};
+
+pub(crate) const LO: &str = "lode.lo";
+pub(crate) const HI: &str = "lode.hi";
+pub(crate) const NEXT: &str = "lode.next";
+const STATE: &str = "lode.state";
+const BUILDING: &str = "building";
+const PARENT: &str = "lode.parent";
+const BUILDER: &str = "lode.builder";
+pub(crate) const SPLIT: &str = "lode.split";
+/// A bucket deletion in progress closes the partitions after the first with this epoch prefix.
+const CLOSING: &str = "closing.";
+/// The tags of entries that live beside their object key (moved by a split), in order.
+const MOVED_TAGS: [u8; 5] = [b'a', b'd', b'o', b'p', b'u'];
+/// Log entries of a split in progress.
+const LOG: u8 = b'l';
+/// Entries per copy write.
+const COPY_BATCH: usize = 256;
+/// Bytes per copy write (values included).
+const COPY_BYTES: usize = 4 << 20;
+/// Reading a partition that is being activated waits at most this long before it tries to
+/// finish the split itself (if its claim ran out).
+const WAIT_STEP_MS: u64 = 5;
+
+/// How a bucket's index is partitioned.
+#[derive(Debug, Clone)]
+pub struct PartitionConfig {
+    /// A partition with this many object keys is split (RGW keeps index shards under about
+    /// 100,000 keys; deep scrub warns at 200,000).
+    pub split_keys: u64,
+    /// A split claims its partition for this long, renewed while it copies; a claim that ran
+    /// out is finished or abandoned by whichever gateway finds it.
+    pub split_lease: Duration,
+}
+
+impl Default for PartitionConfig {
+    fn default() -> Self {
+        Self {
+            split_keys: 50_000,
+            split_lease: Duration::from_secs(30),
+        }
+    }
+}
+
+impl PartitionConfig {
+    fn check_every(&self) -> u64 {
+        (self.split_keys / 8).max(1)
+    }
+}
+
+/// Where a split stops ([`crate::RadosCatalog::split_until`], tests of a split cut short).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SplitStop {
+    /// Copied and caught up, not sealed.
+    Copied,
+    /// Sealed, the new partition still building.
+    Sealed,
+    /// The new partition active, the old one not cleaned.
+    Activated,
+    Done,
+}
+
+/// A split in progress, as its claim on the partition (`lode.split`) says.
+#[derive(Debug, Clone)]
+pub(crate) struct Claim {
+    /// The xattr's value, for `cmpxattr`.
+    pub raw: Bytes,
+    /// The escaped split key.
+    pub split: Vec<u8>,
+    /// The new partition.
+    pub to: String,
+    pub builder: String,
+    pub deadline_ms: i64,
+}
+
+impl Claim {
+    fn encode(split: &[u8], to: &str, builder: &str, deadline_ms: i64) -> Bytes {
+        Bytes::from(format!("{}|{to}|{builder}|{deadline_ms}", hex(split)))
+    }
+
+    fn decode(raw: &Bytes) -> Option<Self> {
+        let s = std::str::from_utf8(raw).ok()?;
+        let mut it = s.split('|');
+        let split = unhex(it.next()?)?;
+        let to = it.next()?.to_owned();
+        let builder = it.next()?.to_owned();
+        let deadline_ms = it.next()?.parse().ok()?;
+        Some(Self {
+            raw: raw.clone(),
+            split,
+            to,
+            builder,
+            deadline_ms,
+        })
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|c| format!("{c:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// What a partition's xattrs say about it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Part {
+    pub epoch: Bytes,
+    pub lo: Vec<u8>,
+    pub hi: Option<Vec<u8>>,
+    pub next: Option<String>,
+    pub building: bool,
+    pub parent: Option<String>,
+    pub claim: Option<Claim>,
+}
+
+impl Part {
+    pub fn of(r: &ReadResult) -> Self {
+        let x = |n: &str| r.xattr(n).cloned();
+        Self {
+            epoch: x(EPOCH).unwrap_or_default(),
+            lo: x(LO).map(|b| b.to_vec()).unwrap_or_default(),
+            hi: x(HI).map(|b| b.to_vec()),
+            next: x(NEXT).map(|b| String::from_utf8_lossy(&b).into_owned()),
+            building: x(STATE).is_some_and(|s| s.as_ref() == BUILDING.as_bytes()),
+            parent: x(PARENT).map(|b| String::from_utf8_lossy(&b).into_owned()),
+            claim: x(SPLIT).as_ref().and_then(Claim::decode),
+        }
+    }
+
+    /// Whether escaped position `pos` is in this partition's range.
+    pub fn holds(&self, pos: &[u8]) -> bool {
+        pos >= self.lo.as_slice() && self.hi.as_deref().is_none_or(|h| pos < h)
+    }
+
+    /// Whether every key that starts with escaped `prefix` is in this partition's range.
+    pub fn holds_prefix(&self, prefix: &[u8]) -> bool {
+        prefix >= self.lo.as_slice() && self.hi.as_deref().is_none_or(|h| prefix_below(prefix, h))
+    }
+
+    /// The claim of a split that has not sealed yet (writers log what they change).
+    pub fn logging(&self) -> Option<&Claim> {
+        self.claim
+            .as_ref()
+            .filter(|c| self.next.as_deref() != Some(c.to.as_str()))
+    }
+}
+
+/// Whether every byte string that starts with `prefix` sorts below `hi`.
+pub(crate) fn prefix_below(prefix: &[u8], hi: &[u8]) -> bool {
+    prefix < hi && !hi.starts_with(prefix)
+}
+
+/// The escaped object-key position of an omap key (its tag dropped): sorts against escaped
+/// bounds exactly as its object key does (the separator sorts below every escaped byte).
+pub(crate) fn pos_of(omap_key: &[u8]) -> &[u8] {
+    omap_key.get(1..).unwrap_or_default()
+}
+
+/// A partition read: where, what it said about itself, and the op's results.
+pub(crate) struct Located {
+    pub oid: String,
+    pub part: Part,
+    pub r: ReadResult,
+}
+
+/// A fresh token: unique per gateway process and call.
+pub(crate) fn token() -> String {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    static PROCESS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let p = *PROCESS.get_or_init(rand::random::<u64>);
+    format!("{p:016x}{:08x}", SEQ.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Waits `ms`: a timer under tokio, a thread sleep on a thread outside it (blocking reads).
+pub(crate) async fn pause(ms: u64) {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    } else {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+}
+
+fn next_epoch(e: &[u8]) -> String {
+    let n: u64 = std::str::from_utf8(e)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    format!("{:010}", n + 1)
+}
+
+/// The gateway's view of partitions: cached routes and insert counts.
+#[derive(Default)]
+pub(crate) struct Routes {
+    /// Per bucket: escaped lower bound -> partition object (the first partition is implied).
+    map: Mutex<HashMap<String, BTreeMap<Vec<u8>, String>>>,
+    /// Per partition object: new keys since its last count.
+    inserts: Mutex<HashMap<String, Inserts>>,
+}
+
+#[derive(Default)]
+struct Inserts {
+    since_check: u64,
+    /// The lowest key inserted since the last check (monotonic names stay in the top).
+    min_key: Option<Vec<u8>>,
+    running: bool,
+}
+
+impl Routes {
+    fn route(&self, bucket: &str, pos: &[u8]) -> Option<String> {
+        let map = self.map.lock().unwrap();
+        map.get(bucket)?
+            .range(..=pos.to_vec())
+            .next_back()
+            .map(|(_, o)| o.clone())
+    }
+
+    fn learn(&self, bucket: &str, lo: Vec<u8>, oid: String) {
+        let mut map = self.map.lock().unwrap();
+        map.entry(bucket.to_owned()).or_default().insert(lo, oid);
+    }
+
+    pub fn forget(&self, bucket: &str) {
+        self.map.lock().unwrap().remove(bucket);
+    }
+}
+
+impl Inner {
+    /// Reads the partition of `bucket` holding escaped position `pos` with `op` (plus its
+    /// xattrs), following `next` from wherever the cache points. `NoSuchBucket` if the bucket
+    /// is missing or deleted. Waits while that range is being handed over by a split or a
+    /// bucket deletion is closing it.
+    pub(crate) async fn locate(
+        &self,
+        bucket: &str,
+        pos: &[u8],
+        op: impl Fn() -> ReadOp,
+    ) -> Result<Located> {
+        let first = index_oid(bucket);
+        let mut oid = self
+            .routes
+            .route(bucket, pos)
+            .unwrap_or_else(|| first.clone());
+        let start = Instant::now();
+        let mut waited = 0u64;
+        loop {
+            let r = match self.io.operate_read(&oid, op().getxattrs()).await {
+                Err(e) if e.is_not_found() => {
+                    if oid == first {
+                        return Err(CatalogError::NoSuchBucket);
+                    }
+                    self.routes.forget(bucket);
+                    oid = first.clone();
+                    continue;
+                }
+                r => r.map_err(err)?,
+            };
+            let part = Part::of(&r);
+            if part.epoch.as_ref() == DELETED.as_bytes() {
+                return Err(CatalogError::NoSuchBucket);
+            }
+            let wait = if part.epoch.starts_with(CLOSING.as_bytes()) {
+                self.resolve_closing(bucket, &oid, &part).await?
+            } else if part.building {
+                match &part.parent {
+                    Some(p) if start.elapsed() > self.cfg.split_lease => {
+                        let parent = p.clone();
+                        self.finish_split(bucket, &parent).await?;
+                        false
+                    }
+                    _ => true,
+                }
+            } else if !part.holds(pos) {
+                match (&part.hi, &part.next) {
+                    (Some(hi), Some(next)) if pos >= hi.as_slice() => {
+                        self.routes.learn(bucket, hi.clone(), next.clone());
+                        oid = next.clone();
+                    }
+                    _ => {
+                        // Below this partition: a stale route.
+                        self.routes.forget(bucket);
+                        oid = first.clone();
+                    }
+                }
+                continue;
+            } else {
+                return Ok(Located { oid, part, r });
+            };
+            if wait {
+                if start.elapsed() > self.cfg.split_lease * 4 {
+                    return Err(CatalogError::Unavailable(format!(
+                        "index partition {oid} of bucket {bucket} stayed unavailable"
+                    )));
+                }
+                waited += 1;
+                pause((WAIT_STEP_MS * waited).min(50)).await;
+            }
+        }
+    }
+
+    /// A write to partition `oid` (guarded by the caller); `Ok(false)` when a guard failed.
+    pub(crate) async fn try_write_at(&self, oid: &str, op: WriteOp) -> Result<bool> {
+        match self.io.operate_write(oid, op).await {
+            Ok(_) => Ok(true),
+            Err(e) if lost_race(&e) => Ok(false),
+            Err(e) if e.is_not_found() => Err(CatalogError::NoSuchBucket),
+            Err(e) => Err(err(e)),
+        }
+    }
+
+    /// Entries after omap key `after` whose keys start with `filter` (a tag and an escaped
+    /// prefix), in key order across the bucket's partitions, at most `max` (at least one
+    /// unless the end is reached); `more` when more may follow the last entry returned.
+    pub(crate) async fn scan(
+        &self,
+        bucket: &str,
+        after: &[u8],
+        filter: &[u8],
+        max: u64,
+    ) -> Result<(Vec<(Vec<u8>, Bytes)>, bool)> {
+        let mut pos = if after > filter {
+            pos_of(after).to_vec()
+        } else {
+            pos_of(filter).to_vec()
+        };
+        loop {
+            let l = self
+                .locate(bucket, &pos, || {
+                    ReadOp::new().omap_get_vals(after, filter, max)
+                })
+                .await?;
+            let page = l.r.omap_vals.unwrap_or_default();
+            let n = page.entries.len();
+            let mut entries = page.entries;
+            // Entries past the partition's end are a split's leftovers, not yet cleaned.
+            if let Some(hi) = &l.part.hi {
+                entries.retain(|(k, _)| pos_of(k) < hi.as_slice());
+            }
+            let exhausted = entries.len() < n || !page.more || n == 0;
+            let beyond = l
+                .part
+                .hi
+                .as_deref()
+                .is_some_and(|h| !prefix_below(pos_of(filter), h));
+            if !entries.is_empty() {
+                return Ok((entries, !exhausted || beyond));
+            }
+            match l.part.hi {
+                Some(hi) if beyond => pos = hi,
+                _ => return Ok((vec![], false)),
+            }
+        }
+    }
+
+    /// Every partition of a bucket in key order, each read whole (paged, at one version):
+    /// (oid, part, version, entries in its range).
+    #[allow(clippy::type_complexity)]
+    pub(crate) async fn walk(
+        &self,
+        bucket: &str,
+    ) -> Result<Vec<(String, Part, u64, Vec<(Vec<u8>, Bytes)>)>> {
+        let mut out = vec![];
+        let mut oid = index_oid(bucket);
+        'parts: loop {
+            let mut after: Vec<u8> = vec![];
+            let mut vals = vec![];
+            let mut first: Option<(u64, Part)> = None;
+            loop {
+                let op = ReadOp::new().getxattrs().omap_get_vals(&after, b"", 1000);
+                let r = match self.io.operate_read(&oid, op).await {
+                    Err(e) if e.is_not_found() && out.is_empty() => {
+                        return Err(CatalogError::NoSuchBucket);
+                    }
+                    Err(e) if e.is_not_found() => return Err(CatalogError::Contended),
+                    r => r.map_err(err)?,
+                };
+                let part = Part::of(&r);
+                if part.epoch.as_ref() == DELETED.as_bytes() {
+                    return Err(CatalogError::NoSuchBucket);
+                }
+                match &first {
+                    Some((v, _)) if *v != r.version => {
+                        after.clear();
+                        vals.clear();
+                        first = None;
+                        continue;
+                    }
+                    Some(_) => {}
+                    None => first = Some((r.version, part)),
+                }
+                let page = r.omap_vals.unwrap_or_default();
+                if let Some((k, _)) = page.entries.last() {
+                    after = k.clone();
+                }
+                let more = page.more && !page.entries.is_empty();
+                vals.extend(page.entries);
+                if !more {
+                    break;
+                }
+            }
+            let (version, part) = first.expect("read at least once");
+            vals.retain(|(k, _)| k.first() == Some(&LOG) || part.holds(pos_of(k)));
+            let next = part.next.clone().filter(|_| part.hi.is_some());
+            out.push((oid.clone(), part, version, vals));
+            match next {
+                Some(n) => oid = n,
+                None => break 'parts,
+            }
+        }
+        Ok(out)
+    }
+
+    /// The log entries a commit to `part` adds for the omap keys it sets or removes: one per
+    /// key at or above the split key while a split copies.
+    pub(crate) fn log_entries<'a>(
+        part: &Part,
+        touched: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let Some(c) = part.logging() else {
+            return vec![];
+        };
+        let t = token();
+        touched
+            .into_iter()
+            .filter(|k| pos_of(k) >= c.split.as_slice())
+            .map(|k| {
+                let mut l = vec![LOG];
+                l.extend_from_slice(k);
+                (l, t.clone().into_bytes())
+            })
+            .collect()
+    }
+
+    // ------------------------------------------------------------------ bucket deletion
+
+    /// A partition closed by a bucket deletion: `NoSuchBucket` if the deletion committed;
+    /// reopens it if the deletion's deadline passed (its gateway died or gave up); else
+    /// `Ok(true)`: wait and read again.
+    async fn resolve_closing(&self, bucket: &str, oid: &str, part: &Part) -> Result<bool> {
+        let first = index_oid(bucket);
+        match self
+            .io
+            .operate_read(&first, ReadOp::new().getxattr(EPOCH))
+            .await
+        {
+            Err(e) if e.is_not_found() => return Err(CatalogError::NoSuchBucket),
+            Ok(r) if r.xattr(EPOCH).map(|e| e.as_ref()) == Some(DELETED.as_bytes()) => {
+                return Err(CatalogError::NoSuchBucket);
+            }
+            r => {
+                r.map_err(err)?;
+            }
+        }
+        let (deadline, old) = closing_fields(&part.epoch);
+        if now_ms() < deadline {
+            return Ok(true);
+        }
+        self.reopen(oid, &part.epoch, &old).await?;
+        Ok(false)
+    }
+
+    async fn reopen(&self, oid: &str, closing: &[u8], old: &[u8]) -> Result<()> {
+        let op = WriteOp::new()
+            .cmpxattr(EPOCH, CmpOp::Eq, closing)
+            .setxattr(EPOCH, next_epoch(old));
+        self.try_write_at(oid, op).await.map(|_| ())
+    }
+
+    /// Deletes an empty bucket whose index may span several partitions: closes the partitions
+    /// after the first (each guarded by its version, so each was empty when closed; commits to
+    /// a closed partition wait), then marks the first deleted, guarded by its version: that op
+    /// is the deletion. Then the partitions are removed, the last first. Returns the chunks
+    /// of leftover parts.
+    pub(crate) async fn delete_partitions(
+        &self,
+        bucket: &str,
+        retries: usize,
+    ) -> Result<Vec<lode_catalog::ChunkLoc>> {
+        for _ in 0..retries {
+            let parts = self.walk(bucket).await?;
+            if let Some((oid, _, _, _)) = parts.iter().find(|(_, p, _, _)| p.claim.is_some()) {
+                // A split in progress: let it finish (or finish it) first.
+                self.finish_split_when_due(bucket, oid).await?;
+                continue;
+            }
+            let mut released = vec![];
+            for (_, _, _, vals) in &parts {
+                for (k, v) in vals {
+                    match k.first() {
+                        Some(b'o') => return Err(CatalogError::BucketNotEmpty),
+                        Some(b'p') => released.extend(crate::chunks_of(
+                            &crate::decode::<lode_catalog::PartRecord>(v)?.segments,
+                        )),
+                        _ => {}
+                    }
+                }
+            }
+            let deadline = now_ms() + self.cfg.split_lease.as_millis() as i64;
+            let mut closed: Vec<(&str, Bytes, Bytes)> = vec![];
+            let mut ok = true;
+            for (oid, part, version, _) in parts.iter().skip(1).rev() {
+                let closing = Bytes::from(format!(
+                    "{CLOSING}{deadline}.{}",
+                    String::from_utf8_lossy(&part.epoch)
+                ));
+                let op = WriteOp::new()
+                    .assert_version(*version)
+                    .setxattr(EPOCH, &closing);
+                if !self.try_write_at(oid, op).await? {
+                    ok = false;
+                    break;
+                }
+                closed.push((oid, closing, part.epoch.clone()));
+            }
+            if ok {
+                let (oid, _, version, _) = &parts[0];
+                let op = WriteOp::new()
+                    .assert_version(*version)
+                    .setxattr(EPOCH, DELETED);
+                ok = self.try_write_at(oid, op).await?;
+            }
+            if !ok {
+                for (oid, closing, old) in closed {
+                    self.reopen(oid, &closing, &old).await?;
+                }
+                continue;
+            }
+            self.io
+                .operate_write(
+                    crate::BUCKETS,
+                    WriteOp::new().omap_rm_keys(&[bucket.as_bytes()]),
+                )
+                .await
+                .map_err(err)?;
+            let oids: Vec<String> = parts.into_iter().map(|(o, ..)| o).collect();
+            self.remove_chain(bucket, oids).await?;
+            return Ok(released);
+        }
+        Err(CatalogError::Contended)
+    }
+
+    /// Removes a deleted bucket's partition objects, the last first (a removal cut short
+    /// leaves a chain that still starts at the first partition and is finished by the next
+    /// create of the name).
+    pub(crate) async fn remove_chain(&self, bucket: &str, oids: Vec<String>) -> Result<()> {
+        for oid in oids.iter().rev() {
+            match self.io.remove(oid).await {
+                Err(e) if !e.is_not_found() => return Err(err(e)),
+                _ => {}
+            }
+        }
+        self.routes.forget(bucket);
+        Ok(())
+    }
+
+    /// The partition objects of a bucket marked deleted, following `next` from the first.
+    pub(crate) async fn chain_of(&self, bucket: &str) -> Result<Vec<String>> {
+        let mut out = vec![];
+        let mut unchained = vec![];
+        let mut cur = index_oid(bucket);
+        loop {
+            out.push(cur.clone());
+            let r = match self.io.operate_read(&cur, ReadOp::new().getxattrs()).await {
+                Err(e) if e.is_not_found() => break,
+                r => r.map_err(err)?,
+            };
+            let part = Part::of(&r);
+            // A split's new partition not chained yet goes with its parent.
+            if let Some(c) = part.logging() {
+                unchained.push(c.to.clone());
+            }
+            match part.next.filter(|_| part.hi.is_some()) {
+                Some(n) if !out.contains(&n) => cur = n,
+                _ => break,
+            }
+        }
+        out.extend(unchained);
+        Ok(out)
+    }
+
+    // ------------------------------------------------------------------ splits
+
+    /// Notes a new key committed in partition `oid`; every `split_keys / 8` of them, counts
+    /// the partition in the background and splits it if it is full.
+    pub(crate) fn note_insert(&self, bucket: &str, oid: &str, pos: &[u8]) {
+        let due = {
+            let mut all = self.routes.inserts.lock().unwrap();
+            let s = all.entry(oid.to_owned()).or_default();
+            s.since_check += 1;
+            if s.min_key.as_deref().is_none_or(|m| pos < m) {
+                s.min_key = Some(pos.to_vec());
+            }
+            if s.since_check >= self.cfg.check_every() && !s.running {
+                s.running = true;
+                s.since_check = 0;
+                Some(s.min_key.take())
+            } else {
+                None
+            }
+        };
+        let Some(min_key) = due else { return };
+        let (Some(me), Ok(rt)) = (self.me.upgrade(), tokio::runtime::Handle::try_current()) else {
+            self.routes.inserts.lock().unwrap().remove(oid);
+            return;
+        };
+        let (bucket, oid) = (bucket.to_owned(), oid.to_owned());
+        rt.spawn(async move {
+            if let Err(e) = me.maybe_split(&bucket, &oid, min_key.as_deref()).await {
+                tracing::warn!(bucket, partition = oid, error = %e, "index partition split failed");
+            }
+            if let Some(s) = me.routes.inserts.lock().unwrap().get_mut(&oid) {
+                s.running = false;
+            }
+        });
+    }
+
+    /// The escaped object keys in a partition's range, in order (pages of keys only).
+    async fn keys_in(&self, oid: &str, part: &Part) -> Result<Vec<Vec<u8>>> {
+        let mut keys = vec![];
+        let mut after = b"o".to_vec();
+        loop {
+            let r = self
+                .io
+                .operate_read(oid, ReadOp::new().omap_get_keys(&after, 1000))
+                .await
+                .map_err(err)?;
+            let page = r.omap_keys.unwrap_or_default();
+            let mut done = !page.more || page.keys.is_empty();
+            for k in page.keys {
+                if k.first() != Some(&b'o') || !part.holds(pos_of(&k)) {
+                    done = true;
+                    break;
+                }
+                keys.push(k[1..].to_vec());
+            }
+            if done {
+                return Ok(keys);
+            }
+            after = [b"o".as_slice(), keys.last().expect("nonempty")].concat();
+        }
+    }
+
+    /// Counts partition `oid` and splits it if it holds `split_keys` keys or more. `min_key`:
+    /// the lowest key this gateway inserted there since the last count.
+    pub(crate) async fn maybe_split(
+        &self,
+        bucket: &str,
+        oid: &str,
+        min_key: Option<&[u8]>,
+    ) -> Result<bool> {
+        let r = match self.io.operate_read(oid, ReadOp::new().getxattrs()).await {
+            Err(e) if e.is_not_found() => return Ok(false),
+            r => r.map_err(err)?,
+        };
+        let part = Part::of(&r);
+        if part.claim.is_some() {
+            self.finish_split_when_due(bucket, oid).await?;
+            return Ok(false);
+        }
+        if part.building || part.epoch.as_ref() == DELETED.as_bytes() {
+            return Ok(false);
+        }
+        let keys = self.keys_in(oid, &part).await?;
+        let n = keys.len();
+        if (n as u64) < self.cfg.split_keys || n < 2 {
+            return Ok(false);
+        }
+        let monotonic =
+            part.hi.is_none() && min_key.is_some_and(|m| m >= keys[n * 3 / 4].as_slice());
+        let at = if monotonic {
+            n - (n / 16).max(1)
+        } else {
+            n / 2
+        };
+        tracing::info!(
+            bucket,
+            partition = oid,
+            keys = n,
+            monotonic,
+            "splitting an index partition"
+        );
+        self.split(bucket, oid, &keys[at.max(1)]).await
+    }
+
+    /// Splits partition `oid` of `bucket` at escaped key `at` (see the module docs).
+    /// `Ok(false)` if another split holds the partition or `at` is not inside it.
+    pub(crate) async fn split(&self, bucket: &str, oid: &str, at: &[u8]) -> Result<bool> {
+        self.split_until(bucket, oid, at, SplitStop::Done).await
+    }
+
+    /// [`Inner::split`] that stops after step `stop`, as a gateway that died there would
+    /// (tests of the takeover).
+    pub(crate) async fn split_until(
+        &self,
+        bucket: &str,
+        oid: &str,
+        at: &[u8],
+        stop: SplitStop,
+    ) -> Result<bool> {
+        let Some((claim, part)) = self.claim(bucket, oid, at).await? else {
+            return Ok(false);
+        };
+        let mut b = Builder::new(self, bucket, oid, claim, part);
+        b.create().await?;
+        b.copy().await?;
+        b.catch_up().await?;
+        if stop == SplitStop::Copied {
+            return Ok(true);
+        }
+        b.seal().await?;
+        if stop == SplitStop::Sealed {
+            return Ok(true);
+        }
+        b.catch_up().await?;
+        b.activate().await?;
+        if stop == SplitStop::Activated {
+            return Ok(true);
+        }
+        b.clean().await?;
+        Ok(true)
+    }
+
+    /// Claims partition `oid` for a split at `at` (bumps its epoch, so every later commit
+    /// logs what it changes above `at`).
+    async fn claim(&self, bucket: &str, oid: &str, at: &[u8]) -> Result<Option<(Claim, Part)>> {
+        let r = self
+            .io
+            .operate_read(oid, ReadOp::new().getxattrs())
+            .await
+            .map_err(err)?;
+        let part = Part::of(&r);
+        if part.claim.is_some()
+            || part.building
+            || !part.holds(at)
+            || at <= part.lo.as_slice()
+            || part.epoch.as_ref() == DELETED.as_bytes()
+            || part.epoch.starts_with(CLOSING.as_bytes())
+        {
+            return Ok(None);
+        }
+        let to = format!("lode.part.{bucket}.{}", token());
+        let builder = token();
+        let deadline = now_ms() + self.cfg.split_lease.as_millis() as i64;
+        let raw = Claim::encode(at, &to, &builder, deadline);
+        let op = WriteOp::new()
+            .cmpxattr(EPOCH, CmpOp::Eq, &part.epoch)
+            .setxattr(EPOCH, next_epoch(&part.epoch))
+            .setxattr(SPLIT, &raw);
+        if !self.try_write_at(oid, op).await? {
+            return Ok(None);
+        }
+        let claim = Claim::decode(&raw).expect("encoded above");
+        Ok(Some((claim, part)))
+    }
+
+    /// Finishes a split of `oid` whose claim ran out; waits for one still running.
+    pub(crate) async fn finish_split_when_due(&self, bucket: &str, oid: &str) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            let r = match self.io.operate_read(oid, ReadOp::new().getxattrs()).await {
+                Err(e) if e.is_not_found() => return Ok(()),
+                r => r.map_err(err)?,
+            };
+            let Some(c) = Part::of(&r).claim else {
+                return Ok(());
+            };
+            if now_ms() > c.deadline_ms {
+                return self.finish_split(bucket, oid).await;
+            }
+            if start.elapsed() > self.cfg.split_lease * 4 {
+                return Err(CatalogError::Contended);
+            }
+            pause(20).await;
+        }
+    }
+
+    /// Takes over the split of partition `oid` if its claim ran out: a sealed split is caught
+    /// up from its whole log and activated; an unsealed one is abandoned.
+    pub(crate) async fn finish_split(&self, bucket: &str, oid: &str) -> Result<()> {
+        let r = match self.io.operate_read(oid, ReadOp::new().getxattrs()).await {
+            Err(e) if e.is_not_found() => return Ok(()),
+            r => r.map_err(err)?,
+        };
+        let part = Part::of(&r);
+        let Some(old) = part.claim.clone() else {
+            return Ok(());
+        };
+        if now_ms() <= old.deadline_ms {
+            return Ok(());
+        }
+        let sealed = part.next.as_deref() == Some(old.to.as_str());
+        if !sealed {
+            // Abandon: Q goes, and P's log and claim (P is still the truth for its range).
+            tracing::warn!(
+                bucket,
+                partition = oid,
+                "abandoning a split whose claim ran out"
+            );
+            match self.io.remove(&old.to).await {
+                Err(e) if !e.is_not_found() => return Err(err(e)),
+                _ => {}
+            }
+            let op = WriteOp::new()
+                .cmpxattr(SPLIT, CmpOp::Eq, &old.raw)
+                .setxattr(EPOCH, next_epoch(&part.epoch))
+                .omap_rm_range([LOG], [LOG + 1])
+                .rmxattr(SPLIT);
+            self.try_write_at(oid, op).await?;
+            return Ok(());
+        }
+        tracing::warn!(
+            bucket,
+            partition = oid,
+            "finishing a split whose claim ran out"
+        );
+        let builder = token();
+        let deadline = now_ms() + self.cfg.split_lease.as_millis() as i64;
+        let raw = Claim::encode(&old.split, &old.to, &builder, deadline);
+        let op = WriteOp::new()
+            .cmpxattr(SPLIT, CmpOp::Eq, &old.raw)
+            .setxattr(SPLIT, &raw);
+        if !self.try_write_at(oid, op).await? {
+            return Ok(()); // someone else took it over
+        }
+        let claim = Claim::decode(&raw).expect("encoded above");
+        let q = self
+            .io
+            .operate_read(&old.to, ReadOp::new().getxattrs())
+            .await
+            .map_err(err)?;
+        let qpart = Part::of(&q);
+        let mut b = Builder::new(self, bucket, oid, claim, part);
+        if qpart.building {
+            let op = WriteOp::new()
+                .cmpxattr(BUILDER, CmpOp::Eq, old.builder.as_bytes())
+                .setxattr(BUILDER, b.claim.builder.as_bytes());
+            if !self.try_write_at(&old.to, op).await? {
+                return Ok(());
+            }
+            b.catch_up().await?;
+            b.activate().await?;
+        }
+        b.clean().await
+    }
+}
+
+/// One split's work, by the gateway that holds its claim.
+struct Builder<'a> {
+    inner: &'a Inner,
+    bucket: &'a str,
+    /// The partition being split.
+    oid: &'a str,
+    claim: Claim,
+    /// P as it was claimed (its range before the split).
+    part: Part,
+    /// The token applied per log key.
+    applied: HashMap<Vec<u8>, Bytes>,
+    renewed: Instant,
+}
+
+impl<'a> Builder<'a> {
+    fn new(inner: &'a Inner, bucket: &'a str, oid: &'a str, claim: Claim, part: Part) -> Self {
+        Self {
+            inner,
+            bucket,
+            oid,
+            claim,
+            part,
+            applied: HashMap::new(),
+            renewed: Instant::now(),
+        }
+    }
+
+    fn io(&self) -> &IoCtx {
+        &self.inner.io
+    }
+
+    /// A write to Q, fenced by this split's builder token.
+    async fn write_q(&self, op: WriteOp) -> Result<()> {
+        let op = op.cmpxattr(BUILDER, CmpOp::Eq, self.claim.builder.as_bytes());
+        if self.inner.try_write_at(&self.claim.to, op).await? {
+            Ok(())
+        } else {
+            Err(CatalogError::Contended)
+        }
+    }
+
+    /// Renews the claim when a third of the lease has passed.
+    async fn renew(&mut self) -> Result<()> {
+        if self.renewed.elapsed() < self.inner.cfg.split_lease / 3 {
+            return Ok(());
+        }
+        let deadline = now_ms() + self.inner.cfg.split_lease.as_millis() as i64;
+        let raw = Claim::encode(
+            &self.claim.split,
+            &self.claim.to,
+            &self.claim.builder,
+            deadline,
+        );
+        let op = WriteOp::new()
+            .cmpxattr(SPLIT, CmpOp::Eq, &self.claim.raw)
+            .setxattr(SPLIT, &raw);
+        if !self.inner.try_write_at(self.oid, op).await? {
+            return Err(CatalogError::Contended);
+        }
+        self.claim = Claim::decode(&raw).expect("encoded above");
+        self.renewed = Instant::now();
+        Ok(())
+    }
+
+    async fn create(&self) -> Result<()> {
+        let mut op = WriteOp::new()
+            .create(true)
+            .setxattr(EPOCH, crate::FIRST_EPOCH)
+            .setxattr(STATE, BUILDING)
+            .setxattr(PARENT, self.oid.as_bytes())
+            .setxattr(BUILDER, self.claim.builder.as_bytes())
+            .setxattr(LO, &self.claim.split);
+        if let (Some(hi), Some(next)) = (&self.part.hi, &self.part.next) {
+            op = op.setxattr(HI, hi).setxattr(NEXT, next.as_bytes());
+        }
+        self.io()
+            .operate_write(&self.claim.to, op)
+            .await
+            .map_err(err)?;
+        Ok(())
+    }
+
+    /// The omap range `[start, end)` of tag `tag` that moves.
+    fn range(&self, tag: u8) -> (Vec<u8>, Vec<u8>) {
+        let start = [&[tag][..], &self.claim.split].concat();
+        let end = match &self.part.hi {
+            Some(h) => [&[tag][..], h].concat(),
+            None => vec![tag + 1],
+        };
+        (start, end)
+    }
+
+    /// Copies P's moved ranges into Q, page by page, while writers go on (they log).
+    async fn copy(&mut self) -> Result<()> {
+        for tag in MOVED_TAGS {
+            let (start, end) = self.range(tag);
+            // `start` itself first (reads below are after a key), then pages after it.
+            let r = self
+                .io()
+                .operate_read(self.oid, ReadOp::new().omap_get_vals_by_keys(&[&start]))
+                .await
+                .map_err(err)?;
+            let head = r.omap_vals_by_keys.unwrap_or_default();
+            if !head.is_empty() {
+                self.write_q(WriteOp::new().omap_set(&head)).await?;
+            }
+            let mut after = start;
+            loop {
+                let r = self
+                    .io()
+                    .operate_read(
+                        self.oid,
+                        ReadOp::new().omap_get_vals(&after, [tag], COPY_BATCH as u64),
+                    )
+                    .await
+                    .map_err(err)?;
+                let page = r.omap_vals.unwrap_or_default();
+                let more = page.more && !page.entries.is_empty();
+                let mut batch: Vec<(Vec<u8>, Bytes)> = vec![];
+                let mut bytes = 0;
+                let mut past_end = false;
+                for (k, v) in page.entries {
+                    if k >= end {
+                        past_end = true;
+                        break;
+                    }
+                    bytes += k.len() + v.len();
+                    after = k.clone();
+                    batch.push((k, v));
+                    if bytes >= COPY_BYTES {
+                        self.write_q(WriteOp::new().omap_set(&batch)).await?;
+                        batch.clear();
+                        bytes = 0;
+                    }
+                }
+                if !batch.is_empty() {
+                    self.write_q(WriteOp::new().omap_set(&batch)).await?;
+                }
+                self.renew().await?;
+                if past_end || !more {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies the log entries whose token changed since they were applied: reads each batch
+    /// of log entries with the keys they name in one op, and sets or removes those keys in Q.
+    async fn catch_up(&mut self) -> Result<()> {
+        let mut after = vec![LOG];
+        loop {
+            let r = self
+                .io()
+                .operate_read(self.oid, ReadOp::new().omap_get_vals(&after, [LOG], 500))
+                .await
+                .map_err(err)?;
+            let page = r.omap_vals.unwrap_or_default();
+            let more = page.more && !page.entries.is_empty();
+            let pending: Vec<Vec<u8>> = page
+                .entries
+                .iter()
+                .filter(|(k, v)| self.applied.get(k) != Some(v))
+                .map(|(k, _)| k.clone())
+                .collect();
+            if let Some((k, _)) = page.entries.last() {
+                after = k.clone();
+            }
+            if !pending.is_empty() {
+                let named: Vec<Vec<u8>> = pending.iter().map(|k| k[1..].to_vec()).collect();
+                let both: Vec<Vec<u8>> = pending.iter().chain(&named).cloned().collect();
+                let r = self
+                    .io()
+                    .operate_read(self.oid, ReadOp::new().omap_get_vals_by_keys(&both))
+                    .await
+                    .map_err(err)?;
+                let vals: HashMap<Vec<u8>, Bytes> = r
+                    .omap_vals_by_keys
+                    .unwrap_or_default()
+                    .into_iter()
+                    .collect();
+                let mut set: Vec<(&[u8], &Bytes)> = vec![];
+                let mut rm: Vec<&[u8]> = vec![];
+                for k in &named {
+                    match vals.get(k) {
+                        Some(v) => set.push((k, v)),
+                        None => rm.push(k),
+                    }
+                }
+                self.write_q(WriteOp::new().omap_set(&set).omap_rm_keys(&rm))
+                    .await?;
+                for l in &pending {
+                    if let Some(t) = vals.get(l) {
+                        self.applied.insert(l.clone(), t.clone());
+                    }
+                }
+            }
+            self.renew().await?;
+            if !more {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Seals P: its range ends at the split key and `next` names Q; the epoch bump makes
+    /// every commit that read the old range read again.
+    async fn seal(&mut self) -> Result<()> {
+        for _ in 0..crate::RETRIES {
+            let r = self
+                .io()
+                .operate_read(self.oid, ReadOp::new().getxattrs())
+                .await
+                .map_err(err)?;
+            let p = Part::of(&r);
+            let op = WriteOp::new()
+                .cmpxattr(SPLIT, CmpOp::Eq, &self.claim.raw)
+                .cmpxattr(EPOCH, CmpOp::Eq, &p.epoch)
+                .setxattr(EPOCH, next_epoch(&p.epoch))
+                .setxattr(HI, &self.claim.split)
+                .setxattr(NEXT, self.claim.to.as_bytes());
+            if self.inner.try_write_at(self.oid, op).await? {
+                self.inner.routes.learn(
+                    self.bucket,
+                    self.claim.split.clone(),
+                    self.claim.to.clone(),
+                );
+                return Ok(());
+            }
+            if Part::of(&r).claim.map(|c| c.raw) != Some(self.claim.raw.clone()) {
+                return Err(CatalogError::Contended);
+            }
+        }
+        Err(CatalogError::Contended)
+    }
+
+    async fn activate(&self) -> Result<()> {
+        self.write_q(WriteOp::new().rmxattr(STATE).rmxattr(BUILDER))
+            .await
+    }
+
+    /// Removes everything of P at or above the split key (its range ends there now: what
+    /// is above is moved, or an earlier split's leftovers), its log and its claim, in one op.
+    async fn clean(&self) -> Result<()> {
+        let mut op = WriteOp::new().cmpxattr(SPLIT, CmpOp::Eq, &self.claim.raw);
+        for tag in MOVED_TAGS {
+            let start = [&[tag][..], &self.claim.split].concat();
+            op = op.omap_rm_range(start, [tag + 1]);
+        }
+        op = op.omap_rm_range([LOG], [LOG + 1]).rmxattr(SPLIT);
+        self.inner.try_write_at(self.oid, op).await?;
+        self.inner.routes.inserts.lock().unwrap().remove(self.oid);
+        tracing::info!(
+            bucket = self.bucket,
+            partition = self.oid,
+            new = self.claim.to,
+            "index partition split"
+        );
+        Ok(())
+    }
+}
+
+fn closing_fields(epoch: &[u8]) -> (i64, Vec<u8>) {
+    let s = String::from_utf8_lossy(epoch);
+    let rest = s.strip_prefix(CLOSING).unwrap_or_default();
+    let (d, old) = rest.split_once('.').unwrap_or((rest, ""));
+    (d.parse().unwrap_or(0), old.as_bytes().to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claims_round_trip() {
+        let raw = Claim::encode(b"a\x01\x02b", "lode.part.x.1", "tok", 42);
+        let c = Claim::decode(&raw).unwrap();
+        assert_eq!(c.split, b"a\x01\x02b");
+        assert_eq!(
+            (c.to.as_str(), c.builder.as_str(), c.deadline_ms),
+            ("lode.part.x.1", "tok", 42)
+        );
+    }
+
+    #[test]
+    fn ranges_and_prefixes() {
+        let p = Part {
+            lo: b"b".to_vec(),
+            hi: Some(b"d".to_vec()),
+            ..Default::default()
+        };
+        assert!(p.holds(b"b") && p.holds(b"c\xff") && !p.holds(b"d") && !p.holds(b"a"));
+        assert!(p.holds_prefix(b"c") && !p.holds_prefix(b"d") && !p.holds_prefix(b"a"));
+        // Every key under "d" is at or above hi "d"; under "c" all are below "d".
+        assert!(prefix_below(b"c", b"d") && !prefix_below(b"d", b"da"));
+        assert_eq!(next_epoch(b"0000000009"), "0000000010");
+    }
+}
