@@ -115,13 +115,59 @@ class Lode:
         return self.start()
 
 
+# LODE_COMPAT_MODE=cluster runs the S3 modules (./test.sh runs them a second time this way)
+# against two cluster-mode gateways over the Ceph cluster of LODE_CEPH_CONF, with every request
+# of the `s3` client sent to the next gateway in turn. Their partitions split at 64 keys.
+CLUSTER_MODE = os.environ.get("LODE_COMPAT_MODE") == "cluster"
+local_only = pytest.mark.skipif(CLUSTER_MODE, reason="local by nature (one node's data dir, devices or mount)")
+
+
+def cluster_gateways(tmp_path_factory, n=2):
+    conf = os.environ["LODE_CEPH_CONF"]
+    ns = "compat-" + uuid.uuid4().hex[:10]
+    cfg = tmp_path_factory.mktemp("cluster-cfg") / "lode.toml"
+    cfg.write_text("[cluster]\nindex_split_keys = 64\n")
+    args = ["--cluster", "ceph", "--ceph-conf", conf, "--index-pool", "lode-compat-index",
+            "--data-pool", "lode-compat-data", "--namespace", ns, "--config", str(cfg)]
+    env = {"LODE_DOMAIN": "localhost", "LODE_MASTER_KEY": "5e" * 32}
+    gws = [Lode(str(tmp_path_factory.mktemp("gw") / "data"), extra_env=env, extra_args=args) for _ in range(n)]
+    for g in gws:
+        g.start()
+    return gws
+
+
 @pytest.fixture(scope="session")
-def lode_server(tmp_path_factory):
-    d = tmp_path_factory.mktemp("lode")
-    srv = Lode(str(d / "data"), extra_env={"LODE_DOMAIN": "localhost"}, device_size="3GiB")
-    srv.start()
-    yield srv
-    srv.remove()
+def lode_servers(tmp_path_factory):
+    """Every gateway of the session: one local server, or two cluster gateways."""
+    if CLUSTER_MODE:
+        gws = cluster_gateways(tmp_path_factory)
+    else:
+        d = tmp_path_factory.mktemp("lode")
+        gws = [Lode(str(d / "data"), extra_env={"LODE_DOMAIN": "localhost"}, device_size="3GiB")]
+        gws[0].start()
+    yield gws
+    for g in gws:
+        g.remove()
+
+
+@pytest.fixture(scope="session")
+def lode_server(lode_servers):
+    return lode_servers[0]
+
+
+def spread(client, endpoints):
+    """Sends each request of `client` to the next of `endpoints` in turn (signed for it)."""
+    import itertools
+    import urllib.parse
+
+    nxt = itertools.cycle([urllib.parse.urlsplit(e).netloc for e in endpoints])
+
+    def hook(request, **_):
+        u = urllib.parse.urlsplit(request.url)
+        request.url = urllib.parse.urlunsplit(u._replace(netloc=next(nxt)))
+
+    client.meta.events.register("before-sign.s3", hook)
+    return client
 
 
 def make_client(endpoint, addressing="path", **cfg):
@@ -136,8 +182,11 @@ def make_client(endpoint, addressing="path", **cfg):
 
 
 @pytest.fixture(scope="session")
-def s3(lode_server):
-    return make_client(lode_server.endpoint)
+def s3(lode_servers):
+    client = make_client(lode_servers[0].endpoint)
+    if len(lode_servers) > 1:
+        spread(client, [g.endpoint for g in lode_servers])
+    return client
 
 
 @pytest.fixture

@@ -403,13 +403,20 @@ impl Inner {
         Ok((k.version == parts.version && k.oid == parts.oid).then_some((parts, k)))
     }
 
-    /// Forgets up to 32 aborted-upload tombstones of partition `oid` that are over a day old.
+    /// Forgets up to 32 aborted-upload tombstones of partition `oid` that are over a day old
+    /// (guarded by its epoch; not while a split copies it).
     async fn prune_aborted(&self, oid: &str) -> Result<()> {
-        let page = self
+        let r = self
             .io
-            .omap_get_vals(oid, b"", b"a", 32)
+            .operate_read(oid, ReadOp::new().getxattrs().omap_get_vals(b"", b"a", 32))
             .await
             .map_err(err)?;
+        let part = partition::Part::of(&r);
+        if part.claim.is_some() {
+            return Ok(());
+        }
+        let mut page = r.omap_vals.unwrap_or_default();
+        page.entries.retain(|(k, _)| part.holds(&k[1..]));
         let old = now_ms() - ABORTED_MEMORY_MS;
         let stale: Vec<&Vec<u8>> = page
             .entries
@@ -418,10 +425,10 @@ impl Inner {
             .map(|(k, _)| k)
             .collect();
         if !stale.is_empty() {
-            self.io
-                .operate_write(oid, WriteOp::new().omap_rm_keys(&stale))
-                .await
-                .map_err(err)?;
+            let op = WriteOp::new()
+                .cmpxattr(EPOCH, CmpOp::Eq, &part.epoch)
+                .omap_rm_keys(&stale);
+            self.try_write_at(oid, op).await?;
         }
         Ok(())
     }
@@ -719,8 +726,9 @@ impl Catalog for RadosCatalog {
         }
         // Every read also says whether the bucket exists (one op for a page).
         let filter = okey(q.prefix);
+        // A marker equal to the prefix excludes the key equal to it.
         let mut after: Vec<u8> = match q.after {
-            Some(a) if a > q.prefix => okey(a),
+            Some(a) if a >= q.prefix => okey(a),
             _ => vec![],
         };
         let delim = q.delimiter.filter(|d| !d.is_empty());
@@ -893,7 +901,9 @@ impl Catalog for RadosCatalog {
                     ReadOp::new().omap_get_vals(b"", &p, 2)
                 })
                 .await?;
-            let vals = l.r.omap_vals.clone().unwrap_or_default().entries;
+            let mut vals = l.r.omap_vals.clone().unwrap_or_default().entries;
+            // A split's leftovers past the partition's end are not its keys.
+            vals.retain(|(k, _)| l.part.holds(&k[1..]));
             let s = Snapshot {
                 version: l.r.version,
                 epoch: l.part.epoch.clone(),

@@ -68,6 +68,8 @@ const STATE: &str = "lode.state";
 const BUILDING: &str = "building";
 const PARENT: &str = "lode.parent";
 const BUILDER: &str = "lode.builder";
+/// Changed on the first partition to fence a bucket deletion that a reopen overtakes.
+const FENCE: &str = "lode.fence";
 pub(crate) const SPLIT: &str = "lode.split";
 /// A bucket deletion in progress closes the partitions after the first with this epoch prefix.
 const CLOSING: &str = "closing.";
@@ -315,8 +317,14 @@ impl Inner {
                     if oid == first {
                         return Err(CatalogError::NoSuchBucket);
                     }
+                    // A stale route, or a `next` whose partition is gone (a bucket being
+                    // deleted): start again from the first, pausing if it keeps happening.
                     self.routes.forget(bucket);
                     oid = first.clone();
+                    waited += 1;
+                    if waited > 2 {
+                        self.pause_or_give_up(bucket, &oid, start, waited).await?;
+                    }
                     continue;
                 }
                 r => r.map_err(err)?,
@@ -328,14 +336,20 @@ impl Inner {
             let wait = if part.epoch.starts_with(CLOSING.as_bytes()) {
                 self.resolve_closing(bucket, &oid, &part).await?
             } else if part.building {
-                match &part.parent {
-                    Some(p) if start.elapsed() > self.cfg.split_lease => {
-                        let parent = p.clone();
-                        self.finish_split(bucket, &parent).await?;
-                        false
+                if let Some(parent) = &part.parent
+                    && start.elapsed() > self.cfg.split_lease
+                {
+                    // Its split may have died: finish it (a no-op while its claim holds).
+                    if let Err(e) = self.finish_split(bucket, parent).await {
+                        tracing::warn!(
+                            bucket,
+                            partition = parent,
+                            error = %e,
+                            "finishing a split failed"
+                        );
                     }
-                    _ => true,
                 }
+                true
             } else if !part.holds(pos) {
                 match (&part.hi, &part.next) {
                     (Some(hi), Some(next)) if pos >= hi.as_slice() => {
@@ -353,15 +367,28 @@ impl Inner {
                 return Ok(Located { oid, part, r });
             };
             if wait {
-                if start.elapsed() > self.cfg.split_lease * 4 {
-                    return Err(CatalogError::Unavailable(format!(
-                        "index partition {oid} of bucket {bucket} stayed unavailable"
-                    )));
-                }
                 waited += 1;
-                pause((WAIT_STEP_MS * waited).min(50)).await;
+                self.pause_or_give_up(bucket, &oid, start, waited).await?;
             }
         }
+    }
+
+    /// Pauses a little longer each time; `Unavailable` once a range stayed unavailable for
+    /// four claims' time.
+    async fn pause_or_give_up(
+        &self,
+        bucket: &str,
+        oid: &str,
+        start: Instant,
+        waited: u64,
+    ) -> Result<()> {
+        if start.elapsed() > self.cfg.split_lease * 4 {
+            return Err(CatalogError::Unavailable(format!(
+                "index partition {oid} of bucket {bucket} stayed unavailable"
+            )));
+        }
+        pause((WAIT_STEP_MS * waited).min(50)).await;
+        Ok(())
     }
 
     /// A write to partition `oid` (guarded by the caller); `Ok(false)` when a guard failed.
@@ -504,21 +531,28 @@ impl Inner {
     /// `Ok(true)`: wait and read again.
     async fn resolve_closing(&self, bucket: &str, oid: &str, part: &Part) -> Result<bool> {
         let first = index_oid(bucket);
-        match self
+        let e0 = match self
             .io
             .operate_read(&first, ReadOp::new().getxattr(EPOCH))
             .await
         {
             Err(e) if e.is_not_found() => return Err(CatalogError::NoSuchBucket),
-            Ok(r) if r.xattr(EPOCH).map(|e| e.as_ref()) == Some(DELETED.as_bytes()) => {
-                return Err(CatalogError::NoSuchBucket);
-            }
-            r => {
-                r.map_err(err)?;
-            }
+            r => r.map_err(err)?.xattr(EPOCH).cloned().unwrap_or_default(),
+        };
+        if e0.as_ref() == DELETED.as_bytes() {
+            return Err(CatalogError::NoSuchBucket);
         }
         let (deadline, old) = closing_fields(&part.epoch);
         if now_ms() < deadline {
+            return Ok(true);
+        }
+        // Fence the deletion first: a change of the first partition's version (guarded by its
+        // epoch not being `deleted`) makes the deleter's version-guarded commit fail, so the
+        // deletion cannot commit after this partition reopens.
+        let fence = WriteOp::new()
+            .cmpxattr(EPOCH, CmpOp::Eq, &e0)
+            .setxattr(FENCE, token().as_bytes());
+        if !self.try_write_at(&first, fence).await? {
             return Ok(true);
         }
         self.reopen(oid, &part.epoch, &old).await?;
@@ -768,12 +802,25 @@ impl Inner {
         };
         let mut b = Builder::new(self, bucket, oid, claim, part);
         b.create().await?;
-        b.copy().await?;
-        b.catch_up().await?;
-        if stop == SplitStop::Copied {
-            return Ok(true);
+        let copied = async {
+            b.copy().await?;
+            b.catch_up().await?;
+            if stop == SplitStop::Copied {
+                return Ok(false);
+            }
+            b.seal().await?;
+            Ok(true)
         }
-        b.seal().await?;
+        .await;
+        match copied {
+            Ok(true) => {}
+            Ok(false) => return Ok(true),
+            Err(e) => {
+                // Not sealed (its claim was taken over, or an error): Q is nobody's.
+                b.drop_q().await;
+                return Err(e);
+            }
+        }
         if stop == SplitStop::Sealed {
             return Ok(true);
         }
@@ -862,16 +909,20 @@ impl Inner {
                 partition = oid,
                 "abandoning a split whose claim ran out"
             );
-            match self.io.remove(&old.to).await {
-                Err(e) if !e.is_not_found() => return Err(err(e)),
-                _ => {}
-            }
+            // Guarded by the epoch too: a seal that lands meanwhile bumps it (and then the split
+            // is finished, not abandoned). Q goes only once P no longer names it.
             let op = WriteOp::new()
                 .cmpxattr(SPLIT, CmpOp::Eq, &old.raw)
+                .cmpxattr(EPOCH, CmpOp::Eq, &part.epoch)
                 .setxattr(EPOCH, next_epoch(&part.epoch))
                 .omap_rm_range([LOG], [LOG + 1])
                 .rmxattr(SPLIT);
-            self.try_write_at(oid, op).await?;
+            if self.try_write_at(oid, op).await? {
+                match self.io.remove(&old.to).await {
+                    Err(e) if !e.is_not_found() => return Err(err(e)),
+                    _ => {}
+                }
+            }
             return Ok(());
         }
         tracing::warn!(
@@ -897,8 +948,11 @@ impl Inner {
         let qpart = Part::of(&q);
         let mut b = Builder::new(self, bucket, oid, claim, part);
         if qpart.building {
+            // Q's builder as read (a takeover cut short may have left an older one there);
+            // P's claim, swapped above, already fences out any other takeover.
+            let current = q.xattr(BUILDER).cloned().unwrap_or_default();
             let op = WriteOp::new()
-                .cmpxattr(BUILDER, CmpOp::Eq, old.builder.as_bytes())
+                .cmpxattr(BUILDER, CmpOp::Eq, &current)
                 .setxattr(BUILDER, b.claim.builder.as_bytes());
             if !self.try_write_at(&old.to, op).await? {
                 return Ok(());
@@ -1143,6 +1197,16 @@ impl<'a> Builder<'a> {
             }
         }
         Err(CatalogError::Contended)
+    }
+
+    /// Removes Q if it is still this split's (fenced by the builder token).
+    async fn drop_q(&self) {
+        let op = WriteOp::new()
+            .cmpxattr(BUILDER, CmpOp::Eq, self.claim.builder.as_bytes())
+            .remove();
+        if let Err(e) = self.inner.try_write_at(&self.claim.to, op).await {
+            tracing::debug!(error = %e, "removing an unsealed split's partition");
+        }
     }
 
     async fn activate(&self) -> Result<()> {

@@ -677,3 +677,49 @@ async fn io_of(c: &Arc<Cluster>, ns: &str) -> IoCtx {
         .await
         .unwrap()
 }
+
+/// A takeover cut short itself (it swapped the claim on the old partition, then died before
+/// it swapped the new partition's builder): the next gateway still finishes the split.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_takeover_cut_short_is_taken_over_again() {
+    let Some(c) = cluster().await else { return };
+    let ns = namespace("retake");
+    let lease = Duration::from_millis(800);
+    let dead = partitioned(&c, &ns, 1_000_000, lease).await;
+    let live = partitioned(&c, &ns, 1_000_000, lease).await;
+    let io = io_of(&c, &ns).await;
+    live.create_bucket("r", bucket_rec()).await.unwrap();
+    for i in 0..20 {
+        let key = format!("k{i:02}");
+        put_rec(&live, "r", &key, &key).await.unwrap();
+    }
+    assert!(
+        dead.split_until("r", "k10", SplitStop::Sealed)
+            .await
+            .unwrap()
+    );
+    // The claim as a dead takeover leaves it: another builder token, expired.
+    let first = "lode.idx.r";
+    let x = io
+        .operate_read(first, lode_rados::ReadOp::new().getxattrs())
+        .await
+        .unwrap();
+    let claim = String::from_utf8(x.xattr("lode.split").unwrap().to_vec()).unwrap();
+    let mut f: Vec<&str> = claim.split('|').collect();
+    f[2] = "ghost-builder";
+    f[3] = "1";
+    io.operate_write(first, WriteOp::new().setxattr("lode.split", f.join("|")))
+        .await
+        .unwrap();
+    tokio::time::sleep(lease).await;
+    // A read in the moved range waits, then finishes the split itself.
+    assert_eq!(live.get("r", "k15").await.unwrap().unwrap().etag, "k15");
+    live.check_partition("r", "k00").await.unwrap();
+    let parts = settled(&live, "r").await;
+    assert_eq!(parts.len(), 2);
+    assert_clean_partitions(&io, &parts).await;
+    let want: Vec<(String, String)> = (0..20)
+        .map(|i| (format!("k{i:02}"), format!("k{i:02}")))
+        .collect();
+    assert_eq!(list_all(&live, "r", 6).await, want);
+}

@@ -312,6 +312,25 @@ pub async fn listing(c: &dyn Catalog) {
         .await
         .unwrap();
     assert!(zero.objects.is_empty() && !zero.truncated);
+    // A marker equal to the prefix (a first page of one key that was the prefix itself)
+    // excludes that key.
+    keys.insert("a".into());
+    c.put("lst", "a", record("a", &[]), &Cond::default(), Refs::Fresh)
+        .await
+        .unwrap();
+    let q = ListQuery {
+        prefix: "a",
+        delimiter: None,
+        after: Some("a"),
+        max: 1000,
+    };
+    let page = c.list("lst", &q).await.unwrap();
+    let want: Vec<&String> = keys
+        .iter()
+        .filter(|k| k.starts_with('a') && *k != "a")
+        .collect();
+    let got: Vec<&String> = page.objects.iter().map(|(k, _)| k).collect();
+    assert_eq!(got, want, "after == prefix");
     for k in &keys {
         c.delete("lst", k).await.unwrap();
     }
