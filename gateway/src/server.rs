@@ -515,9 +515,6 @@ pub async fn serve(
                  (every gateway of a cluster uses the same)"
             );
         };
-        if !cfg.posix.mount.as_os_str().is_empty() {
-            bail!("the POSIX door (--mount) is not built in cluster mode yet");
-        }
         let Some(master_hex) = master_key_env.as_deref() else {
             bail!(
                 "cluster mode needs LODE_MASTER_KEY (64 hex digits, the same on every gateway): it \
@@ -528,6 +525,8 @@ pub async fn serve(
         let (svc, index) = cluster_service(&cfg.cluster, service_cfg).await?;
         let svc = Arc::new(svc);
         let cluster = Arc::clone(index.cluster());
+        // Every change this gateway commits goes to the other gateways' mounts.
+        svc.add_listener(crate::posix::feed::publisher(index.clone()));
         registry_io = Some(index);
         extra_metrics = Some(Arc::new(move || rados_metrics(&cluster)));
         let users = Arc::new(
@@ -537,12 +536,18 @@ pub async fn serve(
         );
         // Users and grants changed through other gateways.
         users.spawn_refresh(Duration::from_secs(2));
-        let conf = cfg.cluster.ceph_conf.clone();
         let backend = format!(
             "rados (index pool {}, data pool {})",
             cfg.cluster.index_pool, cfg.cluster.data_pool
         );
-        (svc, conf, backend, 0, creds, Source::Given, users)
+        // The gateway keeps nothing but the mount's staging files (anonymous: nothing to clean)
+        // in its data dir.
+        if !cfg.posix.mount.as_os_str().is_empty() {
+            std::fs::create_dir_all(&cfg.data_dir)
+                .with_context(|| format!("creating data dir {}", cfg.data_dir.display()))?;
+        }
+        let local = std::path::absolute(&cfg.data_dir)?;
+        (svc, local, backend, 0, creds, Source::Given, users)
     } else {
         std::fs::create_dir_all(&cfg.data_dir)
             .with_context(|| format!("creating data dir {}", cfg.data_dir.display()))?;
@@ -620,7 +625,7 @@ pub async fn serve(
     };
     // Cluster mode: this gateway registers in the cluster (with a lease) and publishes its
     // profile there, so any gateway can show the whole cluster's.
-    let registry = match registry_io {
+    let registry = match registry_io.clone() {
         Some(io) => {
             let admin = match &admin_listener {
                 Some(l) => l.local_addr()?.to_string(),
@@ -666,6 +671,7 @@ pub async fn serve(
                 &data_dir,
                 Arc::clone(&users),
                 tokio::runtime::Handle::current(),
+                registry_io.clone(),
             )
             .context("starting the POSIX door")?,
         )

@@ -37,6 +37,9 @@ pub struct FsConfig {
     pub dir_mode: u16,
     pub allow_bucket_create: bool,
     pub staging_dir: PathBuf,
+    /// Read-only opens keep the page cache (one node: every change invalidates it). Off in
+    /// cluster mode, where a change notify may be lost: every open reads anew.
+    pub keep_cache: bool,
 }
 
 struct Handle {
@@ -1110,13 +1113,18 @@ impl Filesystem for LodeFs {
         let fh = self.open_handle(ino.0, of);
         self.rec(Class::Meta, self.bucket_of(ino.0).as_deref(), 0, t0);
         let ro = flags.acc_mode() == OpenAccMode::O_RDONLY;
+        let keep = if self.cfg.keep_cache {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        };
         // Read-only opens keep the page cache (every S3-side change invalidates it
         // explicitly), and their close() skips the FLUSH round trip: they have nothing to
         // commit.
         reply.opened(
             FileHandle(fh),
             if ro {
-                FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH
+                keep | FopenFlags::FOPEN_NOFLUSH
             } else {
                 FopenFlags::empty()
             },

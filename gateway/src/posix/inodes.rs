@@ -266,6 +266,15 @@ impl Inodes {
             .collect()
     }
 
+    /// Every name the kernel may have cached: (parent, name, inode).
+    pub fn all_names(&self) -> Vec<(u64, String, u64)> {
+        let g = self.inner.lock().expect("inodes");
+        g.names
+            .iter()
+            .map(|((parent, name), ino)| (*parent, name.clone(), *ino))
+            .collect()
+    }
+
     /// For a change to `bucket/key`: each known (parent, name, inode) along its path, from the
     /// bucket down, as far as the kernel knows it.
     pub fn along(&self, bucket: &str, key: &str) -> Vec<(u64, String, u64, Kind)> {

@@ -9,6 +9,7 @@
 //! Coherence with S3: every change made through S3 reaches [`Invalidator`] before the S3 reply,
 //! which drops the kernel's cached entry, attributes and pages for that path.
 
+pub mod feed;
 pub mod fs;
 pub mod inodes;
 pub mod names;
@@ -140,6 +141,8 @@ fn prepare_mountpoint(path: &Path) -> Result<(), MountError> {
 
 /// Mounts the namespace at `cfg.mount`. `data_dir` resolves a relative staging dir. Buckets
 /// made by mkdir belong to root; buckets of other users show as theirs (their `uid`, mode 0700).
+/// `changes`: in cluster mode, the index pool's I/O context, whose change feed ([`feed`])
+/// brings the other gateways' changes to this mount.
 pub fn mount(
     svc: Arc<ObjectService>,
     profile: Arc<crate::profile::Profile>,
@@ -147,6 +150,7 @@ pub fn mount(
     data_dir: &Path,
     users: Arc<crate::users::Users>,
     rt: tokio::runtime::Handle,
+    changes: Option<lode_rados::IoCtx>,
 ) -> Result<PosixMount, MountError> {
     let path = std::path::absolute(&cfg.mount).map_err(|source| MountError::Io {
         path: cfg.mount.clone(),
@@ -177,12 +181,13 @@ pub fn mount(
         dir_mode: cfg.dir_mode as u16,
         allow_bucket_create: cfg.allow_bucket_create,
         staging_dir: staging,
+        keep_cache: changes.is_none(),
     };
     let lfs = fs::LodeFs::new(
         Arc::clone(&svc),
         profile,
         users,
-        rt,
+        rt.clone(),
         Arc::clone(&inodes),
         Arc::clone(&seq),
         fscfg,
@@ -208,12 +213,18 @@ pub fn mount(
         path: path.clone(),
         source,
     })?;
-    svc.add_listener(Arc::new(Invalidator {
+    let inval = Arc::new(Invalidator {
         inodes,
         notifier,
         seq,
         svc: Arc::downgrade(&svc),
-    }));
+    });
+    svc.add_listener(Arc::clone(&inval) as Arc<dyn ChangeListener>);
+    if let Some(io) = changes {
+        let reset = Arc::clone(&inval);
+        let _guard = rt.enter();
+        feed::subscribe(io, inval, Arc::new(move || reset.reset()));
+    }
     raise_readahead(&path);
     tracing::info!(mount = %path.display(), threads = cfg.threads, "POSIX door mounted");
     Ok(PosixMount {
@@ -261,6 +272,15 @@ impl Invalidator {
     fn inode(&self, ino: u64) {
         if let Err(e) = self.notifier.inval_inode(INodeNo(ino), 0, 0) {
             tracing::trace!(ino, error = %e, "inval_inode");
+        }
+    }
+
+    /// Drops every name and inode the kernel may cache (changes may have been missed).
+    fn reset(&self) {
+        self.seq.fetch_add(1, Ordering::AcqRel);
+        for (parent, name, ino) in self.inodes.all_names() {
+            self.entry(parent, &name);
+            self.inode(ino);
         }
     }
 
