@@ -315,14 +315,12 @@ def test_bad_cluster_setups_are_refused_at_start(tmp_path):
     assert "erasure-coded" in err
     listed = subprocess.run(["rados", "-c", conf, "-p", "lode-ct-ec-index", "ls", "--all"], capture_output=True, check=True)
     assert listed.stdout == b""
-    # Cluster mode without root credentials, or with --mount: refused.
+    # Cluster mode without root credentials: refused.
     e = dict(os.environ, RUST_LIB_BACKTRACE="0")
     e.pop("LODE_ACCESS_KEY", None)
     e.pop("LODE_SECRET_KEY", None)
     p = subprocess.run([lode_bin(), "serve", "--listen", "127.0.0.1:0", "--admin-listen", "", *cluster_args(ns)], capture_output=True, env=e, timeout=60)
     assert p.returncode != 0 and b"root credentials" in p.stderr
-    err = start_fails(tmp_path, [*cluster_args(ns), "--mount", str(tmp_path / "mnt")])
-    assert "not built in cluster mode" in err
     # Without the shared master key that seals users' secrets: refused.
     p = subprocess.run([lode_bin(), "serve", "--listen", "127.0.0.1:0", "--admin-listen", "", *cluster_args(ns)],
                        capture_output=True, env={k: v for k, v in dict(os.environ, LODE_ACCESS_KEY=ACCESS_KEY, LODE_SECRET_KEY=SECRET_KEY).items() if k != "LODE_MASTER_KEY"}, timeout=60)
@@ -692,11 +690,17 @@ def test_mounts_on_two_gateways_see_each_others_changes(tmp_path):
         assert open(os.path.join(pa, "d/f.txt"), "rb").read() == b"second version"
         # A rename on B's mount, then a new file there.
         os.rename(os.path.join(mb, bucket, "d/f.txt"), os.path.join(mb, bucket, "d/g.txt"))
-        until(lambda: os.listdir(os.path.join(pa, "d")) == ["g.txt"], "a rename on the other mount")
+        until(lambda: os.listdir(os.path.join(pa, "d")) == ["g.txt"] and not os.path.exists(os.path.join(pa, "d/f.txt")),
+              "a rename on the other mount")
         with open(os.path.join(mb, bucket, "d/new.bin"), "wb") as f:
             f.write(b"\x00" * 5000)
         until(lambda: os.path.exists(os.path.join(pa, "d/new.bin")), "a file written on the other mount")
         assert os.stat(os.path.join(pa, "d/new.bin")).st_size == 5000
+        # Rewritten on the other mount: A's cached attributes go.
+        with open(os.path.join(mb, bucket, "d/new.bin"), "wb") as f:
+            f.write(b"\x01" * 7000)
+        until(lambda: os.stat(os.path.join(pa, "d/new.bin")).st_size == 7000, "a rewrite on the other mount")
+        assert open(os.path.join(pa, "d/new.bin"), "rb").read() == b"\x01" * 7000
         # Delete through S3.
         b.delete_object(Bucket=bucket, Key="d/g.txt")
         until(lambda: not os.path.exists(os.path.join(pa, "d/g.txt")), "a delete")

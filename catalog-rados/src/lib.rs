@@ -229,10 +229,21 @@ impl std::ops::Deref for RadosCatalog {
     }
 }
 
+/// Told of every commit this catalog makes, after it applied (cluster mode publishes them to
+/// the other gateways' mounts). Called on the committing task: must not block.
+pub trait CommitObserver: Send + Sync {
+    /// `bucket/key` was written or (`deleted`) removed; a key ending in `/` stands for a
+    /// whole directory (renamed or removed).
+    fn object(&self, bucket: &str, key: &str, deleted: bool);
+    /// `bucket` was created or deleted.
+    fn bucket(&self, bucket: &str);
+}
+
 #[doc(hidden)]
 pub struct Inner {
     io: IoCtx,
     cfg: PartitionConfig,
+    observer: std::sync::OnceLock<Arc<dyn CommitObserver>>,
     routes: partition::Routes,
     /// Itself, for the background splits it starts.
     me: std::sync::Weak<Inner>,
@@ -284,9 +295,15 @@ impl RadosCatalog {
             io,
             cfg,
             routes: partition::Routes::default(),
+            observer: Default::default(),
             me: me.clone(),
         });
         Ok(Self { inner })
+    }
+
+    /// Tells `o` of every commit from now on (once; later calls are ignored).
+    pub fn observe(&self, o: Arc<dyn CommitObserver>) {
+        let _ = self.inner.observer.set(o);
     }
 
     /// The partitions of `bucket`'s index, in key order (for tests and tools).
@@ -331,7 +348,76 @@ impl RadosCatalog {
     }
 }
 
+impl RadosCatalog {
+    async fn create_bucket_now(&self, name: &str, rec: BucketRecord) -> Result<()> {
+        let oid = index_oid(name);
+        // The partition first (its existence is the bucket's), then the directory entry; a
+        // create cut between the two is completed by the next create of the name.
+        let r = self
+            .io
+            .operate_write(
+                &oid,
+                WriteOp::new()
+                    .create(true)
+                    .setxattr(EPOCH, FIRST_EPOCH)
+                    .setxattr("lode.owner", rec.owner.as_bytes()),
+            )
+            .await;
+        match r {
+            Ok(_) => {}
+            Err(e) if e.is_exists() => {
+                let r = self.io.operate_read(&oid, ReadOp::new().getxattrs()).await;
+                let x = r.map_err(err)?;
+                if x.xattr(EPOCH).map(|e| e.as_ref()) == Some(DELETED.as_bytes()) {
+                    // A deletion was cut short: finish it, then create anew.
+                    let chain = self.chain_of(name).await?;
+                    self.remove_chain(name, chain).await?;
+                    return Box::pin(self.create_bucket_now(name, rec)).await;
+                }
+                let owner = x
+                    .xattr("lode.owner")
+                    .map(|o| String::from_utf8_lossy(o).into_owned())
+                    .unwrap_or_default();
+                let listed = self
+                    .io
+                    .operate_read(BUCKETS, ReadOp::new().omap_get_vals_by_keys(&[name]))
+                    .await
+                    .map_err(err)?;
+                if listed.omap_vals_by_keys.unwrap_or_default().is_empty() && owner == rec.owner {
+                    // Complete an earlier, interrupted create by the same owner.
+                    self.io
+                        .operate_write(
+                            BUCKETS,
+                            WriteOp::new().omap_set(&[(name.as_bytes(), records::encode(&rec))]),
+                        )
+                        .await
+                        .map_err(err)?;
+                    return Ok(());
+                }
+                return Err(CatalogError::BucketExists { owner });
+            }
+            Err(e) => return Err(err(e)),
+        }
+        self.io
+            .operate_write(
+                BUCKETS,
+                WriteOp::new()
+                    .omap_cmp(name, CmpOp::Eq, b"")
+                    .omap_set(&[(name.as_bytes(), records::encode(&rec))]),
+            )
+            .await
+            .map_err(err)?;
+        Ok(())
+    }
+}
+
 impl Inner {
+    fn committed(&self, bucket: &str, key: &str, deleted: bool) {
+        if let Some(o) = self.observer.get() {
+            o.object(bucket, key, deleted);
+        }
+    }
+
     /// Reads `keys` of the partition holding `key` with its version and epoch. `NoSuchBucket`
     /// if the bucket is missing or being deleted.
     async fn read_keys(&self, bucket: &str, key: &[u8], keys: &[Vec<u8>]) -> Result<Snapshot> {
@@ -521,6 +607,7 @@ impl Inner {
                 if cur.is_none() {
                     self.note_insert(bucket, &s.oid, &pos(key));
                 }
+                self.committed(bucket, key, new.is_none());
                 return Ok((cur.map(ObjectRecord::into_head), new));
             }
         }
@@ -552,63 +639,10 @@ impl Catalog for RadosCatalog {
     }
 
     async fn create_bucket(&self, name: &str, rec: BucketRecord) -> Result<()> {
-        let oid = index_oid(name);
-        // The partition first (its existence is the bucket's), then the directory entry; a
-        // create cut between the two is completed by the next create of the name.
-        let r = self
-            .io
-            .operate_write(
-                &oid,
-                WriteOp::new()
-                    .create(true)
-                    .setxattr(EPOCH, FIRST_EPOCH)
-                    .setxattr("lode.owner", rec.owner.as_bytes()),
-            )
-            .await;
-        match r {
-            Ok(_) => {}
-            Err(e) if e.is_exists() => {
-                let r = self.io.operate_read(&oid, ReadOp::new().getxattrs()).await;
-                let x = r.map_err(err)?;
-                if x.xattr(EPOCH).map(|e| e.as_ref()) == Some(DELETED.as_bytes()) {
-                    // A deletion was cut short: finish it, then create anew.
-                    let chain = self.chain_of(name).await?;
-                    self.remove_chain(name, chain).await?;
-                    return Box::pin(self.create_bucket(name, rec)).await;
-                }
-                let owner = x
-                    .xattr("lode.owner")
-                    .map(|o| String::from_utf8_lossy(o).into_owned())
-                    .unwrap_or_default();
-                let listed = self
-                    .io
-                    .operate_read(BUCKETS, ReadOp::new().omap_get_vals_by_keys(&[name]))
-                    .await
-                    .map_err(err)?;
-                if listed.omap_vals_by_keys.unwrap_or_default().is_empty() && owner == rec.owner {
-                    // Complete an earlier, interrupted create by the same owner.
-                    self.io
-                        .operate_write(
-                            BUCKETS,
-                            WriteOp::new().omap_set(&[(name.as_bytes(), records::encode(&rec))]),
-                        )
-                        .await
-                        .map_err(err)?;
-                    return Ok(());
-                }
-                return Err(CatalogError::BucketExists { owner });
-            }
-            Err(e) => return Err(err(e)),
+        self.create_bucket_now(name, rec).await?;
+        if let Some(o) = self.observer.get() {
+            o.bucket(name);
         }
-        self.io
-            .operate_write(
-                BUCKETS,
-                WriteOp::new()
-                    .omap_cmp(name, CmpOp::Eq, b"")
-                    .omap_set(&[(name.as_bytes(), records::encode(&rec))]),
-            )
-            .await
-            .map_err(err)?;
         Ok(())
     }
 
@@ -636,7 +670,11 @@ impl Catalog for RadosCatalog {
     }
 
     async fn delete_bucket(&self, name: &str) -> Result<Vec<ChunkLoc>> {
-        self.delete_partitions(name, RETRIES).await
+        let released = self.delete_partitions(name, RETRIES).await?;
+        if let Some(o) = self.observer.get() {
+            o.bucket(name);
+        }
+        Ok(released)
     }
 
     async fn get(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
@@ -818,6 +856,8 @@ impl Catalog for RadosCatalog {
                 if dst.is_none() {
                     self.note_insert(bucket, &s.oid, &pos(to));
                 }
+                self.committed(bucket, from, true);
+                self.committed(bucket, to, false);
                 return Ok(commit(old.map(ObjectRecord::into_head)));
             }
         }
@@ -887,6 +927,15 @@ impl Catalog for RadosCatalog {
             // Removals first, then the new keys (one transaction).
             let op = Inner::whole(&s, &set, &rm);
             if self.try_write(&s, op).await? {
+                let dir = |p: &str| {
+                    if p.ends_with('/') {
+                        p.to_owned()
+                    } else {
+                        format!("{p}/")
+                    }
+                };
+                self.committed(bucket, &dir(from), true);
+                self.committed(bucket, &dir(to), false);
                 return Ok((moved.len(), released));
             }
         }
@@ -937,6 +986,7 @@ impl Catalog for RadosCatalog {
                 .try_write(&s, Inner::whole(&s, &[] as &[(&[u8], &[u8])], &rm))
                 .await?
             {
+                self.committed(bucket, prefix, true);
                 return Ok(released);
             }
         }
@@ -1212,6 +1262,7 @@ impl Catalog for RadosCatalog {
                 if current.is_none() {
                     self.note_insert(bucket, &s.oid, &pos(key));
                 }
+                self.committed(bucket, key, false);
                 return Ok((
                     done.record,
                     Commit {

@@ -214,6 +214,8 @@ pub async fn cluster_service(
 ) -> anyhow::Result<(ObjectService, lode_rados::IoCtx)> {
     let (catalog, data, gc) = open_cluster(c, true).await?;
     let index = gc.clone();
+    // Every change this gateway commits goes to the other gateways' mounts.
+    catalog.observe(crate::posix::feed::publisher(index.clone()));
     let blobs = lode_blob_rados::RadosBlobStore::new(
         data,
         gc,
@@ -525,8 +527,6 @@ pub async fn serve(
         let (svc, index) = cluster_service(&cfg.cluster, service_cfg).await?;
         let svc = Arc::new(svc);
         let cluster = Arc::clone(index.cluster());
-        // Every change this gateway commits goes to the other gateways' mounts.
-        svc.add_listener(crate::posix::feed::publisher(index.clone()));
         registry_io = Some(index);
         extra_metrics = Some(Arc::new(move || rados_metrics(&cluster)));
         let users = Arc::new(

@@ -1,6 +1,6 @@
 //! Cluster mode: changes made through any gateway reach every other gateway's mount.
 //!
-//! Every gateway publishes the changes its object service commits (S3 and its own mount) as
+//! Every gateway publishes the changes its catalog commits (S3 and its own mount) as
 //! RADOS notifies on one object of the index pool, `lode.changes`, batched (one notify per
 //! burst, at most [`BATCH`] changes) and off the path of the S3 reply: a change is acknowledged
 //! before its notify is sent. Every gateway with a mount watches that object and hands the
@@ -101,13 +101,13 @@ pub fn decode(mut p: &[u8]) -> Option<Vec<Change>> {
     Some(out)
 }
 
-/// Publishes this gateway's changes (a listener of its object service).
+/// Publishes this gateway's changes: told of every commit of its catalog, through either door.
 pub struct Publisher {
     tx: mpsc::UnboundedSender<Change>,
 }
 
-impl ChangeListener for Publisher {
-    fn object_changed(&self, bucket: &str, key: &str, deleted: bool) {
+impl lode_catalog_rados::CommitObserver for Publisher {
+    fn object(&self, bucket: &str, key: &str, deleted: bool) {
         let _ = self.tx.send(Change::Object {
             bucket: bucket.to_owned(),
             key: key.to_owned(),
@@ -115,12 +115,12 @@ impl ChangeListener for Publisher {
         });
     }
 
-    fn bucket_changed(&self, bucket: &str) {
+    fn bucket(&self, bucket: &str) {
         let _ = self.tx.send(Change::Bucket(bucket.to_owned()));
     }
 }
 
-/// Starts publishing: what the returned listener hears is notified to every watcher.
+/// Starts publishing: what the returned observer is told is notified to every watcher.
 pub fn publisher(io: IoCtx) -> Arc<Publisher> {
     let (tx, mut rx) = mpsc::unbounded_channel::<Change>();
     tokio::spawn(async move {
@@ -145,7 +145,9 @@ pub fn publisher(io: IoCtx) -> Arc<Publisher> {
             let io = io.clone();
             tokio::spawn(async move {
                 let n = batch.len();
-                match io.notify(CHANGES_OID, encode(&batch), NOTIFY_TIMEOUT).await {
+                let r = io.notify(CHANGES_OID, encode(&batch), NOTIFY_TIMEOUT).await;
+                tracing::debug!(changes = n, ok = r.is_ok(), "published changes");
+                match r {
                     Ok(r) if !r.timeouts.is_empty() => {
                         tracing::debug!(
                             changes = n,
@@ -191,6 +193,11 @@ pub fn subscribe(io: IoCtx, sink: Arc<dyn ChangeListener>, reset: Arc<dyn Fn() +
                             tracing::warn!("an undecodable change notify");
                             continue;
                         };
+                        tracing::debug!(
+                            changes = changes.len(),
+                            from = n.notifier_id,
+                            "changes from another gateway"
+                        );
                         let sink = Arc::clone(&sink);
                         // The invalidator may read the catalog (blocking): not on a worker.
                         let _ = tokio::task::spawn_blocking(move || {
