@@ -577,7 +577,8 @@ def test_rados_ops_per_s3_operation(tmp_path):
     want = {
         "PUT 1 KiB (inline)": {(INDEX_POOL, "read"): 1, (INDEX_POOL, "write"): 1},
         # The bucket is checked before any chunk is written, then the commit reads and writes.
-        "PUT 5 MiB (2 chunks)": {(INDEX_POOL, "read"): 2, (INDEX_POOL, "write"): 1, (DATA_POOL, "write"): 2},
+        # Plus two appends to the run's intent journal (the chunks' intent, then their mark).
+        "PUT 5 MiB (2 chunks)": {(INDEX_POOL, "read"): 2, (INDEX_POOL, "write"): 3, (DATA_POOL, "write"): 2},
         "GET 1 KiB": {(INDEX_POOL, "read"): 1},
         "GET 5 MiB": {(INDEX_POOL, "read"): 1, (DATA_POOL, "read"): 2},
         "HEAD": {(INDEX_POOL, "read"): 1},
@@ -729,3 +730,66 @@ def test_mounts_on_two_gateways_see_each_others_changes(tmp_path):
         for m in mnts:
             if os.path.ismount(m):
                 subprocess.run(["umount", "-l", m], check=False)
+
+
+def test_chunks_of_an_upload_cut_off_by_kill_9_are_swept_by_the_other_gateway(tmp_path):
+    """A gateway killed in the middle of a large upload leaves chunks no record names. Its
+    run's intent journal names them: once the run is silent for `gateway_dead_secs`, the
+    other gateway's collector removes them, and fsck finds the pool clean (no orphan, no
+    gap) with the finished objects whole."""
+    import json
+    import socket
+    import time
+
+    ns = "cut-" + uuid.uuid4().hex[:8]
+    cfg = tmp_path / "lode.toml"
+    cfg.write_text("[cluster]\nrelease_grace_secs = 3\ngateway_dead_secs = 3\n")
+    gws = []
+    for n in ("a", "b"):
+        (tmp_path / n).mkdir()
+        gws.append(Lode(str(tmp_path / n / "data"), extra_env=MASTER, extra_args=[*cluster_args(ns), "--config", str(cfg)]))
+    for g in gws:
+        g.start()
+    a, b = gws
+    rados = ["rados", "-c", ceph_conf(), "-p", DATA_POOL, "-N", ns, "ls"]
+
+    def chunks():
+        return [c for c in subprocess.run(rados, capture_output=True, check=True, text=True).stdout.split() if c.startswith("lode.c.")]
+
+    try:
+        s3b = make_client(b.endpoint)
+        s3b.create_bucket(Bucket="cut")
+        whole = os.urandom(9 * MIB)
+        s3b.put_object(Bucket="cut", Key="whole", Body=whole)
+        before = set(chunks())
+        # Through A: a PUT that declares 40 MiB and sends 14 MiB, then A is killed.
+        url = make_client(a.endpoint).generate_presigned_url("put_object", Params={"Bucket": "cut", "Key": "partial"}, ExpiresIn=300)
+        path = url.split(str(a.port), 1)[1]
+        s = socket.create_connection(("127.0.0.1", a.port))
+        s.sendall(f"PUT {path} HTTP/1.1\r\nHost: 127.0.0.1:{a.port}\r\nContent-Length: {40 * MIB}\r\n\r\n".encode())
+        s.sendall(os.urandom(14 * MIB))
+        deadline = time.monotonic() + 30
+        while len(set(chunks()) - before) < 3:
+            assert time.monotonic() < deadline, "the cut-off upload wrote no chunks"
+            time.sleep(0.1)
+        a.stop(hard=True)
+        s.close()
+        orphans = set(chunks()) - before
+        assert len(orphans) >= 3
+        # B's collector sweeps A's journal once A's run is silent for 3 s.
+        deadline = time.monotonic() + 60
+        while set(chunks()) & orphans:
+            assert time.monotonic() < deadline, f"not swept: {sorted(set(chunks()) & orphans)}"
+            time.sleep(0.5)
+        env = dict(os.environ, RUST_LIB_BACKTRACE="0")
+        p = subprocess.run([lode_bin(), "fsck", *cluster_args(ns), "--min-age-secs", "0"], capture_output=True, env=env, timeout=120)
+        rep = json.loads(p.stdout)
+        assert p.returncode == 0 and rep["orphans"] == [] and rep["gaps"] == [], rep
+        assert s3b.get_object(Bucket="cut", Key="whole")["Body"].read() == whole
+        with pytest.raises(ClientError) as e:
+            s3b.head_object(Bucket="cut", Key="partial")
+        assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
+    finally:
+        for g in gws:
+            if g.proc.poll() is None:
+                g.stop()

@@ -4,10 +4,29 @@
 //! never reused, and telling which gateway run wrote it and when (what a reconciliation of the
 //! index against the pool needs to judge an orphan).
 //!
-//! A write is durable when RADOS acknowledges it (every replica in the acting set has it), so
-//! `finish` only waits for the writes. A chunk that no committed record names is removed when
-//! its writer is dropped (a gateway killed in the middle of a write leaves it as an orphan for
-//! `lode fsck --cluster --repair`).
+//! A write is durable when RADOS acknowledges it (every replica in the acting set has it). A
+//! chunk that no committed record names is removed when its writer is dropped.
+//!
+//! # Writes cut off by a gateway's death: the intent journal
+//! A gateway killed in the middle of a write cannot remove that write's chunks, so every
+//! gateway run journals what it is about to write, in append logs of the index pool,
+//! `lode.intent.<incarnation:08x>.<generation:08x>`, 20-byte records:
+//! * an **intent** (before the first chunk of a block is written): a block of up to
+//!   [`BLOCK`] chunk names (one millisecond, consecutive sequence numbers) a writer reserves;
+//! * a **mark** (in `finish`, once every chunk is written, before the catalog commit that names
+//!   them): the block's chunks may be committed, so they are never swept.
+//!
+//! Every run keeps `lode.alive.<incarnation>` fresh (its collector writes the time there every
+//! pass). Any gateway's collector that finds a run silent for [`RadosBlobConfig::dead_after`]
+//! sweeps its journal: it first **claims** each log (`lode.state`: `live` -> `swept`), then
+//! removes the chunks of every block that has an intent and no mark, then the log. Every
+//! append of a run is guarded by `cmpxattr lode.state == live`, so a run that was only paused
+//! (SIGSTOP, a network partition) and comes back fails its next mark, and its write fails
+//! instead of committing chunks that were swept. A gateway killed between a mark and its
+//! commit (milliseconds) leaves that write's chunks as orphans for `lode fsck --cluster
+//! --repair`. A live run removes a generation of its journal once it is no longer current and
+//! no writer that journaled in it is still open. Cost: one journal append before a write's
+//! first chunk (and every [`BLOCK`] chunks) and one at its end; none for inline objects.
 //!
 //! # Released chunks: the GC queue
 //! Released chunks are removed after a grace period, so that readers on any gateway (which
@@ -47,12 +66,17 @@ use lode_rados::{CmpOp, IoCtx, RadosError, ReadOp, WriteOp};
 pub struct RadosBlobConfig {
     /// How long a released chunk stays readable before it is removed.
     pub release_grace: Duration,
+    /// A gateway run whose liveness record is older than this is dead: its unfinished writes'
+    /// chunks are swept. Must be well above [`RadosBlobConfig::collect_every`] (the liveness
+    /// record is refreshed every pass).
+    pub dead_after: Duration,
 }
 
 impl Default for RadosBlobConfig {
     fn default() -> Self {
         Self {
             release_grace: Duration::from_secs(300),
+            dead_after: Duration::from_secs(180),
         }
     }
 }
@@ -65,6 +89,18 @@ impl RadosBlobConfig {
 }
 
 const GC_PREFIX: &str = "lode.gc.";
+const INTENT_PREFIX: &str = "lode.intent.";
+const ALIVE_PREFIX: &str = "lode.alive.";
+/// The liveness record's xattr (ms, zero-padded) and a journal log's state xattr.
+const ALIVE_MS: &str = "lode.alive";
+const STATE: &str = "lode.state";
+/// Chunk names one journal intent reserves.
+pub const BLOCK: u32 = 16;
+/// Journal record kinds.
+const INTENT: u32 = 1;
+const MARK: u32 = 2;
+/// A run's journal rolls over to a new generation after this many bytes.
+const JOURNAL_ROLL: u64 = 1 << 20;
 const GC_DONE: &str = "lode.gc.done";
 /// Bytes per queued chunk: release ms (u64), incarnation (u32), name offset (u64).
 const GC_REC: usize = 20;
@@ -152,6 +188,8 @@ pub struct GcPass {
     pub logs_removed: u64,
     /// Queued chunks still in their grace period.
     pub waiting: u64,
+    /// Chunks of writes cut off by a gateway run's death, swept from its journal.
+    pub swept: u64,
 }
 
 struct Inner {
@@ -160,6 +198,9 @@ struct Inner {
     gc_io: IoCtx,
     incarnation: u32,
     seq: AtomicU64,
+    journal: std::sync::Mutex<Journal>,
+    /// The liveness record exists (written before the first intent).
+    alive: tokio::sync::OnceCell<()>,
     /// Bytes appended to this run's GC logs (the generation is `gc_bytes / GC_ROLL`).
     gc_bytes: AtomicU64,
     collector: std::sync::Once,
@@ -179,6 +220,19 @@ fn io_err(e: RadosError) -> ChunkError {
     ChunkError::Io(std::io::Error::from_raw_os_error(e.errno()))
 }
 
+/// A journal append that failed: a claimed journal (this run was taken for dead while
+/// paused) fails the write like an unreachable cluster.
+fn journal_err(e: RadosError) -> ChunkError {
+    if e.is_canceled() || e.is_not_found() {
+        tracing::error!(
+            "this gateway run's intent journal was swept (it was taken for dead): refusing the write"
+        );
+        ChunkError::Io(std::io::Error::from_raw_os_error(libc::ETIMEDOUT))
+    } else {
+        io_err(e)
+    }
+}
+
 impl RadosBlobStore {
     /// A store writing chunks into `io`'s pool and namespace, queueing released chunks in
     /// `gc_io` (a replicated pool: the index pool's namespace).
@@ -189,6 +243,8 @@ impl RadosBlobStore {
                 gc_io,
                 incarnation: rand::random(),
                 seq: AtomicU64::new(0),
+                journal: Default::default(),
+                alive: tokio::sync::OnceCell::new(),
                 gc_bytes: AtomicU64::new(0),
                 collector: std::sync::Once::new(),
                 cfg,
@@ -209,16 +265,260 @@ impl RadosBlobStore {
     }
 }
 
+/// This run's intent journal: the current generation, its size, and the open writers that
+/// journaled in each generation.
+#[derive(Default)]
+struct Journal {
+    bytes: u64,
+    /// Generations created (their logs exist, state `live`).
+    created: std::collections::BTreeSet<u32>,
+    open: std::collections::BTreeMap<u32, usize>,
+}
+
+/// A block of chunk names a writer reserved: the first name's offset, how many it used, and
+/// the journal generation that holds its intent.
+#[derive(Debug, Clone, Copy)]
+struct Block {
+    base: u64,
+    used: u32,
+    generation: u32,
+}
+
+fn journal_oid(incarnation: u32, generation: u32) -> String {
+    format!("{INTENT_PREFIX}{incarnation:08x}.{generation:08x}")
+}
+
+fn record(kind: u32, base: u64, count: u32) -> Vec<u8> {
+    let mut r = Vec::with_capacity(GC_REC);
+    r.extend_from_slice(&kind.to_le_bytes());
+    r.extend_from_slice(&base.to_le_bytes());
+    r.extend_from_slice(&count.to_le_bytes());
+    r.extend_from_slice(&0u32.to_le_bytes());
+    r
+}
+
 impl Inner {
-    fn next_extent(&self, len: u32) -> Extent {
-        let ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed) & 0xf_ffff;
-        Extent {
-            dev: self.incarnation,
-            offset: (ms << 20) | seq,
-            len,
+    /// Reserves a block of [`BLOCK`] chunk names (one millisecond, consecutive sequence
+    /// numbers) and journals the intent, durably, before any of them is written. Returns the
+    /// block with the generation the writer is now counted in.
+    async fn reserve(&self, counted: &mut Vec<u32>) -> Result<Block, ChunkError> {
+        self.alive
+            .get_or_try_init(|| async {
+                self.heartbeat().await.map_err(io_err)?;
+                Ok::<(), ChunkError>(())
+            })
+            .await?;
+        let ms = now_ms();
+        let seq = loop {
+            let s = self.seq.fetch_add(u64::from(BLOCK), Ordering::Relaxed) & 0xf_ffff;
+            // A block never wraps the 20-bit sequence inside one name's millisecond.
+            if s + u64::from(BLOCK) <= 0x10_0000 {
+                break s;
+            }
+        };
+        let base = (ms << 20) | seq;
+        let rec = record(INTENT, base, BLOCK);
+        let (generation, create) = {
+            let mut j = self.journal.lock().expect("journal");
+            let g = (j.bytes / JOURNAL_ROLL) as u32;
+            j.bytes += GC_REC as u64;
+            if !counted.contains(&g) {
+                *j.open.entry(g).or_default() += 1;
+                counted.push(g);
+            }
+            (g, j.created.insert(g))
+        };
+        let oid = journal_oid(self.incarnation, generation);
+        let op = if create {
+            WriteOp::new()
+                .create(true)
+                .setxattr(STATE, "live")
+                .append(rec)
+        } else {
+            WriteOp::new()
+                .cmpxattr(STATE, CmpOp::Eq, "live")
+                .append(rec)
+        };
+        self.gc_io
+            .operate_write(&oid, op)
+            .await
+            .map_err(journal_err)?;
+        Ok(Block {
+            base,
+            used: 0,
+            generation,
+        })
+    }
+
+    /// Marks `blocks` as written (their chunks may be committed now: never swept).
+    async fn mark(&self, blocks: &[Block]) -> Result<(), ChunkError> {
+        let mut by_gen: std::collections::BTreeMap<u32, Vec<u8>> = Default::default();
+        for b in blocks.iter().filter(|b| b.used > 0) {
+            by_gen
+                .entry(b.generation)
+                .or_default()
+                .extend(record(MARK, b.base, b.used));
+        }
+        for (g, recs) in by_gen {
+            let op = WriteOp::new()
+                .cmpxattr(STATE, CmpOp::Eq, "live")
+                .append(recs);
+            self.gc_io
+                .operate_write(&journal_oid(self.incarnation, g), op)
+                .await
+                .map_err(journal_err)?;
+        }
+        Ok(())
+    }
+
+    /// A writer that journaled in `generations` is done: a generation that is no longer
+    /// current and has no open writer left goes.
+    fn writer_done(self: &Arc<Self>, generations: &[u32]) {
+        let mut gone = vec![];
+        {
+            let mut j = self.journal.lock().expect("journal");
+            let current = (j.bytes / JOURNAL_ROLL) as u32;
+            for g in generations {
+                let n = j.open.entry(*g).or_default();
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    j.open.remove(g);
+                    if *g < current {
+                        gone.push(*g);
+                    }
+                }
+            }
+        }
+        if gone.is_empty() {
+            return;
+        }
+        let me = Arc::clone(self);
+        if let Ok(h) = tokio::runtime::Handle::try_current() {
+            h.spawn(async move {
+                for g in gone {
+                    let op = WriteOp::new().cmpxattr(STATE, CmpOp::Eq, "live").remove();
+                    if let Err(e) = me
+                        .gc_io
+                        .operate_write(&journal_oid(me.incarnation, g), op)
+                        .await
+                    {
+                        tracing::debug!(error = %e, "removing an old journal generation");
+                    }
+                }
+            });
+        }
+    }
+
+    /// Refreshes this run's liveness record.
+    async fn heartbeat(&self) -> Result<(), RadosError> {
+        let oid = format!("{ALIVE_PREFIX}{:08x}", self.incarnation);
+        let op = WriteOp::new()
+            .create(false)
+            .setxattr(ALIVE_MS, format!("{:020}", now_ms()));
+        self.gc_io.operate_write(&oid, op).await.map(|_| ())
+    }
+
+    /// Sweeps the journals of runs silent for `dead_after`: claims each log, removes the
+    /// chunks of blocks with an intent and no mark, removes the log, then the liveness record.
+    async fn sweep_dead(&self, pass: &mut GcPass) -> Result<(), RadosError> {
+        // Never less than three of the passes that refresh a live run's record.
+        let dead_after = self.cfg.dead_after.max(self.cfg.collect_every() * 3);
+        let dead_ms = now_ms().saturating_sub(dead_after.as_millis() as u64);
+        let alive = self.gc_io.list_objects(Some(ALIVE_PREFIX)).await?;
+        let journals = self.gc_io.list_objects(Some(INTENT_PREFIX)).await?;
+        for a in alive {
+            let Some(inc) = a.strip_prefix(ALIVE_PREFIX) else {
+                continue;
+            };
+            if inc == format!("{:08x}", self.incarnation) {
+                continue;
+            }
+            let seen = match self.gc_io.getxattr(&a, ALIVE_MS).await {
+                Ok(v) => v
+                    .and_then(|v| std::str::from_utf8(&v).ok()?.parse::<u64>().ok())
+                    .unwrap_or(0),
+                Err(e) if e.is_not_found() => continue,
+                Err(e) => return Err(e),
+            };
+            if seen > dead_ms {
+                continue;
+            }
+            let Ok(incarnation) = u32::from_str_radix(inc, 16) else {
+                continue;
+            };
+            let prefix = format!("{INTENT_PREFIX}{inc}.");
+            for log in journals.iter().filter(|j| j.starts_with(&prefix)) {
+                self.sweep_log(incarnation, log, pass).await?;
+            }
+            // Guarded by the time seen: a run that came back keeps its record.
+            let op = WriteOp::new()
+                .cmpxattr(ALIVE_MS, CmpOp::Eq, format!("{seen:020}"))
+                .remove();
+            match self.gc_io.operate_write(&a, op).await {
+                Ok(_) => {
+                    tracing::info!(run = inc, "swept the journal of a gateway run that is gone")
+                }
+                Err(e) if e.is_canceled() || e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    async fn sweep_log(
+        &self,
+        incarnation: u32,
+        log: &str,
+        pass: &mut GcPass,
+    ) -> Result<(), RadosError> {
+        // Claim it first: the run's later appends (it was only paused) now fail.
+        let claim = WriteOp::new()
+            .cmpxattr(STATE, CmpOp::Eq, "live")
+            .setxattr(STATE, "swept");
+        match self.gc_io.operate_write(log, claim).await {
+            Ok(_) => {}
+            // Claimed by another sweeper already (that may have died): go on, it is idempotent.
+            Err(e) if e.is_canceled() => {}
+            Err(e) if e.is_not_found() => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        let data = self.gc_io.read_full(log).await?;
+        let mut intents: std::collections::BTreeMap<u64, u32> = Default::default();
+        let mut marked: std::collections::BTreeSet<u64> = Default::default();
+        for r in data.chunks_exact(GC_REC) {
+            let kind = u32::from_le_bytes(r[0..4].try_into().expect("4 bytes"));
+            let base = u64::from_le_bytes(r[4..12].try_into().expect("8 bytes"));
+            let count = u32::from_le_bytes(r[12..16].try_into().expect("4 bytes"));
+            match kind {
+                INTENT => {
+                    intents.insert(base, count);
+                }
+                MARK => {
+                    marked.insert(base);
+                }
+                _ => {}
+            }
+        }
+        for (base, count) in intents {
+            if marked.contains(&base) {
+                continue;
+            }
+            for i in 0..u64::from(count) {
+                let c = Extent {
+                    dev: incarnation,
+                    offset: base + i,
+                    len: 0,
+                };
+                match self.io.remove(&chunk_oid(&c)).await {
+                    Ok(()) => pass.swept += 1,
+                    Err(e) if e.is_not_found() => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        match self.gc_io.remove(log).await {
+            Err(e) if !e.is_not_found() => Err(e),
+            _ => Ok(()),
         }
     }
 
@@ -234,12 +534,15 @@ impl Inner {
                     tokio::time::sleep(every).await;
                     let Some(me) = me.upgrade() else { return };
                     match me.collect_once().await {
-                        Ok(p) if p.removed > 0 || p.logs_removed > 0 => tracing::debug!(
-                            removed = p.removed,
-                            logs_removed = p.logs_removed,
-                            waiting = p.waiting,
-                            "released chunks collected"
-                        ),
+                        Ok(p) if p.removed > 0 || p.logs_removed > 0 || p.swept > 0 => {
+                            tracing::debug!(
+                                removed = p.removed,
+                                swept = p.swept,
+                                logs_removed = p.logs_removed,
+                                waiting = p.waiting,
+                                "released chunks collected"
+                            )
+                        }
                         Ok(_) => {}
                         Err(e) => tracing::warn!(error = %e, "a GC pass failed (retried)"),
                     }
@@ -288,10 +591,14 @@ impl Inner {
 
     async fn collect_once(&self) -> Result<GcPass, RadosError> {
         let mut pass = GcPass::default();
+        if self.alive.initialized() {
+            self.heartbeat().await?;
+        }
         for oid in self.gc_io.list_objects(Some(GC_PREFIX)).await? {
             pass.logs += 1;
             self.collect_log(&oid, &mut pass).await?;
         }
+        self.sweep_dead(&mut pass).await?;
         Ok(pass)
     }
 
@@ -389,6 +696,10 @@ struct Writer {
     depth: usize,
     inflight: VecDeque<tokio::task::JoinHandle<Result<ChunkRef, ChunkError>>>,
     done: Vec<ChunkRef>,
+    /// The journaled blocks of chunk names, the last one being filled.
+    blocks: Vec<Block>,
+    /// The journal generations this writer is counted in.
+    generations: Vec<u32>,
 }
 
 impl Writer {
@@ -410,7 +721,17 @@ impl BlobWriter for Writer {
             self.reap_one().await?;
         }
         let data = Bytes::copy_from_slice(&buf);
-        let extent = self.inner.next_extent(data.len() as u32);
+        if self.blocks.last().is_none_or(|b| b.used >= BLOCK) {
+            let b = self.inner.reserve(&mut self.generations).await?;
+            self.blocks.push(b);
+        }
+        let b = self.blocks.last_mut().expect("reserved");
+        let extent = Extent {
+            dev: self.inner.incarnation,
+            offset: b.base + u64::from(b.used),
+            len: data.len() as u32,
+        };
+        b.used += 1;
         let inner = Arc::clone(&self.inner);
         self.inflight.push_back(tokio::spawn(async move {
             let crc = crc32c(&data);
@@ -440,6 +761,8 @@ impl BlobWriter for Writer {
         mut self: Box<Self>,
     ) -> Result<(Vec<ChunkRef>, Box<dyn PendingBlobs>), ChunkError> {
         self.drain().await?;
+        // Journaled as written before the catalog commit names them (never swept after).
+        self.inner.mark(&self.blocks).await?;
         let chunks = std::mem::take(&mut self.done);
         Ok((
             chunks.clone(),
@@ -453,6 +776,7 @@ impl BlobWriter for Writer {
 
 impl Drop for Writer {
     fn drop(&mut self) {
+        self.inner.writer_done(&self.generations);
         // Chunks of a write that never finished: remove them once their writes are done.
         let pending = std::mem::take(&mut self.inflight);
         let done = std::mem::take(&mut self.done);
@@ -504,6 +828,8 @@ impl BlobStore for RadosBlobStore {
             depth: depth.max(1),
             inflight: VecDeque::new(),
             done: vec![],
+            blocks: vec![],
+            generations: vec![],
         })
     }
 

@@ -39,6 +39,7 @@ async fn store(grace: Duration) -> Option<(RadosBlobStore, lode_rados::IoCtx, lo
             gc.clone(),
             RadosBlobConfig {
                 release_grace: grace,
+                dead_after: Duration::from_secs(3),
             },
         ),
         io,
@@ -132,6 +133,7 @@ async fn released_chunks_of_a_gone_gateway_are_collected_by_another() {
         gc.clone(),
         RadosBlobConfig {
             release_grace: grace,
+            dead_after: Duration::from_secs(3),
         },
     );
     let p = b.collect_once().await.unwrap();
@@ -153,4 +155,71 @@ async fn released_chunks_of_a_gone_gateway_are_collected_by_another() {
     tokio::time::sleep(grace * 2 + Duration::from_millis(200)).await;
     assert_eq!(b.collect_once().await.unwrap().logs_removed, 1);
     assert!(gc.list_objects(None).await.unwrap().is_empty());
+}
+
+/// A gateway killed in the middle of writes (its writers never finished nor dropped): once
+/// its run is silent for `dead_after`, another gateway's collector removes the chunks of its
+/// unfinished writes (journaled intents without a mark) and keeps those of finished ones
+/// (marked: they may be committed), then removes the journal. The dead run's late mark (it
+/// was only paused) fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunks_of_writes_cut_off_by_a_dead_gateway_are_swept() {
+    let Some((a, io, gc)) = store(Duration::from_secs(1)).await else {
+        return;
+    };
+    let fill = |n: u8| {
+        let mut b = AlignedBuf::with_capacity(4096);
+        b.extend_from_slice(&[n; 4096]);
+        b
+    };
+    // Finished (marked) and committed: must stay.
+    let mut w = a.writer(2);
+    w.push(fill(1)).await.unwrap();
+    let (kept, pending) = w.finish().await.unwrap();
+    pending.commit();
+    // Cut off: 20 chunks (two journal blocks), never finished; the writer is leaked as a
+    // killed process would leave it (no drop cleanup).
+    let mut cut = a.writer(4);
+    for n in 0..20u8 {
+        cut.push(fill(n)).await.unwrap();
+    }
+    cut.drain().await.unwrap();
+    std::mem::forget(cut);
+    // A second writer cut off while paused: its late finish must fail after the sweep.
+    let mut late = a.writer(1);
+    late.push(fill(9)).await.unwrap();
+    late.drain().await.unwrap();
+    let chunks = |io: lode_rados::IoCtx| async move {
+        io.list_objects(Some("lode.c.")).await.unwrap().len()
+    };
+    assert_eq!(chunks(io.clone()).await, 22);
+    // The run's collector never runs again; another gateway's does, after the run is silent.
+    let b = RadosBlobStore::new(
+        io.clone(),
+        gc.clone(),
+        RadosBlobConfig {
+            release_grace: Duration::from_secs(1),
+            dead_after: Duration::from_secs(3),
+        },
+    );
+    let p = b.collect_once().await.unwrap();
+    assert_eq!(p.swept, 0, "a live run is never swept: {p:?}");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let p = b.collect_once().await.unwrap();
+    assert_eq!(p.swept, 21, "{p:?}");
+    assert_eq!(chunks(io.clone()).await, 1);
+    assert_eq!(a.read(&kept[0]).await.unwrap()[0], 1);
+    assert!(
+        gc.list_objects(Some("lode.intent."))
+            .await
+            .unwrap()
+            .is_empty()
+            && gc
+                .list_objects(Some("lode.alive."))
+                .await
+                .unwrap()
+                .is_empty(),
+        "the journal and the liveness record go"
+    );
+    assert!(late.finish().await.is_err(), "a swept run's mark must fail");
 }

@@ -169,6 +169,9 @@ pub struct ClusterConfig {
     /// A bucket's index partition is split (in the background, writes go on) when it holds
     /// this many keys.
     pub index_split_keys: u64,
+    /// A gateway run silent this long is dead: the chunks of its unfinished writes are
+    /// removed by the other gateways (from its intent journal), seconds.
+    pub gateway_dead_secs: u64,
 }
 
 impl Default for ClusterConfig {
@@ -188,6 +191,7 @@ impl Default for ClusterConfig {
             connect_timeout_secs: 10,
             release_grace_secs: 300,
             index_split_keys: 50_000,
+            gateway_dead_secs: 180,
         }
     }
 }
@@ -445,6 +449,12 @@ impl LodeConfig {
                 }
                 if c.pool_size == 0 {
                     return Err(invalid("cluster.pool_size", "must be at least 1"));
+                }
+                if c.gateway_dead_secs < 3 {
+                    return Err(invalid(
+                        "cluster.gateway_dead_secs",
+                        "must be at least 3 (a live gateway proves it every few seconds)",
+                    ));
                 }
                 if !(2..=190_000).contains(&c.index_split_keys) {
                     return Err(invalid(

@@ -221,6 +221,7 @@ pub async fn cluster_service(
         gc,
         lode_blob_rados::RadosBlobConfig {
             release_grace: Duration::from_secs(c.release_grace_secs),
+            dead_after: Duration::from_secs(c.gateway_dead_secs),
         },
     );
     // Every gateway collects released chunks, those of gateways that are gone included.
