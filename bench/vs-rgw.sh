@@ -25,8 +25,11 @@ trap cleanup EXIT
 "$ROOT/scripts/ceph-dev.sh" start "$CEPH" >/dev/null
 CONF="$CEPH/ceph.conf"
 # radosgw: beast with tcp_nodelay (its default waits 40 ms for delayed ACKs on small replies).
+# It forces a secure-only connection to the monitors (rgw_main.cc's defaults), which an
+# auth-none cluster cannot offer (only crc): without crc it never connects (-13, EACCES).
 cat >> "$CONF" <<CONF
 [client.rgw.bench]
+ms_mon_client_mode = crc
 rgw_frontends = beast endpoint=127.0.0.1:19402 tcp_nodelay=1
 rgw_data = $WORK/rgw
 log_file = $WORK/rgw.log
@@ -37,10 +40,16 @@ mkdir -p "$WORK/rgw"
 radosgw -c "$CONF" -n client.rgw.bench --no-mon-config >"$WORK/rgw.out" 2>&1 || true
 radosgw-admin -c "$CONF" -n client.admin user create --uid=bench --display-name=bench \
     --access-key=$AK --secret=$SK >/dev/null
-LODE_ACCESS_KEY=$AK LODE_SECRET_KEY=$SK "$LODE" serve --cluster ceph --ceph-conf "$CONF" \
+LODE_ACCESS_KEY=$AK LODE_SECRET_KEY=$SK LODE_MASTER_KEY=$(openssl rand -hex 32) "$LODE" serve --cluster ceph --ceph-conf "$CONF" \
     --listen 127.0.0.1:19401 --admin-listen "" >"$WORK/lode.log" 2>&1 & PIDS+=($!)
 for port in 19401 19402; do
-    for _ in $(seq 300); do (echo > /dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
+    up=0
+    for _ in $(seq 600); do (echo > /dev/tcp/127.0.0.1/$port) 2>/dev/null && { up=1; break; }; sleep 0.1; done
+    if [ $up = 0 ]; then
+        echo "nothing listens on port $port after 60 s" >&2
+        tail -20 "$WORK/rgw.log" "$WORK/lode.log" >&2 2>/dev/null || true
+        exit 1
+    fi
 done
 for w in "${WORKLOADS[@]}"; do
     echo "== lode cluster mode ($w)"
