@@ -199,6 +199,8 @@ struct Inner {
     incarnation: u32,
     seq: AtomicU64,
     journal: std::sync::Mutex<Journal>,
+    /// Held by the task writing the journal's queued appends.
+    flush_lock: tokio::sync::Mutex<()>,
     /// The liveness record exists (written before the first intent).
     alive: tokio::sync::OnceCell<()>,
     /// Bytes appended to this run's GC logs (the generation is `gc_bytes / GC_ROLL`).
@@ -220,16 +222,16 @@ fn io_err(e: RadosError) -> ChunkError {
     ChunkError::Io(std::io::Error::from_raw_os_error(e.errno()))
 }
 
-/// A journal append that failed: a claimed journal (this run was taken for dead while
-/// paused) fails the write like an unreachable cluster.
-fn journal_err(e: RadosError) -> ChunkError {
-    if e.is_canceled() || e.is_not_found() {
+/// A journal append that failed (its errno): a claimed journal (this run was taken for dead
+/// while paused) fails the write like an unreachable cluster.
+fn journal_err(errno: i32) -> ChunkError {
+    if errno == libc::ECANCELED || errno == libc::ENOENT {
         tracing::error!(
             "this gateway run's intent journal was swept (it was taken for dead): refusing the write"
         );
         ChunkError::Io(std::io::Error::from_raw_os_error(libc::ETIMEDOUT))
     } else {
-        io_err(e)
+        ChunkError::Io(std::io::Error::from_raw_os_error(errno))
     }
 }
 
@@ -244,6 +246,7 @@ impl RadosBlobStore {
                 incarnation: rand::random(),
                 seq: AtomicU64::new(0),
                 journal: Default::default(),
+                flush_lock: tokio::sync::Mutex::new(()),
                 alive: tokio::sync::OnceCell::new(),
                 gc_bytes: AtomicU64::new(0),
                 collector: std::sync::Once::new(),
@@ -269,10 +272,21 @@ impl RadosBlobStore {
 /// journaled in each generation.
 #[derive(Default)]
 struct Journal {
+    /// Appends waiting for the next group write (in order).
+    queue: Vec<Queued>,
     bytes: u64,
     /// Generations created (their logs exist, state `live`).
     created: std::collections::BTreeSet<u32>,
     open: std::collections::BTreeMap<u32, usize>,
+}
+
+/// A journal append waiting for the next group write.
+struct Queued {
+    generation: u32,
+    /// The first append of its generation: creates the log.
+    create: bool,
+    rec: Vec<u8>,
+    done: tokio::sync::oneshot::Sender<Result<(), i32>>,
 }
 
 /// A block of chunk names a writer reserved: the first name's offset, how many it used, and
@@ -317,8 +331,9 @@ impl Inner {
             }
         };
         let base = (ms << 20) | seq;
-        let rec = record(INTENT, base, BLOCK);
-        let (generation, create) = {
+        let (generation, done) = {
+            // The generation, whether this append creates its log, and the queue position are
+            // decided together: a log's creating append is queued before any other of it.
             let mut j = self.journal.lock().expect("journal");
             let g = (j.bytes / JOURNAL_ROLL) as u32;
             j.bytes += GC_REC as u64;
@@ -326,23 +341,13 @@ impl Inner {
                 *j.open.entry(g).or_default() += 1;
                 counted.push(g);
             }
-            (g, j.created.insert(g))
+            let create = j.created.insert(g);
+            (
+                g,
+                Self::enqueue(&mut j, g, create, record(INTENT, base, BLOCK)),
+            )
         };
-        let oid = journal_oid(self.incarnation, generation);
-        let op = if create {
-            WriteOp::new()
-                .create(true)
-                .setxattr(STATE, "live")
-                .append(rec)
-        } else {
-            WriteOp::new()
-                .cmpxattr(STATE, CmpOp::Eq, "live")
-                .append(rec)
-        };
-        self.gc_io
-            .operate_write(&oid, op)
-            .await
-            .map_err(journal_err)?;
+        self.append(done).await?;
         Ok(Block {
             base,
             used: 0,
@@ -352,23 +357,87 @@ impl Inner {
 
     /// Marks `blocks` as written (their chunks may be committed now: never swept).
     async fn mark(&self, blocks: &[Block]) -> Result<(), ChunkError> {
-        let mut by_gen: std::collections::BTreeMap<u32, Vec<u8>> = Default::default();
-        for b in blocks.iter().filter(|b| b.used > 0) {
-            by_gen
-                .entry(b.generation)
-                .or_default()
-                .extend(record(MARK, b.base, b.used));
-        }
-        for (g, recs) in by_gen {
-            let op = WriteOp::new()
-                .cmpxattr(STATE, CmpOp::Eq, "live")
-                .append(recs);
-            self.gc_io
-                .operate_write(&journal_oid(self.incarnation, g), op)
-                .await
-                .map_err(journal_err)?;
+        let waits: Vec<_> = {
+            let mut j = self.journal.lock().expect("journal");
+            blocks
+                .iter()
+                .filter(|b| b.used > 0)
+                .map(|b| Self::enqueue(&mut j, b.generation, false, record(MARK, b.base, b.used)))
+                .collect()
+        };
+        for w in waits {
+            self.append(w).await?;
         }
         Ok(())
+    }
+
+    fn enqueue(
+        j: &mut Journal,
+        generation: u32,
+        create: bool,
+        rec: Vec<u8>,
+    ) -> tokio::sync::oneshot::Receiver<Result<(), i32>> {
+        let (done, rx) = tokio::sync::oneshot::channel();
+        j.queue.push(Queued {
+            generation,
+            create,
+            rec,
+            done,
+        });
+        rx
+    }
+
+    /// Waits until a queued append is written. Group commit: whoever holds the flush lock
+    /// writes everything queued so far, one append per log (concurrent writers share ops on
+    /// their run's one journal object instead of queueing behind each other there).
+    async fn append(
+        &self,
+        done: tokio::sync::oneshot::Receiver<Result<(), i32>>,
+    ) -> Result<(), ChunkError> {
+        {
+            let _leader = self.flush_lock.lock().await;
+            let batch = std::mem::take(&mut self.journal.lock().expect("journal").queue);
+            if !batch.is_empty() {
+                self.flush(batch).await;
+            }
+        }
+        match done.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(errno)) => Err(journal_err(errno)),
+            Err(_) => Err(ChunkError::Io(std::io::Error::other("journal append lost"))),
+        }
+    }
+
+    async fn flush(&self, batch: Vec<Queued>) {
+        let mut groups: std::collections::BTreeMap<u32, (bool, Vec<u8>, Vec<_>)> =
+            Default::default();
+        for q in batch {
+            let g = groups.entry(q.generation).or_default();
+            g.0 |= q.create;
+            g.1.extend(q.rec);
+            g.2.push(q.done);
+        }
+        for (generation, (create, data, waiting)) in groups {
+            let op = if create {
+                WriteOp::new()
+                    .create(true)
+                    .setxattr(STATE, "live")
+                    .append(data)
+            } else {
+                WriteOp::new()
+                    .cmpxattr(STATE, CmpOp::Eq, "live")
+                    .append(data)
+            };
+            let r = self
+                .gc_io
+                .operate_write(&journal_oid(self.incarnation, generation), op)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.errno());
+            for w in waiting {
+                let _ = w.send(r);
+            }
+        }
     }
 
     /// A writer that journaled in `generations` is done: a generation that is no longer

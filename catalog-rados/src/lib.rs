@@ -773,9 +773,17 @@ impl Catalog for RadosCatalog {
         loop {
             let want = (q.max + 1 - page.objects.len() - page.common_prefixes.len()) as u64;
             let (entries, more) = self.scan(bucket, &after, &filter, want.min(PAGE)).await?;
-            let mut sought = false;
+            // The common prefix whose keys the rest of this page skips (read already: small
+            // directories cost no read of their own); a page that ends inside it seeks past it.
+            let mut skipping: Option<String> = None;
             for (k, v) in &entries {
                 let key = key_of(k)?;
+                if let Some(cp) = &skipping {
+                    if key.starts_with(cp.as_str()) {
+                        continue;
+                    }
+                    skipping = None;
+                }
                 let cp = delim.and_then(|d| {
                     key[q.prefix.len()..]
                         .find(d)
@@ -790,11 +798,8 @@ impl Catalog for RadosCatalog {
                         page.last = Some(cp.clone());
                         page.common_prefixes.push(cp.clone());
                     }
-                    // Seek past everything under the common prefix.
-                    after = okey(&cp);
-                    after.push(HIGH);
-                    sought = true;
-                    break;
+                    skipping = Some(cp);
+                    continue;
                 }
                 if page.objects.len() + page.common_prefixes.len() >= q.max {
                     page.truncated = true;
@@ -804,8 +809,14 @@ impl Catalog for RadosCatalog {
                 page.objects.push((key, records::decode_head(v)?));
                 after = k.clone();
             }
-            if !sought && (!more || entries.is_empty()) {
-                return Ok(page);
+            match skipping {
+                // Seek past everything under the common prefix.
+                Some(cp) if more => {
+                    after = okey(&cp);
+                    after.push(HIGH);
+                }
+                _ if !more || entries.is_empty() => return Ok(page),
+                _ => {}
             }
         }
     }
