@@ -527,20 +527,16 @@ impl ObjectService {
         E: std::fmt::Display,
     {
         check_key(key)?;
-        // A body that may need chunks is not written long into a bucket that is not there: the
-        // bucket is read while the body streams in, and a missing one stops the ingest (its
-        // chunks go with the dropped writer). A body small enough to stay inline costs nothing
-        // to take in, and the commit answers `NoSuchBucket` itself: one catalog read fewer
-        // per small PUT (in cluster mode a read of the shared bucket directory).
-        let ingest = self.ingest(body, &integrity, self.cfg.max_object_size, content_length);
-        let ing = if content_length
-            .is_none_or(|l| l < 0 || l as u64 > self.cfg.inline_threshold as u64)
-        {
-            let check = async { self.bucket(bucket).await.map(|_| ()) };
-            tokio::try_join!(check, ingest)?.1
-        } else {
-            ingest.await?
-        };
+        // A body that may need chunks is not written into a bucket that is not there. A body
+        // small enough to stay inline costs nothing to take in, and the commit answers
+        // `NoSuchBucket` itself: one catalog read fewer per small PUT (in cluster mode a read
+        // of the shared bucket directory).
+        if content_length.is_none_or(|l| l < 0 || l as u64 > self.cfg.inline_threshold as u64) {
+            self.bucket(bucket).await?;
+        }
+        let ing = self
+            .ingest(body, &integrity, self.cfg.max_object_size, content_length)
+            .await?;
         let etag = hex::encode(ing.md5);
         let record = ObjectRecord {
             size: ing.size,
