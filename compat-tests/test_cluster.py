@@ -55,6 +55,19 @@ def gateways(tmp_path_factory):
         g.stop()
 
 
+def gateway_pair(tmp_path, ns, config):
+    """Two started gateways a and b on namespace `ns`, both with lode.toml text `config`."""
+    cfg = tmp_path / "lode.toml"
+    cfg.write_text(config)
+    gws = []
+    for n in ("a", "b"):
+        (tmp_path / n).mkdir()
+        gws.append(Lode(str(tmp_path / n / "data"), extra_env=MASTER, extra_args=[*cluster_args(ns), "--config", str(cfg)]))
+    for g in gws:
+        g.start()
+    return gws
+
+
 @pytest.fixture
 def ab(gateways):
     a, b = (make_client(g.endpoint) for g in gateways)
@@ -509,14 +522,7 @@ def test_released_chunks_of_a_killed_gateway_are_collected_by_the_other(tmp_path
     import time
 
     ns = "gc-" + uuid.uuid4().hex[:8]
-    cfg = tmp_path / "lode.toml"
-    cfg.write_text("[cluster]\nrelease_grace_secs = 3\n")
-    gws = []
-    for n in ("a", "b"):
-        (tmp_path / n).mkdir()
-        gws.append(Lode(str(tmp_path / n / "data"), extra_env=MASTER, extra_args=[*cluster_args(ns), "--config", str(cfg)]))
-    for g in gws:
-        g.start()
+    gws = gateway_pair(tmp_path, ns, "[cluster]\nrelease_grace_secs = 3\n")
     a, b = gws
 
     def fsck():
@@ -742,14 +748,7 @@ def test_chunks_of_an_upload_cut_off_by_kill_9_are_swept_by_the_other_gateway(tm
     import time
 
     ns = "cut-" + uuid.uuid4().hex[:8]
-    cfg = tmp_path / "lode.toml"
-    cfg.write_text("[cluster]\nrelease_grace_secs = 3\ngateway_dead_secs = 3\n")
-    gws = []
-    for n in ("a", "b"):
-        (tmp_path / n).mkdir()
-        gws.append(Lode(str(tmp_path / n / "data"), extra_env=MASTER, extra_args=[*cluster_args(ns), "--config", str(cfg)]))
-    for g in gws:
-        g.start()
+    gws = gateway_pair(tmp_path, ns, "[cluster]\nrelease_grace_secs = 3\ngateway_dead_secs = 3\n")
     a, b = gws
     rados = ["rados", "-c", ceph_conf(), "-p", DATA_POOL, "-N", ns, "ls"]
 
