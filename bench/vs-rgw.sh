@@ -17,7 +17,14 @@ AK=benchaccesskey01 SK=benchsecretkey0123456789abcdefghijkl
 PIDS=()
 cleanup() {
     kill "${PIDS[@]}" 2>/dev/null || true; wait 2>/dev/null || true
-    [ -f "$WORK/rgw.pid" ] && kill "$(cat "$WORK/rgw.pid")" 2>/dev/null || true
+    # radosgw's graceful stop can wait on the cluster forever: stop it before the cluster,
+    # and for good after 10 s.
+    if [ -f "$WORK/rgw.pid" ]; then
+        rgw=$(cat "$WORK/rgw.pid")
+        kill "$rgw" 2>/dev/null || true
+        for _ in $(seq 100); do kill -0 "$rgw" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$rgw" 2>/dev/null || true
+    fi
     "$ROOT/scripts/ceph-dev.sh" stop "$CEPH" --purge >/dev/null 2>&1 || true
     rm -rf "$WORK"
 }

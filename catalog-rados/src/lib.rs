@@ -48,6 +48,7 @@
 //! names fall in two partitions is refused with [`CatalogError::CrossPartition`] (the mount
 //! answers `EXDEV`, and `mv` copies).
 
+mod batch;
 mod partition;
 
 pub use partition::{PartitionConfig, SplitStop};
@@ -245,6 +246,8 @@ pub struct Inner {
     cfg: PartitionConfig,
     observer: std::sync::OnceLock<Arc<dyn CommitObserver>>,
     routes: partition::Routes,
+    /// Blind commits waiting per partition (group commit).
+    batches: batch::Batches,
     /// Itself, for the background splits it starts.
     me: std::sync::Weak<Inner>,
 }
@@ -295,6 +298,7 @@ impl RadosCatalog {
             io,
             cfg,
             routes: partition::Routes::default(),
+            batches: batch::Batches::default(),
             observer: Default::default(),
             me: me.clone(),
         });
@@ -572,6 +576,9 @@ impl Inner {
         } else {
             vec![k.clone()]
         };
+        if !full && let Some(prev) = self.commit_blind(bucket, key, &f).await? {
+            return Ok(prev);
+        }
         for _ in 0..RETRIES {
             let s = self.read_keys(bucket, &pos(key), &read).await?;
             let cur_raw = find(&s.vals, &k);
@@ -612,6 +619,53 @@ impl Inner {
             }
         }
         Err(CatalogError::Contended)
+    }
+}
+
+impl Inner {
+    /// A commit of a key that is probably new, without reading first: one write op guarded
+    /// on the key being absent and on the epoch of its partition as this gateway last read it
+    /// (which changes with the partition's range, claim or state). `None` when it was not
+    /// tried or did not apply (the key exists, the cache was stale): read, then commit.
+    ///
+    /// New keys (the ingest of a dataset) cost one write and no read, and the new keys that
+    /// wait for one partition at once go in one op ([`batch`]).
+    async fn commit_blind(
+        &self,
+        bucket: &str,
+        key: &str,
+        f: &impl Fn(Option<&ObjectRecord>) -> Result<Option<ObjectRecord>>,
+    ) -> Result<Option<(Option<ObjectRecord>, Option<ObjectRecord>)>> {
+        let p = pos(key);
+        let Some((oid, part)) = self.routes.cached(bucket, &p) else {
+            return Ok(None);
+        };
+        // Conditions that need a current record (If-Match) go the read path.
+        let Ok(Some(new)) = f(None) else {
+            return Ok(None);
+        };
+        if !self.routes.blind_worth_it(bucket) {
+            return Ok(None);
+        }
+        let (k, d) = (okey(key), dkey(key));
+        let (value, payload) = split_record(&new)?;
+        let mut set = vec![(k.clone(), value)];
+        if let Some(pl) = payload {
+            set.push((d, pl));
+        }
+        let blind = batch::Blind {
+            key: k,
+            set,
+            epoch: part.epoch.clone(),
+        };
+        let hit = self.batches.commit(&self.io, &oid, blind).await?;
+        self.routes.blind_result(bucket, hit);
+        if !hit {
+            return Ok(None);
+        }
+        self.note_insert(bucket, &oid, &p);
+        self.committed(bucket, key, false);
+        Ok(Some((None, Some(new))))
     }
 }
 

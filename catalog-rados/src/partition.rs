@@ -264,6 +264,19 @@ pub(crate) struct Routes {
     map: Mutex<HashMap<String, BTreeMap<Vec<u8>, String>>>,
     /// Per partition object: new keys since its last count.
     inserts: Mutex<HashMap<String, Inserts>>,
+    /// Per bucket: what each partition said about itself when last read, while it was plain
+    /// (no split claim, not building, not closing): what a blind commit is guarded on.
+    parts: Mutex<HashMap<String, HashMap<String, Part>>>,
+    /// Per bucket: how blind commits fared lately.
+    blind: Mutex<HashMap<String, BlindScore>>,
+}
+
+/// The last 8 blind commits of one bucket (a bit set per miss: the key was there, or the
+/// cached partition was stale), and how many were skipped since.
+#[derive(Default)]
+struct BlindScore {
+    misses: u8,
+    skipped: u32,
 }
 
 #[derive(Default)]
@@ -290,6 +303,53 @@ impl Routes {
 
     pub fn forget(&self, bucket: &str) {
         self.map.lock().unwrap().remove(bucket);
+        self.parts.lock().unwrap().remove(bucket);
+    }
+
+    /// Remembers what partition `oid` said about itself, if a blind commit may rely on it:
+    /// every change of its range, claim or state changes its epoch, and a plain partition's
+    /// epoch is what the blind commit compares.
+    fn note_part(&self, bucket: &str, oid: &str, part: &Part) {
+        let plain = part.claim.is_none()
+            && !part.building
+            && part.epoch.as_ref() != DELETED.as_bytes()
+            && !part.epoch.starts_with(CLOSING.as_bytes());
+        let mut parts = self.parts.lock().unwrap();
+        if plain {
+            parts
+                .entry(bucket.to_owned())
+                .or_default()
+                .insert(oid.to_owned(), part.clone());
+        } else if let Some(b) = parts.get_mut(bucket) {
+            b.remove(oid);
+        }
+    }
+
+    /// The partition that the cache says holds escaped position `pos`, if its last read
+    /// showed it plain and holding `pos`.
+    pub fn cached(&self, bucket: &str, pos: &[u8]) -> Option<(String, Part)> {
+        let oid = self.route(bucket, pos).unwrap_or_else(|| index_oid(bucket));
+        let parts = self.parts.lock().unwrap();
+        let part = parts.get(bucket)?.get(&oid)?;
+        part.holds(pos).then(|| (oid, part.clone()))
+    }
+
+    /// Whether a blind commit is worth trying in `bucket`: not while more than 2 of the last
+    /// 8 missed (overwrites: a miss costs a failed write), except for one probe in 16.
+    pub fn blind_worth_it(&self, bucket: &str) -> bool {
+        let mut all = self.blind.lock().unwrap();
+        let s = all.entry(bucket.to_owned()).or_default();
+        if s.misses.count_ones() <= 2 {
+            return true;
+        }
+        s.skipped += 1;
+        s.skipped.is_multiple_of(16)
+    }
+
+    pub fn blind_result(&self, bucket: &str, hit: bool) {
+        let mut all = self.blind.lock().unwrap();
+        let s = all.entry(bucket.to_owned()).or_default();
+        s.misses = (s.misses << 1) | u8::from(!hit);
     }
 }
 
@@ -364,6 +424,7 @@ impl Inner {
                 }
                 continue;
             } else {
+                self.routes.note_part(bucket, &oid, &part);
                 return Ok(Located { oid, part, r });
             };
             if wait {

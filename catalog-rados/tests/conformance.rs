@@ -723,3 +723,83 @@ async fn a_takeover_cut_short_is_taken_over_again() {
         .collect();
     assert_eq!(list_all(&live, "r", 6).await, want);
 }
+
+/// Concurrent commits of new keys go as group commits (one op per partition for the keys
+/// waiting): among racing commits of one key exactly one sees it absent, whether the others
+/// carry `If-None-Match: *` (then they fail) or not (then they replace it and return the
+/// record they replaced, so that each value written is replaced once or is the last).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_new_keys_group_commit_exactly_once() {
+    let Some(c) = cluster().await else { return };
+    let cat = Arc::new(catalog(&c, "group").await);
+    let writers = 8usize;
+    for round in 0..12 {
+        // A fresh bucket each round: its blind commits are not yet turned off by misses.
+        let b = format!("b{round}");
+        cat.create_bucket(&b, bucket_rec()).await.unwrap();
+        // The first commit reads the partition (the cache the blind commits rely on).
+        put_rec(&*cat, &b, "warm", "w").await.unwrap();
+        let start = Arc::new(tokio::sync::Barrier::new(2 * writers));
+        let mut tasks = vec![];
+        for t in 0..2 * writers {
+            let (cat, b, start) = (cat.clone(), b.clone(), start.clone());
+            tasks.push(tokio::spawn(async move {
+                let exclusive = t % 2 == 0;
+                let cond = Cond {
+                    if_none_match_any: exclusive,
+                    ..Cond::default()
+                };
+                let k = if exclusive { "excl" } else { "plain" };
+                start.wait().await;
+                let r = cat
+                    .put(
+                        &b,
+                        k,
+                        conformance::record(&format!("t{t}"), &[]),
+                        &cond,
+                        Refs::Fresh,
+                    )
+                    .await;
+                (
+                    k,
+                    t,
+                    r.map(|c| c.previous.map(|p| p.etag))
+                        .map_err(|e| e.to_string()),
+                )
+            }));
+        }
+        type Outcome = std::result::Result<Option<String>, String>;
+        let mut results: BTreeMap<&str, Vec<(usize, Outcome)>> = BTreeMap::new();
+        for t in tasks {
+            let (k, t, r) = t.await.unwrap();
+            results.entry(k).or_default().push((t, r));
+        }
+        for (k, rs) in &results {
+            let absent = rs.iter().filter(|(_, r)| matches!(r, Ok(None))).count();
+            assert_eq!(
+                absent, 1,
+                "round {round}, {k}: one commit finds it new: {rs:?}"
+            );
+            let last = cat.head(&b, k).await.unwrap().unwrap().etag;
+            if *k == "excl" {
+                let failed = rs
+                    .iter()
+                    .filter(|(_, r)| matches!(r, Err(e) if e.contains("precondition")))
+                    .count();
+                assert_eq!(failed, writers - 1, "round {round}: {rs:?}");
+                let winner = rs.iter().find(|(_, r)| matches!(r, Ok(None))).unwrap().0;
+                assert_eq!(last, format!("t{winner}"));
+            } else {
+                let mut seen: Vec<String> = rs
+                    .iter()
+                    .filter_map(|(_, r)| r.clone().expect("plain puts succeed"))
+                    .collect();
+                seen.push(last);
+                seen.sort();
+                let mut written: Vec<String> = rs.iter().map(|(t, _)| format!("t{t}")).collect();
+                written.sort();
+                assert_eq!(seen, written, "round {round}: {rs:?}");
+            }
+        }
+    }
+}
