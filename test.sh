@@ -40,11 +40,13 @@ cd "$ROOT/compat-tests"
 compat_rc=0
 "$VENV/bin/pytest" -q -p no:cacheprovider "$@" || compat_rc=$?
 if [ $# -eq 0 ]; then
-    # The S3 modules again, against two cluster-mode gateways over the same Ceph cluster, each
-    # request to the next gateway in turn, partitions splitting at 64 keys (conftest.py).
+    # The S3 modules and the POSIX door again, against two cluster-mode gateways over the same
+    # Ceph cluster, each S3 request to the next gateway in turn, the mount on one of them,
+    # partitions splitting at 64 keys (conftest.py).
     echo "==> compat tests in cluster mode (two gateways, requests spread over both)"
     LODE_COMPAT_MODE=cluster "$VENV/bin/pytest" -q -p no:cacheprovider \
         test_objects.py test_list.py test_multipart.py test_buckets.py test_aws_parity.py \
-        test_semantics.py test_bad_input.py test_auth.py test_cli.py test_users.py || compat_rc=$?
+        test_semantics.py test_bad_input.py test_auth.py test_cli.py test_users.py \
+        test_posix.py || compat_rc=$?
 fi
 exit "$compat_rc"

@@ -1,16 +1,26 @@
 #!/usr/bin/env python3
-"""RADOS operations per S3 operation of one cluster-mode gateway, measured from its own
-counters (`lode_rados_ops_total{pool,kind}` on the admin endpoint's /metrics: every compound
-read or write op librados sends counts once).
+"""RADOS operations per S3 operation, counted in one of two places:
 
-Usage: bench/rados_ops.py S3_ENDPOINT ADMIN_URL   (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY set)
-Runs each S3 operation N times in a fresh bucket and prints the ops per S3 op, per pool. The
-gateway's background work (users refresh and profile publishing every 2 s, the GC collector)
-is measured first over a quiet interval and subtracted at its rate; what is left of it shows
-as a few hundredths."""
+* a cluster-mode Lode gateway's own counters (`lode_rados_ops_total{pool,kind}` on the admin
+  endpoint's /metrics: every compound read or write op librados sends counts once), per pool;
+* the OSDs' counters of client ops (`op_r`, `op_w`, `op_rw` of `perf dump` through each OSD's
+  admin socket; a client op counts once, at its primary, replication not included), all pools
+  together. This works for any S3 server on the cluster: bench/vs-rgw.sh counts Lode and
+  radosgw this way, the same way.
 
+Usage: bench/rados_ops.py S3_ENDPOINT ADMIN_URL
+       bench/rados_ops.py S3_ENDPOINT --osd-asok-dir DIR    (DIR/osd.*.asok)
+(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY set.) Runs each S3 operation N times in a fresh
+bucket and prints the ops per S3 op. The server's background work (Lode: users refresh and
+profile publishing every 2 s, the GC collector; radosgw: its own threads) is measured first
+over a quiet interval and subtracted at its rate; what is left of it shows as a few
+hundredths."""
+
+import glob
+import json
 import os
 import re
+import subprocess
 import sys
 import uuid
 
@@ -27,25 +37,40 @@ def rados_ops(admin):
             for m in re.finditer(r'lode_rados_ops_total\{pool="([^"]+)",kind="(\w+)"\} (\d+)', text)}
 
 
-def measure(s3, admin, quiet=3.0):
-    """{operation: {(pool, kind): ops per S3 op}}. The gateway's own background ops (users
-    refresh, profile publishing, GC) are measured over `quiet` seconds without traffic first,
-    and subtracted at that rate from each measurement."""
+def osd_ops(asok_dir):
+    """Client ops the OSDs served, {("all pools", kind): n}: read, write, and read-modify-write
+    (a write op with a read or compare step in it, or a class call)."""
+    out = {("all pools", "read"): 0, ("all pools", "write"): 0, ("all pools", "rmw"): 0}
+    for sock in sorted(glob.glob(os.path.join(asok_dir, "osd.*.asok"))):
+        dump = json.loads(subprocess.run(["ceph", "--admin-daemon", sock, "perf", "dump"],
+                                         check=True, capture_output=True, text=True).stdout)
+        osd = dump["osd"]
+        out[("all pools", "read")] += osd["op_r"]
+        out[("all pools", "write")] += osd["op_w"]
+        out[("all pools", "rmw")] += osd["op_rw"]
+    return out
+
+
+def measure(s3, admin, quiet=3.0, counters=None):
+    """{operation: {(pool, kind): ops per S3 op}}, counted by `counters()` (default: the
+    gateway's own at `admin`). The background ops are measured over `quiet` seconds without
+    traffic first, and subtracted at that rate from each measurement."""
     import time
 
+    rados_ops_now = counters or (lambda: rados_ops(admin))
     out = {}
-    a = rados_ops(admin)
+    a = rados_ops_now()
     time.sleep(quiet)
-    b = rados_ops(admin)
+    b = rados_ops_now()
     background = {k: (b.get(k, 0) - a.get(k, 0)) / quiet for k in b}
 
     def cost(name, f, n):
-        a = rados_ops(admin)
+        a = rados_ops_now()
         t0 = time.monotonic()
         for i in range(n):
             f(i)
         took = time.monotonic() - t0
-        b = rados_ops(admin)
+        b = rados_ops_now()
         out[name] = {k: (b.get(k, 0) - a.get(k, 0) - background.get(k, 0) * took) / n for k in b}
 
     b = "rops-" + uuid.uuid4().hex[:8]
@@ -66,11 +91,20 @@ def measure(s3, admin, quiet=3.0):
 
 
 def main():
-    ep, admin = sys.argv[1], sys.argv[2]
-    s3 = boto3.client("s3", endpoint_url=ep, region_name="us-east-1", config=Config(retries={"max_attempts": 0}))
-    for name, d in measure(s3, admin).items():
+    ep = sys.argv[1]
+    if sys.argv[2] == "--osd-asok-dir":
+        asok_dir = sys.argv[3]
+        got = measure(make_s3(ep), None, counters=lambda: osd_ops(asok_dir))
+    else:
+        got = measure(make_s3(ep), sys.argv[2])
+    for name, d in got.items():
         cells = "  ".join(f"{pool}/{kind} {v:.2f}" for (pool, kind), v in sorted(d.items()) if v >= 0.005)
         print(f"{name:<22} {cells}")
+
+
+def make_s3(ep):
+    return boto3.client("s3", endpoint_url=ep, region_name="us-east-1",
+                        config=Config(retries={"max_attempts": 0}, s3={"addressing_style": "path"}))
 
 
 if __name__ == "__main__":

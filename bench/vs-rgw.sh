@@ -4,6 +4,8 @@
 # Prints each server's table and the Lode/RGW ratio per op class. Usage:
 #   bench/vs-rgw.sh [workload ...]      default: losf-ingest train-read stat-storm list
 # Extra `lode bench` arguments go in BENCH_ARGS (e.g. BENCH_ARGS="--objects 2000").
+# The pseudo-workload `rados-ops` counts the RADOS client ops per S3 operation of each server
+# at the OSDs (bench/rados_ops.py --osd-asok-dir), one server at a time.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/lode-target}"
@@ -58,7 +60,17 @@ for port in 19401 19402; do
         exit 1
     fi
 done
+PY="${LODE_VENV:-$HOME/.cache/lode-venv}/bin/python"
 for w in "${WORKLOADS[@]}"; do
+    if [ "$w" = rados-ops ]; then
+        for s in "lode 19401" "radosgw 19402"; do
+            set -- $s
+            echo "== RADOS client ops per S3 operation, counted at the OSDs: $1"
+            AWS_ACCESS_KEY_ID=$AK AWS_SECRET_ACCESS_KEY=$SK "$PY" "$ROOT/bench/rados_ops.py" \
+                "http://127.0.0.1:$2" --osd-asok-dir "$CEPH/run"
+        done
+        continue
+    fi
     echo "== lode cluster mode ($w)"
     "$LODE" bench "$w" --endpoint http://127.0.0.1:19401 --access-key $AK --secret-key $SK \
         --bucket "lode-$w" --json "$WORK/lode-$w.json" ${BENCH_ARGS:-}

@@ -122,7 +122,9 @@ CLUSTER_MODE = os.environ.get("LODE_COMPAT_MODE") == "cluster"
 local_only = pytest.mark.skipif(CLUSTER_MODE, reason="local by nature (one node's data dir, devices or mount)")
 
 
-def cluster_gateways(tmp_path_factory, n=2):
+def cluster_gateways(tmp_path_factory, n=2, first_args=()):
+    """`n` gateways on one fresh namespace of the cluster, started; the first one also gets
+    `first_args` (a mount)."""
     conf = os.environ["LODE_CEPH_CONF"]
     ns = "compat-" + uuid.uuid4().hex[:10]
     cfg = tmp_path_factory.mktemp("cluster-cfg") / "lode.toml"
@@ -130,7 +132,8 @@ def cluster_gateways(tmp_path_factory, n=2):
     args = ["--cluster", "ceph", "--ceph-conf", conf, "--index-pool", "lode-compat-index",
             "--data-pool", "lode-compat-data", "--namespace", ns, "--config", str(cfg)]
     env = {"LODE_DOMAIN": "localhost", "LODE_MASTER_KEY": "5e" * 32}
-    gws = [Lode(str(tmp_path_factory.mktemp("gw") / "data"), extra_env=env, extra_args=args) for _ in range(n)]
+    gws = [Lode(str(tmp_path_factory.mktemp("gw") / "data"), extra_env=env,
+                extra_args=args + (list(first_args) if i == 0 else [])) for i in range(n)]
     for g in gws:
         g.start()
     return gws

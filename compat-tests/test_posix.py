@@ -1,5 +1,9 @@
 """The POSIX door: a real FUSE mount served by a real `lode serve --mount`, used with plain file
-calls and POSIX tools, and checked against boto3 / aws-cli on the same namespace."""
+calls and POSIX tools, and checked against boto3 / aws-cli on the same namespace.
+
+With LODE_COMPAT_MODE=cluster (./test.sh's second pass) the mount is served by one of two
+cluster-mode gateways and the S3 client sends each request to the next gateway in turn, so
+what the tests check through S3 crosses gateways both ways."""
 
 import errno
 import hashlib
@@ -13,7 +17,7 @@ import uuid
 import pytest
 from botocore.exceptions import ClientError
 
-from conftest import Lode, make_client
+from conftest import CLUSTER_MODE, Lode, cluster_gateways, local_only, make_client, spread
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not os.path.exists("/dev/fuse"),
@@ -36,12 +40,18 @@ def force_unmount(path):
 def mounted(tmp_path_factory):
     d = tmp_path_factory.mktemp("posix")
     mnt = str(d / "mnt")
-    srv = Lode(str(d / "data"), extra_args=["--mount", mnt], device_size="1GiB")
-    srv.start()
+    if CLUSTER_MODE:
+        gws = cluster_gateways(tmp_path_factory, first_args=["--mount", mnt])
+    else:
+        gws = [Lode(str(d / "data"), extra_args=["--mount", mnt], device_size="1GiB")]
+        gws[0].start()
+    srv = gws[0]
     assert is_mounted(mnt)
     srv.mnt = mnt
+    srv.gateways = gws
     yield srv
-    srv.remove()
+    for g in gws:
+        g.remove()
     still = is_mounted(mnt)
     force_unmount(mnt)
     assert not still, "SIGTERM must unmount"
@@ -49,7 +59,10 @@ def mounted(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ps3(mounted):
-    return make_client(mounted.endpoint)
+    client = make_client(mounted.endpoint)
+    if len(mounted.gateways) > 1:
+        spread(client, [g.endpoint for g in mounted.gateways])
+    return client
 
 
 @pytest.fixture
@@ -213,6 +226,7 @@ def test_fsync_commits_and_readers_never_see_a_partial_file(pb, ps3):
     assert obj["ETag"] == '"%s"' % hashlib.md5(body).hexdigest()
 
 
+@local_only
 def test_statfs_reports_the_datapath(mounted):
     st = os.statvfs(mounted.mnt)
     assert st.f_blocks * st.f_frsize == 1 << 30
@@ -520,6 +534,7 @@ def test_fsx_style_random_read_write_truncate(pb, ps3):
 # ---------------------------------------------------------------- lifecycle
 
 
+@local_only
 def test_kill_9_leaves_a_stale_mount_that_the_next_start_replaces(tmp_path):
     mnt = str(tmp_path / "mnt")
     srv = Lode(str(tmp_path / "data"), extra_args=["--mount", mnt], device_size="64MiB")
@@ -561,6 +576,7 @@ def test_open_handle_sees_replacement_and_estale_after_delete(pb, ps3):
     f.close()
 
 
+@local_only
 def test_full_datapath_is_enospc_at_close_and_nothing_is_harmed(tmp_path):
     mnt = str(tmp_path / "mnt")
     srv = Lode(str(tmp_path / "data"), extra_args=["--mount", mnt], device_size="32MiB")
@@ -605,6 +621,7 @@ def test_other_users_are_kept_out_unless_allow_other(pb, mounted):
     assert p.returncode != 0 and b"Permission denied" in p.stderr, p
 
 
+@local_only
 def test_allow_other_enforces_permission_bits(tmp_path):
     # Outside pytest's 0700 temp tree, so that another user can reach it at all.
     mnt = f"/tmp/lode-allow-other-{uuid.uuid4().hex[:8]}"

@@ -389,19 +389,29 @@ impl Inner {
 
     /// Waits until a queued append is written. Group commit: whoever holds the flush lock
     /// writes everything queued so far, one append per log (concurrent writers share ops on
-    /// their run's one journal object instead of queueing behind each other there).
+    /// their run's one journal object instead of queueing behind each other there). A writer
+    /// whose append another leader wrote returns at once instead of waiting for the lock and
+    /// leading a flush of later appends (with a cluster that does not answer, every flush
+    /// takes the op timeout, and a queue of such waits would hold a request for many).
     async fn append(
         &self,
-        done: tokio::sync::oneshot::Receiver<Result<(), i32>>,
+        mut done: tokio::sync::oneshot::Receiver<Result<(), i32>>,
     ) -> Result<(), ChunkError> {
-        {
-            let _leader = self.flush_lock.lock().await;
-            let batch = std::mem::take(&mut self.journal.lock().expect("journal").queue);
-            if !batch.is_empty() {
-                self.flush(batch).await;
+        let r = tokio::select! {
+            biased;
+            r = &mut done => r,
+            leader = self.flush_lock.lock() => {
+                let batch = std::mem::take(&mut self.journal.lock().expect("journal").queue);
+                if !batch.is_empty() {
+                    self.flush(batch).await;
+                }
+                drop(leader);
+                // Queued before the lock was taken: in this batch, or in an earlier one whose
+                // leader let go of the lock only once it was written.
+                done.await
             }
-        }
-        match done.await {
+        };
+        match r {
             Ok(Ok(())) => Ok(()),
             Ok(Err(errno)) => Err(journal_err(errno)),
             Err(_) => Err(ChunkError::Io(std::io::Error::other("journal append lost"))),

@@ -79,6 +79,9 @@ pub(crate) const RETRIES: usize = 64;
 const ABORTED_MEMORY_MS: i64 = 24 * 3600 * 1000;
 /// Omap entries asked per read.
 const PAGE: u64 = 1000;
+/// Entries per read of a delimiter listing while it walks large directories (each read finds
+/// where the next one starts).
+const SEEK_READ: u64 = 8;
 
 /// Escapes bytes for an omap key without NUL (the C API takes omap paging bounds as C
 /// strings), preserving order and prefixes: `0x00 -> 01 02`, `0x01 -> 01 03`, others as is.
@@ -824,20 +827,29 @@ impl Catalog for RadosCatalog {
             _ => vec![],
         };
         let delim = q.delimiter.filter(|d| !d.is_empty());
+        // Entries per read. A read that ends inside a common prefix seeks past it; when most
+        // of a read was that prefix's keys (large directories), the next reads are small, so
+        // that finding each next directory does not carry a page of keys that are skipped.
+        let mut read_max = PAGE;
         loop {
             let want = (q.max + 1 - page.objects.len() - page.common_prefixes.len()) as u64;
-            let (entries, more) = self.scan(bucket, &after, &filter, want.min(PAGE)).await?;
+            let n = want.min(read_max);
+            let (entries, more) = self.scan(bucket, &after, &filter, n).await?;
             // The common prefix whose keys the rest of this page skips (read already: small
             // directories cost no read of their own); a page that ends inside it seeks past it.
             let mut skipping: Option<String> = None;
+            // Entries of the read skipped under the prefix it ended in.
+            let mut tail = 0u64;
             for (k, v) in &entries {
                 let key = key_of(k)?;
                 if let Some(cp) = &skipping {
                     if key.starts_with(cp.as_str()) {
+                        tail += 1;
                         continue;
                     }
                     skipping = None;
                 }
+                tail = 0;
                 let cp = delim.and_then(|d| {
                     key[q.prefix.len()..]
                         .find(d)
@@ -868,9 +880,14 @@ impl Catalog for RadosCatalog {
                 Some(cp) if more => {
                     after = okey(&cp);
                     after.push(HIGH);
+                    read_max = if 2 * tail >= entries.len() as u64 {
+                        SEEK_READ
+                    } else {
+                        (n * 8).min(PAGE)
+                    };
                 }
                 _ if !more || entries.is_empty() => return Ok(page),
-                _ => {}
+                _ => read_max = (n * 8).min(PAGE),
             }
         }
     }
