@@ -115,7 +115,7 @@ class Lode:
         return self.start()
 
 
-# LODE_COMPAT_MODE=cluster runs the S3 modules (./test.sh runs them a second time this way)
+# LODE_COMPAT_MODE=cluster runs the modules (./test.sh runs most of them a second time this way)
 # against two cluster-mode gateways over the Ceph cluster of LODE_CEPH_CONF, with every request
 # of the `s3` client sent to the next gateway in turn. Their partitions split at 64 keys.
 CLUSTER_MODE = os.environ.get("LODE_COMPAT_MODE") == "cluster"

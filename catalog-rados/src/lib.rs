@@ -695,6 +695,10 @@ impl Catalog for RadosCatalog {
         false
     }
 
+    fn bucket_known(&self, name: &str) -> bool {
+        self.routes.knows_bucket(name)
+    }
+
     async fn create_bucket(&self, name: &str, rec: BucketRecord) -> Result<()> {
         self.create_bucket_now(name, rec).await?;
         if let Some(o) = self.observer.get() {

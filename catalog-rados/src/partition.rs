@@ -325,6 +325,15 @@ impl Routes {
         }
     }
 
+    /// Whether the bucket's first partition was read lately and was plain (the bucket
+    /// existed then).
+    pub fn knows_bucket(&self, bucket: &str) -> bool {
+        let parts = self.parts.lock().unwrap();
+        parts
+            .get(bucket)
+            .is_some_and(|p| p.contains_key(&index_oid(bucket)))
+    }
+
     /// The partition that the cache says holds escaped position `pos`, if its last read
     /// showed it plain and holding `pos`.
     pub fn cached(&self, bucket: &str, pos: &[u8]) -> Option<(String, Part)> {
@@ -375,6 +384,7 @@ impl Inner {
             let r = match self.io.operate_read(&oid, op().getxattrs()).await {
                 Err(e) if e.is_not_found() => {
                     if oid == first {
+                        self.routes.forget(bucket);
                         return Err(CatalogError::NoSuchBucket);
                     }
                     // A stale route, or a `next` whose partition is gone (a bucket being
@@ -391,6 +401,7 @@ impl Inner {
             };
             let part = Part::of(&r);
             if part.epoch.as_ref() == DELETED.as_bytes() {
+                self.routes.forget(bucket);
                 return Err(CatalogError::NoSuchBucket);
             }
             let wait = if part.epoch.starts_with(CLOSING.as_bytes()) {

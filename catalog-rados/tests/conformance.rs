@@ -852,3 +852,40 @@ async fn delimiter_listings_over_large_and_small_directories() {
         assert_eq!(got, want, "max {max}");
     }
 }
+
+/// A gateway that used a bucket a moment ago knows it exists without IO (the hint that spares
+/// a chunked PUT its bucket check); once another gateway deleted it, the next commit through
+/// the first answers `NoSuchBucket` (blind or not) and the hint is dropped; a bucket made
+/// again under the same name takes writes through both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_known_bucket_deleted_elsewhere_fails_the_commit_and_is_forgotten() {
+    let Some(c) = cluster().await else { return };
+    c.create_pool(POOL, &PoolSpec::replicated(3)).await.unwrap();
+    let ns = namespace("known");
+    let a = RadosCatalog::open(&c, POOL, &ns).await.unwrap();
+    let c2 = cluster().await.unwrap();
+    let b = RadosCatalog::open(&c2, POOL, &ns).await.unwrap();
+    assert!(!a.bucket_known("gone"));
+    a.create_bucket("gone", bucket_rec()).await.unwrap();
+    put_rec(&a, "gone", "k1", "e").await.unwrap();
+    put_rec(&a, "gone", "k2", "e").await.unwrap();
+    assert!(a.bucket_known("gone"));
+    b.delete("gone", "k1").await.unwrap();
+    b.delete("gone", "k2").await.unwrap();
+    b.delete_bucket("gone").await.unwrap();
+    assert!(a.bucket_known("gone"), "a hint, not the truth");
+    assert!(matches!(
+        put_rec(&a, "gone", "k3", "e").await,
+        Err(CatalogError::NoSuchBucket)
+    ));
+    assert!(!a.bucket_known("gone"));
+    b.create_bucket("gone", bucket_rec()).await.unwrap();
+    put_rec(&a, "gone", "k4", "e").await.unwrap();
+    put_rec(&b, "gone", "k5", "e").await.unwrap();
+    let keys: Vec<String> = list_all(&a, "gone", 10)
+        .await
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(keys, ["k4", "k5"]);
+}

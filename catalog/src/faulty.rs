@@ -82,6 +82,9 @@ impl Catalog for FaultyCatalog {
     fn get_cached(&self, bucket: &str, key: &str) -> Option<Result<Option<ObjectRecord>>> {
         self.inner.get_cached(bucket, key)
     }
+    fn bucket_known(&self, name: &str) -> bool {
+        self.inner.bucket_known(name)
+    }
     fn head_cached(&self, bucket: &str, key: &str) -> Option<Result<Option<ObjectRecord>>> {
         self.inner.head_cached(bucket, key)
     }

@@ -291,6 +291,14 @@ pub trait Catalog: Send + Sync + 'static {
         Ok(self.get(bucket, key).await?.map(ObjectRecord::into_head))
     }
 
+    /// Whether `name` is known to exist without IO: it did a moment ago, and may be gone
+    /// since (the commit that follows then answers `NoSuchBucket`). A hint for checks that
+    /// only save wasted work, never for access decisions. Default: not known.
+    fn bucket_known(&self, name: &str) -> bool {
+        let _ = name;
+        false
+    }
+
     /// Like [`Catalog::get`] (the full record) when the answer is at hand without IO; `None`
     /// otherwise (the caller then awaits `get`). Default: never at hand.
     fn get_cached(&self, bucket: &str, key: &str) -> Option<Result<Option<ObjectRecord>>> {

@@ -190,7 +190,13 @@ async fn open_cluster(
     )
     .await
     .context("opening the index")?;
-    let data = cluster
+    // Chunks go through a connection of their own: librados throttles the bytes and ops in
+    // flight per connection, so checkpoint and stream transfers queued there do not hold up
+    // the index ops of small requests (which, on one connection, waited behind them).
+    let data_cluster = Cluster::connect(&rc)
+        .await
+        .context("connecting to the Ceph cluster for data")?;
+    let data = data_cluster
         .ioctx(&c.data_pool)
         .await?
         .with_namespace(&c.namespace)
@@ -211,9 +217,10 @@ async fn open_cluster(
 pub async fn cluster_service(
     c: &lode_config::ClusterConfig,
     service_cfg: ServiceConfig,
-) -> anyhow::Result<(ObjectService, lode_rados::IoCtx)> {
+) -> anyhow::Result<(ObjectService, lode_rados::IoCtx, Arc<lode_rados::Cluster>)> {
     let (catalog, data, gc) = open_cluster(c, true).await?;
     let index = gc.clone();
+    let data_cluster = Arc::clone(data.cluster());
     // Every change this gateway commits goes to the other gateways' mounts.
     catalog.observe(crate::posix::feed::publisher(index.clone()));
     let blobs = lode_blob_rados::RadosBlobStore::new(
@@ -227,16 +234,22 @@ pub async fn cluster_service(
     // Every gateway collects released chunks, those of gateways that are gone included.
     blobs.start_collector();
     let svc = ObjectService::open(Arc::new(catalog), Arc::new(blobs), service_cfg)?;
-    Ok((svc, index))
+    Ok((svc, index, data_cluster))
 }
 
 /// The RADOS operations this gateway sent, per pool and kind, for `/metrics`.
-fn rados_metrics(cluster: &lode_rados::Cluster) -> String {
+fn rados_metrics(clusters: &[Arc<lode_rados::Cluster>]) -> String {
     let name = crate::admin::METRIC_RADOS_OPS;
     let mut out = format!(
         "# HELP {name} RADOS operations this gateway sent (a compound op counts once).\n# TYPE {name} counter\n"
     );
-    for (pool, reads, writes) in cluster.op_counts() {
+    let mut pools: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+    for (pool, reads, writes) in clusters.iter().flat_map(|c| c.op_counts()) {
+        let p = pools.entry(pool).or_default();
+        p.0 += reads;
+        p.1 += writes;
+    }
+    for (pool, (reads, writes)) in pools {
         out += &format!("{name}{{pool=\"{pool}\",kind=\"read\"}} {reads}\n");
         out += &format!("{name}{{pool=\"{pool}\",kind=\"write\"}} {writes}\n");
     }
@@ -525,11 +538,11 @@ pub async fn serve(
             );
         };
         let master = crate::users::master_key(std::path::Path::new(""), Some(master_hex))?;
-        let (svc, index) = cluster_service(&cfg.cluster, service_cfg).await?;
+        let (svc, index, data_cluster) = cluster_service(&cfg.cluster, service_cfg).await?;
         let svc = Arc::new(svc);
-        let cluster = Arc::clone(index.cluster());
+        let clusters = [Arc::clone(index.cluster()), data_cluster];
         registry_io = Some(index);
-        extra_metrics = Some(Arc::new(move || rados_metrics(&cluster)));
+        extra_metrics = Some(Arc::new(move || rados_metrics(&clusters)));
         let users = Arc::new(
             crate::users::Users::open(Arc::clone(svc.catalog()), master, creds.clone())
                 .await

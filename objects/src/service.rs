@@ -530,8 +530,12 @@ impl ObjectService {
         // A body that may need chunks is not written into a bucket that is not there. A body
         // small enough to stay inline costs nothing to take in, and the commit answers
         // `NoSuchBucket` itself: one catalog read fewer per small PUT (in cluster mode a read
-        // of the shared bucket directory).
-        if content_length.is_none_or(|l| l < 0 || l as u64 > self.cfg.inline_threshold as u64) {
+        // of the shared bucket directory). Nor where the catalog knows the bucket without IO
+        // (a cluster gateway that used it a moment ago): if it went since, the commit says so
+        // and the chunks go with the dropped writer.
+        if content_length.is_none_or(|l| l < 0 || l as u64 > self.cfg.inline_threshold as u64)
+            && !self.catalog.bucket_known(bucket)
+        {
             self.bucket(bucket).await?;
         }
         let ing = self
