@@ -30,6 +30,13 @@
 //! `Unavailable` (the S3 door answers 503 SlowDown; the OSD deduplicates a resent op, and
 //! every commit is a conditional replace, so a retry is idempotent).
 //!
+//! A commit that makes a key (a PUT or copy whose conditions hold for an absent key) first
+//! tries without the read: guarded on the key being absent and on the partition's epoch as
+//! this gateway last read it (every change of a partition's range, claim or state changes
+//! its epoch, so a stale view fails the guard), and the new keys waiting for one partition
+//! at once go in one op ([`batch`]: guarded write ops on one object run one after another in
+//! the OSD). A guard that fails applies nothing, and the key goes the read path above.
+//!
 //! A key's payload `d<key>` is written and removed only in the same op as its `o<key>`, and
 //! an `o` value names its content (size, ETag, last-modified), so the guard on `o<key>` covers
 //! the payload too (`commit_key`). `get` reads both in one read op (one version of the
