@@ -122,7 +122,7 @@ CLUSTER_MODE = os.environ.get("LODE_COMPAT_MODE") == "cluster"
 local_only = pytest.mark.skipif(CLUSTER_MODE, reason="local by nature (one node's data dir, devices or mount)")
 
 
-def cluster_gateways(tmp_path_factory, n=2, first_args=()):
+def cluster_gateways(tmp_path_factory, n=2, first_args=(), extra_env=None):
     """`n` gateways on one fresh namespace of the cluster, started; the first one also gets
     `first_args` (a mount)."""
     conf = os.environ["LODE_CEPH_CONF"]
@@ -131,7 +131,7 @@ def cluster_gateways(tmp_path_factory, n=2, first_args=()):
     cfg.write_text("[cluster]\nindex_split_keys = 64\n")
     args = ["--cluster", "ceph", "--ceph-conf", conf, "--index-pool", "lode-compat-index",
             "--data-pool", "lode-compat-data", "--namespace", ns, "--config", str(cfg)]
-    env = {"LODE_DOMAIN": "localhost", "LODE_MASTER_KEY": "5e" * 32}
+    env = {"LODE_DOMAIN": "localhost", "LODE_MASTER_KEY": "5e" * 32, **(extra_env or {})}
     gws = [Lode(str(tmp_path_factory.mktemp("gw") / "data"), extra_env=env,
                 extra_args=args + (list(first_args) if i == 0 else [])) for i in range(n)]
     for g in gws:

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conftest import ACCESS_KEY, SECRET_KEY, lode_bin
+from conftest import ACCESS_KEY, SECRET_KEY, local_only, lode_bin
 
 
 @pytest.mark.parametrize(
@@ -122,6 +122,7 @@ def test_bench_blender_reports_interference(lode_server, tmp_path):
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/fuse"), reason="needs FUSE (root)")
+@local_only
 def test_bench_posix_variant_over_the_mount(tmp_path):
     from conftest import Lode
     mnt = str(tmp_path / "mnt")

@@ -11,6 +11,10 @@ packed into tar shards; see trainset.py), uploaded once with boto3, then read ba
   path-style fallback would fail);
 - S3Checkpoint save/load of a real torchvision model's state dict (multipart via the CRT);
 - ImageFolder over /<mount>/<bucket>/train with the same hashes as over S3.
+
+With LODE_COMPAT_MODE=cluster the set is uploaded through one cluster-mode gateway and read
+through another (which also serves the mount), 1,000 samples unless LODE_TRAIN_SAMPLES says
+otherwise (three replicas on the test cluster's small OSD files).
 """
 
 import collections
@@ -24,11 +28,11 @@ pytest.importorskip("s3torchconnector")
 import torchvision  # noqa: E402
 
 import trainset  # noqa: E402
-from conftest import ACCESS_KEY, SECRET_KEY, Lode, make_client  # noqa: E402
+from conftest import ACCESS_KEY, CLUSTER_MODE, SECRET_KEY, Lode, cluster_gateways, make_client  # noqa: E402
 from s3torchconnector import S3Checkpoint, S3ClientConfig  # noqa: E402
 from s3torchconnector.s3reader import S3ReaderConstructor  # noqa: E402
 
-SAMPLES = int(os.environ.get("LODE_TRAIN_SAMPLES", "20000"))
+SAMPLES = int(os.environ.get("LODE_TRAIN_SAMPLES", "1000" if CLUSTER_MODE else "20000"))
 VHOST_DOMAIN = "lode-vhost.test"
 HAVE_FUSE = os.geteuid() == 0 and os.path.exists("/dev/fuse")
 
@@ -40,18 +44,24 @@ def train(tmp_path_factory):
     # Raw + shards are ~2 x 300 KB per sample; the device is preallocated at its full size.
     dev_gib = max(2, (SAMPLES * 2 * 300_000 * 5 // 4) >> 30) + 1
     extra = ["--mount", mnt] if HAVE_FUSE else []
-    srv = Lode(str(d / "data"), extra_env={"LODE_DOMAIN": VHOST_DOMAIN}, extra_args=extra,
-               device_size=f"{dev_gib}GiB")
-    srv.start()
+    if CLUSTER_MODE:
+        gws = cluster_gateways(tmp_path_factory, first_args=extra, extra_env={"LODE_DOMAIN": VHOST_DOMAIN})
+    else:
+        gws = [Lode(str(d / "data"), extra_env={"LODE_DOMAIN": VHOST_DOMAIN}, extra_args=extra,
+                    device_size=f"{dev_gib}GiB")]
+        gws[0].start()
+    # Readers use the first (its mount too); the set goes in through the last.
+    srv = gws[0]
     # The CRT client inside s3torchconnector reads its credentials from the environment.
     os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"] = ACCESS_KEY, SECRET_KEY
     bucket = "train-" + uuid.uuid4().hex[:8]
-    s3 = trainset.s3_client(srv.endpoint, ACCESS_KEY, SECRET_KEY)
+    s3 = trainset.s3_client(gws[-1].endpoint, ACCESS_KEY, SECRET_KEY)
     s3.create_bucket(Bucket=bucket)
     hashes = trainset.generate(s3, bucket, SAMPLES)
     assert len(hashes) == SAMPLES
     yield collections.namedtuple("T", "srv s3 bucket hashes mnt")(srv, s3, bucket, hashes, mnt if HAVE_FUSE else None)
-    srv.remove()
+    for g in gws:
+        g.remove()
 
 
 def check_epoch(items, expected):
