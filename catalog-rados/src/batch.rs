@@ -86,7 +86,10 @@ impl Batches {
                 }
                 take_batch(&mut lane.queue)
             };
-            let epoch = batch[0].blind.epoch.clone();
+            let Some(first) = batch.first() else {
+                continue;
+            };
+            let epoch = first.blind.epoch.clone();
             let mut op = WriteOp::new().cmpxattr(EPOCH, CmpOp::Eq, &epoch);
             for w in &batch {
                 op = op.omap_cmp(&w.blind.key, CmpOp::Eq, b"");
@@ -117,11 +120,20 @@ impl Batches {
 /// The next op's commits from the front of `queue`: one epoch, each key once, within the
 /// limits. Those left out stay in order for the next op.
 fn take_batch(queue: &mut VecDeque<Waiting>) -> Vec<Waiting> {
-    let epoch = queue[0].blind.epoch.clone();
+    let epoch = queue
+        .iter()
+        .find(|w| !w.done.is_closed())
+        .map(|w| w.blind.epoch.clone())
+        .unwrap_or_default();
     let (mut batch, mut rest) = (vec![], VecDeque::new());
     let mut keys = HashSet::new();
     let mut bytes = 0usize;
     while let Some(w) = queue.pop_front() {
+        // Its request went away (a client that disconnected): its chunks are being removed,
+        // so its record must not be written.
+        if w.done.is_closed() {
+            continue;
+        }
         let size: usize = w.blind.set.iter().map(|(k, v)| k.len() + v.len()).sum();
         let fits = batch.is_empty()
             || (batch.len() < MAX_KEYS && bytes + size <= MAX_BYTES && w.blind.epoch == epoch);
@@ -179,18 +191,26 @@ mod tests {
         let left: Vec<Waiting> = q.into_iter().collect();
         assert_eq!(keys(&left), ["a", "c"]);
 
-        let mut q: VecDeque<Waiting> = (0..MAX_KEYS + 5)
-            .map(|i| waiting(&format!("k{i}"), "1", 10).0)
-            .collect();
+        let (mut q, _rxs): (VecDeque<Waiting>, Vec<_>) = (0..MAX_KEYS + 5)
+            .map(|i| waiting(&format!("k{i}"), "1", 10))
+            .unzip();
         assert_eq!(take_batch(&mut q).len(), MAX_KEYS);
         assert_eq!(q.len(), 5);
 
+        // A commit whose request went away is dropped, not written.
+        let (gone, rx) = waiting("gone", "1", 10);
+        drop(rx);
+        let (kept, _rx) = waiting("kept", "1", 10);
+        let mut q: VecDeque<Waiting> = [gone, kept].into_iter().collect();
+        assert_eq!(keys(&take_batch(&mut q)), ["kept"]);
+        assert!(q.is_empty());
+
         // Bytes: a big first commit goes alone; the next one waits.
-        let mut q: VecDeque<Waiting> = [MAX_BYTES + 1, 10]
+        let (mut q, _rxs): (VecDeque<Waiting>, Vec<_>) = [MAX_BYTES + 1, 10]
             .iter()
             .enumerate()
-            .map(|(i, s)| waiting(&format!("k{i}"), "1", *s).0)
-            .collect();
+            .map(|(i, s)| waiting(&format!("k{i}"), "1", *s))
+            .unzip();
         assert_eq!(take_batch(&mut q).len(), 1);
         assert_eq!(q.len(), 1);
     }

@@ -76,6 +76,14 @@ pub(crate) const BUCKETS: &str = "lode.buckets";
 const SYS: &str = "lode.sys";
 pub(crate) const EPOCH: &str = "lode.epoch";
 pub(crate) const FIRST_EPOCH: &str = "0000000001";
+
+/// The first epoch of a bucket's first partition: distinct for every creation of the name
+/// (the time and a random part), so that a gateway's view of a deleted bucket's partition,
+/// epoch included, never matches the partition of a bucket made again under its name.
+pub(crate) fn creation_epoch() -> String {
+    let r: u64 = rand::random::<u64>() % 1_000_000;
+    format!("{:010}", (now_ms().max(0) as u64) * 1_000_000 + r)
+}
 pub(crate) const DELETED: &str = "deleted";
 /// Separator inside escaped omap keys: sorts below every escaped byte.
 const SEP: [u8; 2] = [1, 1];
@@ -373,7 +381,7 @@ impl RadosCatalog {
                 &oid,
                 WriteOp::new()
                     .create(true)
-                    .setxattr(EPOCH, FIRST_EPOCH)
+                    .setxattr(EPOCH, creation_epoch())
                     .setxattr("lode.owner", rec.owner.as_bytes()),
             )
             .await;

@@ -888,8 +888,13 @@ impl Inner {
             Ok(true) => {}
             Ok(false) => return Ok(true),
             Err(e) => {
-                // Not sealed (its claim was taken over, or an error): Q is nobody's.
-                b.drop_q().await;
+                // Not sealed (its claim was taken over, or an error): Q is nobody's. Unless
+                // the cluster did not answer: the seal may have applied (P naming Q), so Q
+                // stays, and whoever finds the claim run out takes the split over from P's
+                // state (the state `SplitStop::Sealed` leaves, tested as such).
+                if !matches!(e, CatalogError::Unavailable(_)) {
+                    b.drop_q().await;
+                }
                 return Err(e);
             }
         }

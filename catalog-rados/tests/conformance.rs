@@ -889,3 +889,42 @@ async fn a_known_bucket_deleted_elsewhere_fails_the_commit_and_is_forgotten() {
         .collect();
     assert_eq!(keys, ["k4", "k5"]);
 }
+
+/// A gateway's view of a bucket's first partition (range and epoch) must not admit a blind
+/// commit into the partition of a bucket made again under the same name: the same sequence
+/// of splits would bring its epoch to the same number, with another range. Gateway A knows
+/// the first life's first partition (split at "m"); B deletes the bucket, makes it again and
+/// splits it at "g"; A's new key "h" must land where listings find it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_view_of_a_deleted_bucket_never_admits_a_commit_into_its_successor() {
+    let Some(c) = cluster().await else { return };
+    c.create_pool(POOL, &PoolSpec::replicated(3)).await.unwrap();
+    let ns = namespace("reborn");
+    let a = RadosCatalog::open(&c, POOL, &ns).await.unwrap();
+    let c2 = cluster().await.unwrap();
+    let b = RadosCatalog::open(&c2, POOL, &ns).await.unwrap();
+    a.create_bucket("r", bucket_rec()).await.unwrap();
+    for k in ["a", "c", "m", "p"] {
+        put_rec(&a, "r", k, "e").await.unwrap();
+    }
+    assert!(a.split_at("r", "m").await.unwrap());
+    // A's view of the first partition: [.., "m").
+    put_rec(&a, "r", "b", "e").await.unwrap();
+    for k in ["a", "b", "c", "m", "p"] {
+        b.delete("r", k).await.unwrap();
+    }
+    b.delete_bucket("r").await.unwrap();
+    b.create_bucket("r", bucket_rec()).await.unwrap();
+    for k in ["a", "c", "g", "p"] {
+        put_rec(&b, "r", k, "e").await.unwrap();
+    }
+    assert!(b.split_at("r", "g").await.unwrap());
+    put_rec(&a, "r", "h", "e").await.unwrap();
+    let keys: Vec<String> = list_all(&b, "r", 10)
+        .await
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(keys, ["a", "c", "g", "h", "p"]);
+    assert!(b.get("r", "h").await.unwrap().is_some());
+}

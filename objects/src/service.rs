@@ -260,6 +260,23 @@ fn same_parts(done: &[PartSummary], asked: &[(i32, String, crate::checksum::Chec
 }
 
 /// The S3 multipart ETag: MD5 of the concatenated binary part MD5s, `-N`.
+/// A commit failed. If it may have applied all the same (the catalog did not answer in time),
+/// its new chunks are kept: they are the committed record's bytes if it landed, and orphans
+/// for `lode fsck --repair` if it did not. Any other failure applied nothing, and dropping
+/// `alloc` frees them.
+fn keep_if_maybe_applied(
+    e: lode_catalog::CatalogError,
+    alloc: Option<Box<dyn PendingBlobs>>,
+) -> ObjError {
+    if matches!(e, lode_catalog::CatalogError::Unavailable(_))
+        && let Some(a) = alloc
+    {
+        tracing::warn!(error = %e, "a commit may have applied: its chunks are kept");
+        a.commit();
+    }
+    e.into()
+}
+
 pub fn multipart_etag(part_etags: &[&str]) -> String {
     let mut h = Md5::new();
     for e in part_etags {
@@ -577,7 +594,10 @@ impl ObjectService {
         fresh: bool,
     ) -> ObjResult<()> {
         let refs = if fresh { Refs::Fresh } else { Refs::Shared };
-        let done = self.catalog.put(bucket, key, record, &cond, refs).await?;
+        let done = match self.catalog.put(bucket, key, record, &cond, refs).await {
+            Ok(d) => d,
+            Err(e) => return Err(keep_if_maybe_applied(e, alloc)),
+        };
         if let Some(a) = alloc {
             a.commit();
         }
@@ -832,10 +852,14 @@ impl ObjectService {
         part: PartRecord,
         alloc: Option<Box<dyn PendingBlobs>>,
     ) -> ObjResult<PartRecord> {
-        let released = self
+        let released = match self
             .catalog
             .put_part(bucket, key, upload_id, part_number as u32, part.clone())
-            .await?;
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => return Err(keep_if_maybe_applied(e, alloc)),
+        };
         if let Some(a) = alloc {
             a.commit();
         }
@@ -1025,4 +1049,65 @@ fn build_completion(
         record,
         used_parts: chosen.iter().map(|(n, _)| *n).collect(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use lode_catalog::{Catalog, Fault, FaultyCatalog, ObjectMeta};
+    use lode_datapath::{Datapath, LocalBlobStore, MemChunkStore};
+
+    use super::*;
+
+    fn body(n: usize, fill: u8) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Unpin {
+        futures::stream::iter(vec![Ok(Bytes::from(vec![fill; n]))])
+    }
+
+    /// A PUT whose commit applied but whose reply was lost (`Unavailable`) keeps its chunks:
+    /// the object it committed stays whole when later writes take freed space (without the
+    /// keep, its extents went back to the allocator and the next PUTs wrote over them).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_commit_that_may_have_applied_keeps_its_chunks() {
+        let store = Arc::new(MemChunkStore::new(&[64 << 20]));
+        let dp = Arc::new(Datapath::new(store, true));
+        let faulty = Arc::new(FaultyCatalog::new(Arc::new(lode_catalog::mem_catalog())));
+        let cat: Arc<dyn Catalog> = faulty.clone();
+        let cfg = ServiceConfig {
+            chunk_size: 1 << 20,
+            ..Default::default()
+        };
+        let svc =
+            ObjectService::open(cat, Arc::new(LocalBlobStore::new(dp)), cfg).expect("service");
+        svc.create_bucket("bkt", "me").await.unwrap();
+        let n = 3 << 20;
+        let put = |key: &'static str, fill: u8| {
+            svc.put_object(
+                "bkt",
+                key,
+                ObjectMeta::default(),
+                body(n, fill),
+                Some(n as i64),
+                Integrity::default(),
+                WriteCond::default(),
+            )
+        };
+        faulty.inject(Fault::FailAfter);
+        assert!(matches!(put("a", 1).await, Err(ObjError::Unavailable(_))));
+        for (i, key) in ["b", "c", "d"].into_iter().enumerate() {
+            put(key, 2 + i as u8).await.unwrap();
+        }
+        let h = svc.open_object("bkt", "a").await.unwrap();
+        assert_eq!(h.record.size, n as u64);
+        let mut got = vec![];
+        let mut s = Box::pin(svc.read_range(h, 0, n as u64));
+        while let Some(piece) = s.next().await {
+            got.extend_from_slice(&piece.unwrap());
+        }
+        assert!(
+            got.len() == n && got.iter().all(|b| *b == 1),
+            "object a was overwritten"
+        );
+    }
 }
