@@ -40,9 +40,10 @@ cd "$ROOT/compat-tests"
 compat_rc=0
 "$VENV/bin/pytest" -q -p no:cacheprovider "$@" || compat_rc=$?
 if [ $# -eq 0 ]; then
-    # The S3 modules, the POSIX door, the training loaders and the bench again, against two
-    # cluster-mode gateways over the same Ceph cluster, each S3 request to the next gateway in
-    # turn, the mount on one of them, partitions splitting at 64 keys (conftest.py).
+    # The S3 modules, the POSIX door, the training loaders and the bench again, against
+    # cluster-mode gateways over the same Ceph cluster (two for the S3 modules, each request to
+    # the next in turn; the training set goes in through one and out through the other and its
+    # mount), partitions splitting at 64 keys (conftest.py).
     echo "==> compat tests in cluster mode (two gateways, requests spread over both)"
     LODE_COMPAT_MODE=cluster "$VENV/bin/pytest" -q -p no:cacheprovider \
         test_objects.py test_list.py test_multipart.py test_buckets.py test_aws_parity.py \
