@@ -93,3 +93,19 @@ def test_presign_fetched_with_plain_http(aws, cli_bucket, tmp_path):
 def test_cli_error_for_missing_key(aws, cli_bucket, tmp_path):
     p = aws("s3", "cp", f"s3://{cli_bucket}/nope", str(tmp_path / "x"), check=False)
     assert p.returncode != 0 and (b"404" in p.stderr or b"Not Found" in p.stderr)
+
+
+def test_s3api_conditional_delete(aws, cli_bucket, tmp_path):
+    src = tmp_path / "x.bin"
+    src.write_bytes(os.urandom(1234))
+    aws("s3", "cp", str(src), f"s3://{cli_bucket}/x.bin")
+    bad = aws("s3api", "delete-object", "--bucket", cli_bucket, "--key", "x.bin", "--if-match", '"ffff"', check=False)
+    assert bad.returncode != 0 and b"PreconditionFailed" in bad.stderr
+    bad = aws("s3api", "delete-object", "--bucket", cli_bucket, "--key", "x.bin", "--if-match-size", "1233", check=False)
+    assert bad.returncode != 0 and b"PreconditionFailed" in bad.stderr
+    aws("s3api", "head-object", "--bucket", cli_bucket, "--key", "x.bin")
+    aws("s3api", "delete-object", "--bucket", cli_bucket, "--key", "x.bin", "--if-match", digest(src), "--if-match-size", "1234")
+    gone = aws("s3api", "head-object", "--bucket", cli_bucket, "--key", "x.bin", check=False)
+    assert gone.returncode != 0 and b"404" in gone.stderr
+    absent = aws("s3api", "delete-object", "--bucket", cli_bucket, "--key", "x.bin", "--if-match", "*", check=False)
+    assert absent.returncode != 0 and b"NoSuchKey" in absent.stderr

@@ -156,6 +156,61 @@ def test_conditional_writes(s3, bucket):
     assert status(e) == 404
 
 
+def test_conditional_delete_object(s3, bucket):
+    body = os.urandom(3000)
+    et = s3.put_object(Bucket=bucket, Key="cd", Body=body)["ETag"]
+    h = s3.head_object(Bucket=bucket, Key="cd")
+    mtime = h["LastModified"]
+    # Each failing condition: 412, and the object stays.
+    for kw in (
+        {"IfMatch": '"0123456789abcdef0123456789abcdef"'},
+        {"IfMatchSize": 2999},
+        {"IfMatchLastModifiedTime": mtime + datetime.timedelta(seconds=1)},
+        {"IfMatch": et, "IfMatchSize": 3001},
+    ):
+        with pytest.raises(ClientError) as e:
+            s3.delete_object(Bucket=bucket, Key="cd", **kw)
+        assert code(e) == "PreconditionFailed" and status(e) == 412, kw
+        assert s3.get_object(Bucket=bucket, Key="cd")["Body"].read() == body
+    r = s3.delete_object(Bucket=bucket, Key="cd", IfMatch=et, IfMatchSize=3000, IfMatchLastModifiedTime=mtime)
+    assert r["ResponseMetadata"]["HTTPStatusCode"] == 204
+    with pytest.raises(ClientError) as e:
+        s3.head_object(Bucket=bucket, Key="cd")
+    assert status(e) == 404
+    # An absent key: If-Match (an ETag or *) is NoSuchKey; the size and time conditions hold.
+    for m in (et, "*"):
+        with pytest.raises(ClientError) as e:
+            s3.delete_object(Bucket=bucket, Key="cd", IfMatch=m)
+        assert code(e) == "NoSuchKey" and status(e) == 404
+    assert s3.delete_object(Bucket=bucket, Key="cd", IfMatchSize=1)["ResponseMetadata"]["HTTPStatusCode"] == 204
+    s3.put_object(Bucket=bucket, Key="cd", Body=b"again")
+    assert s3.delete_object(Bucket=bucket, Key="cd", IfMatch="*")["ResponseMetadata"]["HTTPStatusCode"] == 204
+    assert "Contents" not in s3.list_objects_v2(Bucket=bucket, Prefix="cd")
+
+
+def test_conditional_delete_objects_per_object(s3, bucket):
+    ets = {k: s3.put_object(Bucket=bucket, Key=k, Body=k.encode() * 10)["ETag"] for k in ("a", "b", "c", "d", "e")}
+    mtime = s3.head_object(Bucket=bucket, Key="e")["LastModified"]
+    r = s3.delete_objects(
+        Bucket=bucket,
+        Delete={
+            "Objects": [
+                {"Key": "a", "ETag": ets["a"]},
+                {"Key": "b", "ETag": ets["a"]},
+                {"Key": "c", "Size": 11},
+                {"Key": "d", "ETag": "*", "Size": 10},
+                {"Key": "e", "LastModifiedTime": mtime},
+                {"Key": "gone", "ETag": "*"},
+            ]
+        },
+    )
+    assert sorted(d["Key"] for d in r["Deleted"]) == ["a", "d", "e"]
+    errs = {e["Key"]: e["Code"] for e in r["Errors"]}
+    assert errs == {"b": "PreconditionFailed", "c": "PreconditionFailed", "gone": "NoSuchKey"}
+    left = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
+    assert left == ["b", "c"]
+
+
 def test_delete_is_idempotent_and_missing_key_errors(s3, bucket):
     s3.put_object(Bucket=bucket, Key="d", Body=b"x")
     assert s3.delete_object(Bucket=bucket, Key="d")["ResponseMetadata"]["HTTPStatusCode"] == 204

@@ -790,8 +790,13 @@ impl Catalog for RadosCatalog {
         Ok(commit(prev))
     }
 
-    async fn delete(&self, bucket: &str, key: &str) -> Result<Commit> {
-        let (prev, _) = self.commit_key(bucket, key, false, |_| Ok(None)).await?;
+    async fn delete(&self, bucket: &str, key: &str, cond: &Cond) -> Result<Commit> {
+        let (prev, _) = self
+            .commit_key(bucket, key, false, |cur| {
+                cond.check(cur)?;
+                Ok(None)
+            })
+            .await?;
         Ok(commit(prev))
     }
 

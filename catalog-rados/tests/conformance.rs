@@ -165,7 +165,7 @@ async fn rados_payloads_live_apart_and_never_leak() {
         );
     }
     for k in ["keep/inline", "keep/chunked"] {
-        cat.delete("leak", k).await.unwrap();
+        cat.delete("leak", k, &Cond::default()).await.unwrap();
     }
     assert!(tagged_entries(&io, "leak", b'd').await.is_empty());
     cat.delete_bucket("leak").await.unwrap();
@@ -256,7 +256,13 @@ async fn rados_reads_and_migrates_format_2_records() {
         vec!["a"]
     );
     for k in ["a", "b2", "e/x"] {
-        assert!(cat.delete("old", k).await.unwrap().previous.is_some());
+        assert!(
+            cat.delete("old", k, &Cond::default())
+                .await
+                .unwrap()
+                .previous
+                .is_some()
+        );
     }
     assert!(tagged_entries(&io, "old", b'd').await.is_empty());
     cat.delete_bucket("old").await.unwrap();
@@ -416,7 +422,7 @@ async fn splits_under_concurrent_writers_and_listers_match_a_reference_model() {
                     model.insert(key, etag);
                 } else if op < 6 {
                     let key = format!("r/{:03}/{w}", rnd(120));
-                    cat.delete("s", &key).await.unwrap();
+                    cat.delete("s", &key, &Cond::default()).await.unwrap();
                     model.remove(&key);
                 } else if op < 9 {
                     // Monotonic names: every writer appends at the end.
@@ -571,7 +577,9 @@ async fn splits_cut_short_are_taken_over() {
             put_rec(&live, &bucket, key, &etag).await.unwrap();
             model.insert(key.to_owned(), etag);
         }
-        live.delete(&bucket, "k040").await.unwrap();
+        live.delete(&bucket, "k040", &Cond::default())
+            .await
+            .unwrap();
         model.remove("k040");
         // A later check (or a bucket deletion) takes over whatever is left.
         tokio::time::sleep(lease).await;
@@ -628,11 +636,11 @@ async fn renames_and_bucket_deletion_across_partitions() {
         cat.remove_dir("x", "d/").await,
         Err(CatalogError::DirectoryNotEmpty)
     ));
-    cat.delete("x", "d/x").await.unwrap();
+    cat.delete("x", "d/x", &Cond::default()).await.unwrap();
     cat.remove_dir("x", "d/").await.unwrap();
     // Not empty while the last partition holds a key; the others reopen.
     for key in ["a/1", "a/2", "m/1", "z/3"] {
-        cat.delete("x", key).await.unwrap();
+        cat.delete("x", key, &Cond::default()).await.unwrap();
     }
     assert!(matches!(
         cat.delete_bucket("x").await,
@@ -640,7 +648,7 @@ async fn renames_and_bucket_deletion_across_partitions() {
     ));
     put_rec(&cat, "x", "a/1", "again").await.unwrap();
     for key in ["a/1", "z/2"] {
-        cat.delete("x", key).await.unwrap();
+        cat.delete("x", key, &Cond::default()).await.unwrap();
     }
     let oids: Vec<String> = cat
         .partitions("x")
@@ -870,8 +878,8 @@ async fn a_known_bucket_deleted_elsewhere_fails_the_commit_and_is_forgotten() {
     put_rec(&a, "gone", "k1", "e").await.unwrap();
     put_rec(&a, "gone", "k2", "e").await.unwrap();
     assert!(a.bucket_known("gone"));
-    b.delete("gone", "k1").await.unwrap();
-    b.delete("gone", "k2").await.unwrap();
+    b.delete("gone", "k1", &Cond::default()).await.unwrap();
+    b.delete("gone", "k2", &Cond::default()).await.unwrap();
     b.delete_bucket("gone").await.unwrap();
     assert!(a.bucket_known("gone"), "a hint, not the truth");
     assert!(matches!(
@@ -911,7 +919,7 @@ async fn a_view_of_a_deleted_bucket_never_admits_a_commit_into_its_successor() {
     // A's view of the first partition: [.., "m").
     put_rec(&a, "r", "b", "e").await.unwrap();
     for k in ["a", "b", "c", "m", "p"] {
-        b.delete("r", k).await.unwrap();
+        b.delete("r", k, &Cond::default()).await.unwrap();
     }
     b.delete_bucket("r").await.unwrap();
     b.create_bucket("r", bucket_rec()).await.unwrap();

@@ -86,7 +86,7 @@ pub async fn buckets(c: &dyn Catalog) {
         c.delete_bucket("bk-a").await,
         Err(CatalogError::BucketNotEmpty)
     ));
-    c.delete("bk-a", "k").await.unwrap();
+    c.delete("bk-a", "k", &Cond::default()).await.unwrap();
     c.delete_bucket("bk-a").await.unwrap();
     assert!(c.bucket("bk-a").await.unwrap().is_none());
     assert!(matches!(
@@ -137,8 +137,130 @@ pub async fn conditions(c: &dyn Catalog) {
     assert_eq!(done.previous.unwrap().etag, "e1");
     put("e3", none_match("e1")).await.unwrap();
     assert_eq!(c.get("cond", "k").await.unwrap().unwrap().etag, "e3");
-    c.delete("cond", "k").await.unwrap();
+    c.delete("cond", "k", &Cond::default()).await.unwrap();
     c.delete_bucket("cond").await.unwrap();
+}
+
+/// Conditional deletes: `If-Match` (an ETag or `*`), size and modification time, checked in
+/// the commit that removes the key; a delete whose condition fails changes nothing.
+pub async fn conditional_deletes(c: &dyn Catalog) {
+    new_bucket(c, "cdel").await;
+    let mut rec = record("e1", &[chunk()]);
+    rec.last_modified_ms = 1_700_000_123_456;
+    c.put("cdel", "k", rec, &Cond::default(), Refs::Fresh)
+        .await
+        .unwrap();
+    let del = |cond: Cond| async move { c.delete("cdel", "k", &cond).await };
+    let failed =
+        |r: crate::Result<crate::Commit>| matches!(r, Err(CatalogError::PreconditionFailed));
+    let etag = |e: &str| Cond {
+        if_match: Some(e.into()),
+        ..Default::default()
+    };
+    let size = |n: u64| Cond {
+        if_match_size: Some(n),
+        ..Default::default()
+    };
+    let modified = |s: i64| Cond {
+        if_match_modified_s: Some(s),
+        ..Default::default()
+    };
+    assert!(failed(del(etag("\"e2\"")).await));
+    assert!(failed(del(size(99)).await));
+    assert!(failed(del(modified(1_700_000_124)).await));
+    // Each condition that holds, with one that fails: still refused.
+    assert!(failed(
+        del(Cond {
+            if_match: Some("e1".into()),
+            if_match_size: Some(100),
+            if_match_modified_s: Some(1_700_000_122),
+            ..Default::default()
+        })
+        .await
+    ));
+    assert_eq!(c.get("cdel", "k").await.unwrap().unwrap().etag, "e1");
+    let done = del(Cond {
+        if_match: Some("\"e1\"".into()),
+        if_match_size: Some(100),
+        if_match_modified_s: Some(1_700_000_123),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert_eq!(done.previous.unwrap().etag, "e1");
+    assert_eq!(done.released.len(), 1, "the deleted object's chunk goes");
+    assert!(c.get("cdel", "k").await.unwrap().is_none());
+    // An absent key: If-Match (even `*`) is NoSuchKey; size and time alone hold.
+    assert!(matches!(del(etag("*")).await, Err(CatalogError::NoSuchKey)));
+    assert!(matches!(
+        del(etag("e1")).await,
+        Err(CatalogError::NoSuchKey)
+    ));
+    assert!(del(size(100)).await.unwrap().previous.is_none());
+    assert!(del(modified(1)).await.unwrap().previous.is_none());
+    c.put(
+        "cdel",
+        "k",
+        record("e4", &[]),
+        &Cond::default(),
+        Refs::Fresh,
+    )
+    .await
+    .unwrap();
+    assert_eq!(del(etag("*")).await.unwrap().previous.unwrap().etag, "e4");
+    c.delete_bucket("cdel").await.unwrap();
+}
+
+/// A delete conditioned on the ETag a reader saw, racing an overwrite: either the delete
+/// wins (and the overwrite lands after it) or it fails; it never removes the new object.
+pub async fn racing_conditional_delete(c: Arc<dyn Catalog>) {
+    c.create_bucket("rdel", bucket_rec("o")).await.unwrap();
+    for round in 0..20 {
+        let key = format!("k{round}");
+        c.put(
+            "rdel",
+            &key,
+            record("old", &[]),
+            &Cond::default(),
+            Refs::Fresh,
+        )
+        .await
+        .unwrap();
+        let (c1, c2, k1, k2) = (Arc::clone(&c), Arc::clone(&c), key.clone(), key.clone());
+        let del = tokio::spawn(async move {
+            let cond = Cond {
+                if_match: Some("old".into()),
+                ..Default::default()
+            };
+            c1.delete("rdel", &k1, &cond).await
+        });
+        let put = tokio::spawn(async move {
+            c2.put(
+                "rdel",
+                &k2,
+                record("new", &[]),
+                &Cond::default(),
+                Refs::Fresh,
+            )
+            .await
+        });
+        let deleted = match del.await.unwrap() {
+            Ok(done) => {
+                assert_eq!(done.previous.unwrap().etag, "old", "round {round}");
+                true
+            }
+            Err(CatalogError::PreconditionFailed) => false,
+            Err(e) => panic!("round {round}: {e}"),
+        };
+        let replaced = put.await.unwrap().unwrap().previous;
+        let now = c.get("rdel", &key).await.unwrap();
+        // The new object is always there at the end: the delete removed only "old".
+        assert_eq!(now.unwrap().etag, "new", "round {round}");
+        // The put replaced "old" exactly when the delete did not remove it first.
+        assert_eq!(replaced.is_some(), !deleted, "round {round}");
+        c.delete("rdel", &key, &Cond::default()).await.unwrap();
+    }
+    c.delete_bucket("rdel").await.unwrap();
 }
 
 /// Chunk references: overwrites, copies and deletes release a chunk exactly when its last
@@ -185,11 +307,15 @@ pub async fn references(c: &dyn Catalog) {
         assert_eq!(set(&r.released), set(&[c1, c2]));
     }
     assert_eq!(
-        set(&c.delete("refs", "b").await.unwrap().released),
+        set(&c
+            .delete("refs", "b", &Cond::default())
+            .await
+            .unwrap()
+            .released),
         set(&[c1, c2])
     );
     // Deleting a missing key releases nothing.
-    let r = c.delete("refs", "b").await.unwrap();
+    let r = c.delete("refs", "b", &Cond::default()).await.unwrap();
     assert!(r.previous.is_none() && r.released.is_empty());
     // A copy refused by the caller's check changes nothing.
     let refuse = Arc::new(|_: &ObjectRecord| -> crate::Result<ObjectRecord> {
@@ -224,7 +350,11 @@ pub async fn references(c: &dyn Catalog) {
         .unwrap();
     assert_eq!(up.meta.content_type.as_deref(), Some("x/y"));
     assert_eq!(
-        set(&c.delete("refs", "a").await.unwrap().released),
+        set(&c
+            .delete("refs", "a", &Cond::default())
+            .await
+            .unwrap()
+            .released),
         set(&[c3])
     );
     c.delete_bucket("refs").await.unwrap();
@@ -332,7 +462,7 @@ pub async fn listing(c: &dyn Catalog) {
     let got: Vec<&String> = page.objects.iter().map(|(k, _)| k).collect();
     assert_eq!(got, want, "after == prefix");
     for k in &keys {
-        c.delete("lst", k).await.unwrap();
+        c.delete("lst", k, &Cond::default()).await.unwrap();
     }
     c.delete_bucket("lst").await.unwrap();
 }
@@ -493,7 +623,11 @@ pub async fn multipart(c: &dyn Catalog) {
         Err(CatalogError::NoSuchUpload)
     ));
     assert_eq!(
-        set(&c.delete("mp", "k").await.unwrap().released),
+        set(&c
+            .delete("mp", "k", &Cond::default())
+            .await
+            .unwrap()
+            .released),
         set(&[p1, p3])
     );
     // Abort: released; a retry is `Before`; under another key, or a completed upload, no.
@@ -619,7 +753,7 @@ pub async fn racing_conditional_puts(c: Arc<dyn Catalog>) {
             }
         }
         assert_eq!(wins, 1, "round {round}");
-        c.delete("race", &key).await.unwrap();
+        c.delete("race", &key, &Cond::default()).await.unwrap();
     }
     c.delete_bucket("race").await.unwrap();
 }
@@ -676,7 +810,7 @@ pub async fn renames(c: &dyn Catalog) {
         Err(CatalogError::NoSuchKey)
     ));
     for k in ["e/z", "e/y", "t"] {
-        c.delete("ren", k).await.unwrap();
+        c.delete("ren", k, &Cond::default()).await.unwrap();
     }
     c.delete_bucket("ren").await.unwrap();
 }
@@ -1051,7 +1185,7 @@ pub async fn inline_payloads(c: Arc<dyn Catalog>, bucket: &str) {
     assert_stored(&c, b, "dir/sub/2", Some(&d2)).await;
     // Directory removal takes the marker's bytes.
     for k in ["dir/1", "dir/sub/2"] {
-        let done = c.delete(b, k).await.unwrap();
+        let done = c.delete(b, k, &Cond::default()).await.unwrap();
         assert!(done.previous.is_some());
     }
     c.remove_dir(b, "dir/").await.unwrap();
@@ -1060,7 +1194,7 @@ pub async fn inline_payloads(c: Arc<dyn Catalog>, bucket: &str) {
         .await
         .unwrap();
     assert_stored(&c, b, "dir/", Some(&dm)).await;
-    c.delete(b, "dir/").await.unwrap();
+    c.delete(b, "dir/", &Cond::default()).await.unwrap();
     // Complete: a chunked part and a small inline last part make an object with bytes; it
     // replaces one with other bytes; then a chunked completion replaces it.
     c.create_upload(b, "mp", "inl-u1", upload_rec())
@@ -1118,14 +1252,14 @@ pub async fn inline_payloads(c: Arc<dyn Catalog>, bucket: &str) {
     assert_stored(&c, b, "mp", Some(&rec2)).await;
     // Deletes take the bytes; a new object at the key has only its own.
     for k in ["big", "big2", "empty", "mixed", "moved", "mp"] {
-        c.delete(b, k).await.unwrap();
+        c.delete(b, k, &Cond::default()).await.unwrap();
         assert_stored(&c, b, k, None).await;
     }
     c.put(b, "big", chunked.clone(), &Cond::absent(), fresh)
         .await
         .unwrap();
     assert_stored(&c, b, "big", Some(&chunked)).await;
-    c.delete(b, "big").await.unwrap();
+    c.delete(b, "big", &Cond::default()).await.unwrap();
     assert_listed(&c, b, "", &[]).await;
     // What stays for the backend's own checks.
     let keep_inline = inline_record("keep", &pattern(100, 5));
@@ -1205,7 +1339,7 @@ pub async fn inline_reads_race_overwrites(c: Arc<dyn Catalog>) {
     for r in readers {
         r.await.unwrap();
     }
-    c.delete("inl-race", "k").await.unwrap();
+    c.delete("inl-race", "k", &Cond::default()).await.unwrap();
     c.delete_bucket("inl-race").await.unwrap();
 }
 
@@ -1218,7 +1352,7 @@ pub async fn empty_and_delete_bucket(c: &dyn Catalog, bucket: &str) {
         max: 1000,
     };
     for (k, _) in c.list(bucket, &q).await.unwrap().objects {
-        c.delete(bucket, &k).await.unwrap();
+        c.delete(bucket, &k, &Cond::default()).await.unwrap();
     }
     c.delete_bucket(bucket).await.unwrap();
 }
@@ -1229,11 +1363,13 @@ pub async fn run_all_but_renames(c: Arc<dyn Catalog>) {
     inline_reads_race_overwrites(Arc::clone(&c)).await;
     buckets(&*c).await;
     conditions(&*c).await;
+    conditional_deletes(&*c).await;
     references(&*c).await;
     listing(&*c).await;
     multipart(&*c).await;
     upload_listing(&*c).await;
     system_keys(&*c).await;
+    racing_conditional_delete(Arc::clone(&c)).await;
     racing_conditional_puts(c).await;
 }
 

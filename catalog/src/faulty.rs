@@ -99,8 +99,8 @@ impl Catalog for FaultyCatalog {
         self.commit(self.inner.put(bucket, key, rec, cond, refs))
             .await
     }
-    async fn delete(&self, bucket: &str, key: &str) -> Result<Commit> {
-        self.commit(self.inner.delete(bucket, key)).await
+    async fn delete(&self, bucket: &str, key: &str, cond: &Cond) -> Result<Commit> {
+        self.commit(self.inner.delete(bucket, key, cond)).await
     }
     async fn copy(
         &self,

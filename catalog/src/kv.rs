@@ -476,14 +476,15 @@ impl Catalog for KvCatalog {
         .await
     }
 
-    async fn delete(&self, bucket: &str, key: &str) -> Result<Commit> {
-        let (b, k) = (bucket.to_owned(), key.to_owned());
+    async fn delete(&self, bucket: &str, key: &str, cond: &Cond) -> Result<Commit> {
+        let (b, k, cond) = (bucket.to_owned(), key.to_owned(), cond.clone());
         self.blocking(move |m, _| {
             let okey = keys::object(&b, &k);
             Self::transact(m, |t| {
                 has_bucket(m, &b)?;
                 let mut released = vec![];
                 let old = get_obj(t, &okey)?;
+                cond.check(old.as_ref())?;
                 if let Some(old) = &old {
                     drop_refs(t, &old.segments, &mut released)?;
                     delete_obj(t, &okey, old)?;

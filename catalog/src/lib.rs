@@ -138,7 +138,8 @@ pub fn join_record(rec: ObjectRecord, payload: Option<&[u8]>) -> Result<ObjectRe
     Ok(lode_metadata::records::join_inline(rec, p)?)
 }
 
-/// Preconditions of a write: `If-Match` / `If-None-Match` of PutObject and Complete.
+/// Preconditions of a write: `If-Match` / `If-None-Match` of PutObject and Complete, and the
+/// conditions of a conditional DeleteObject.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Cond {
     /// An ETag (quotes allowed), or `*`: the key must exist (else `NoSuchKey`) and match.
@@ -147,6 +148,13 @@ pub struct Cond {
     pub if_none_match_any: bool,
     /// `If-None-Match: "etag"`: the current object must not have this ETag.
     pub if_none_match: Option<String>,
+    /// `x-amz-if-match-size`: a current object must have this size (an absent key passes,
+    /// unless `if_match` asks for one).
+    pub if_match_size: Option<u64>,
+    /// `x-amz-if-match-last-modified-time`, in whole seconds since the epoch: a current
+    /// object must have been modified in this second (HTTP dates carry seconds; an absent key
+    /// passes, unless `if_match` asks for one).
+    pub if_match_modified_s: Option<i64>,
 }
 
 impl Cond {
@@ -175,6 +183,17 @@ impl Cond {
                     return Err(CatalogError::PreconditionFailed);
                 }
                 _ => {}
+            }
+        }
+        if let Some(o) = current {
+            if self.if_match_size.is_some_and(|n| n != o.size) {
+                return Err(CatalogError::PreconditionFailed);
+            }
+            if self
+                .if_match_modified_s
+                .is_some_and(|t| t != o.last_modified_ms.div_euclid(1000))
+            {
+                return Err(CatalogError::PreconditionFailed);
             }
         }
         Ok(())
@@ -325,8 +344,9 @@ pub trait Catalog: Send + Sync + 'static {
         refs: Refs,
     ) -> Result<Commit>;
 
-    /// Removes `bucket/key` and its payload (absent: nothing happens, `previous` is `None`).
-    async fn delete(&self, bucket: &str, key: &str) -> Result<Commit>;
+    /// Removes `bucket/key` and its payload if `cond` holds, in the same atomic step as the
+    /// check (absent and `cond` holds: nothing happens, `previous` is `None`).
+    async fn delete(&self, bucket: &str, key: &str, cond: &Cond) -> Result<Commit>;
 
     /// Copies `src` to `dst`: `make` builds the new record from the source's full record (and
     /// may refuse); the chunks become shared, the payload is written at `dst`. Returns the new

@@ -199,7 +199,7 @@ async fn kv_reads_and_migrates_format_2_records() {
     .await
     .unwrap();
     for k in ["a", "b2", "e/x"] {
-        let done = kv.delete("old", k).await.unwrap();
+        let done = kv.delete("old", k, &Cond::default()).await.unwrap();
         assert!(done.previous.is_some());
     }
     assert!(stored_payloads(&*store, "old").is_empty());

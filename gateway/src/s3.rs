@@ -239,6 +239,21 @@ fn write_cond(
             Some(ETagCondition::ETag(e)) => Some(e.value().to_owned()),
             _ => None,
         },
+        ..Default::default()
+    }
+}
+
+/// The conditions of DeleteObject (`If-Match`, `x-amz-if-match-size`,
+/// `x-amz-if-match-last-modified-time`) and of each object of DeleteObjects (`ETag`, `Size`,
+/// `LastModifiedTime`). `If-Match` of an absent key is `NoSuchKey`; the size and time
+/// conditions hold for an absent key, as AWS documents them.
+fn delete_cond(etag: Option<&str>, size: Option<i64>, modified: Option<&Timestamp>) -> WriteCond {
+    WriteCond {
+        if_match: etag.map(str::to_owned),
+        // No object has a negative size: such a condition never holds.
+        if_match_size: size.map(|n| u64::try_from(n).unwrap_or(u64::MAX)),
+        if_match_modified_s: modified.map(ts_secs),
+        ..Default::default()
     }
 }
 
@@ -925,8 +940,18 @@ impl S3 for LodeS3 {
         &self,
         req: S3Request<DeleteObjectInput>,
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        let i = &req.input;
+        let if_match = i.if_match.as_ref().map(|c| match c {
+            ETagCondition::Any => "*",
+            ETagCondition::ETag(e) => e.value(),
+        });
+        let cond = delete_cond(
+            if_match,
+            i.if_match_size,
+            i.if_match_last_modified_time.as_ref(),
+        );
         self.svc
-            .delete_object(&req.input.bucket, &req.input.key)
+            .delete_object_if(&i.bucket, &i.key, &cond)
             .await
             .s3()?;
         self.svc
@@ -951,7 +976,12 @@ impl S3 for LodeS3 {
         let mut deleted = vec![];
         let mut errors = vec![];
         for o in i.delete.objects {
-            match self.svc.delete_object(&i.bucket, &o.key).await {
+            let cond = delete_cond(
+                o.e_tag.as_ref().map(ETag::value),
+                o.size,
+                o.last_modified_time.as_ref(),
+            );
+            match self.svc.delete_object_if(&i.bucket, &o.key, &cond).await {
                 Ok(()) => {
                     self.svc.notify_changed(&i.bucket, &o.key, true);
                     if !quiet {

@@ -674,8 +674,20 @@ impl ObjectService {
     }
 
     pub async fn delete_object(&self, bucket: &str, key: &str) -> ObjResult<()> {
+        self.delete_object_if(bucket, key, &WriteCond::default())
+            .await
+    }
+
+    /// DeleteObject with its conditions (`If-Match`, `x-amz-if-match-size`,
+    /// `x-amz-if-match-last-modified-time`), checked in the commit that removes the key.
+    pub async fn delete_object_if(
+        &self,
+        bucket: &str,
+        key: &str,
+        cond: &WriteCond,
+    ) -> ObjResult<()> {
         check_key(key)?;
-        let done = self.catalog.delete(bucket, key).await?;
+        let done = self.catalog.delete(bucket, key, cond).await?;
         self.release_chunks(done.released);
         Ok(())
     }
