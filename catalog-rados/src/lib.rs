@@ -66,8 +66,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use lode_catalog::{
     Aborted, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit, CompleteFn, Cond, ListPage,
-    ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, Result, Segment, SysFn, UploadPage,
-    UploadQuery, UploadRecord, UploadState, join_record, split_record,
+    ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, RenameCheck, Result, Segment, SysFn,
+    UploadPage, UploadQuery, UploadRecord, UploadState, join_record, split_record,
 };
 use lode_metadata::records::{self, AbortedUpload, Record};
 use lode_rados::{Cluster, CmpOp, IoCtx, RadosError, ReadOp, WriteOp};
@@ -916,7 +916,13 @@ impl Catalog for RadosCatalog {
         }
     }
 
-    async fn rename(&self, bucket: &str, from: &str, to: &str, no_replace: bool) -> Result<Commit> {
+    async fn rename(
+        &self,
+        bucket: &str,
+        from: &str,
+        to: &str,
+        check: RenameCheck,
+    ) -> Result<Commit> {
         let (fk, tk, fd, td) = (okey(from), okey(to), dkey(from), dkey(to));
         for _ in 0..RETRIES {
             let s = self
@@ -931,18 +937,15 @@ impl Catalog for RadosCatalog {
             if !s.part.holds(&pos(to)) {
                 return Err(CatalogError::CrossPartition);
             }
+            let source = decode(&src)?;
             if from == to {
-                // Onto itself: nothing moves (POSIX); with no-replace the target exists.
-                return if no_replace {
-                    Err(CatalogError::PreconditionFailed)
-                } else {
-                    Ok(Commit::default())
-                };
-            }
-            if dst.is_some() && no_replace {
-                return Err(CatalogError::PreconditionFailed);
+                // Onto itself: nothing moves (POSIX), once the check passes.
+                check(&source, Some(&source))?;
+                return Ok(Commit::default());
             }
             let old: Option<ObjectRecord> = dst.as_deref().map(decode).transpose()?;
+            // Both values are guarded below: the check holds for what the op replaces.
+            check(&source, old.as_ref())?;
             // The value moves as stored, and its payload (read in the same op) with it; the
             // guards on both `o` values cover the payloads (see `commit_key`).
             let mut set = vec![(&tk, src.clone())];

@@ -9,7 +9,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use std::collections::BTreeMap;
 
-use lode_catalog::{Catalog, CatalogError, Cond, ListQuery, ObjectRecord, Refs, conformance};
+use lode_catalog::{
+    Catalog, CatalogError, Cond, ListQuery, ObjectRecord, Refs, conformance, replace_check,
+};
 use lode_catalog_rados::{PartitionConfig, PartitionInfo, RadosCatalog, SplitStop, esc, unesc};
 use lode_metadata::records;
 use lode_rados::{Cluster, ClusterConfig, IoCtx, PoolSpec, WriteOp};
@@ -240,7 +242,9 @@ async fn rados_reads_and_migrates_format_2_records() {
     let o = tagged_entries(&io, "old", b'o').await;
     assert_eq!(format(&o, "a"), Some(records::FORMAT_V3));
     // A rename moves the value as it is (and a payload, here none).
-    cat.rename("old", "b", "b2", false).await.unwrap();
+    cat.rename("old", "b", "b2", replace_check(false))
+        .await
+        .unwrap();
     assert_eq!(
         cat.get("old", "b2").await.unwrap().as_ref(),
         Some(&recs[1].1)
@@ -617,7 +621,7 @@ async fn renames_and_bucket_deletion_across_partitions() {
     assert_eq!(cat.partitions("x").await.unwrap().len(), 3);
     let before = list_all(&cat, "x", 100).await;
     assert!(matches!(
-        cat.rename("x", "a/1", "z/9", false).await,
+        cat.rename("x", "a/1", "z/9", replace_check(false)).await,
         Err(CatalogError::CrossPartition)
     ));
     assert!(matches!(
@@ -626,7 +630,9 @@ async fn renames_and_bucket_deletion_across_partitions() {
     ));
     assert_eq!(list_all(&cat, "x", 100).await, before);
     // Within one partition a rename is one commit as always.
-    cat.rename("x", "z/1", "z/3", false).await.unwrap();
+    cat.rename("x", "z/1", "z/3", replace_check(false))
+        .await
+        .unwrap();
     assert!(cat.get("x", "z/3").await.unwrap().is_some());
     // Removing a directory marker whose directory goes on in the next partition.
     put_rec(&cat, "x", "d/", "d").await.unwrap();

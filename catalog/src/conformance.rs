@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::{
     Aborted, BucketRecord, Catalog, CatalogError, ChunkLoc, Completion, Cond, ListQuery,
     ObjectMeta, ObjectRecord, PartRecord, PartSummary, Refs, Segment, UploadQuery, UploadRecord,
+    replace_check,
 };
 
 static NEXT_CHUNK: AtomicU64 = AtomicU64::new(1);
@@ -771,22 +772,27 @@ pub async fn renames(c: &dyn Catalog) {
         .await
         .unwrap();
     assert!(matches!(
-        c.rename("ren", "d/x", "t", true).await,
+        c.rename("ren", "d/x", "t", replace_check(true)).await,
         Err(CatalogError::PreconditionFailed)
     ));
-    c.rename("ren", "d/x", "d/z", false).await.unwrap();
+    c.rename("ren", "d/x", "d/z", replace_check(false))
+        .await
+        .unwrap();
     assert!(c.get("ren", "d/x").await.unwrap().is_none());
     assert_eq!(c.get("ren", "d/z").await.unwrap().unwrap().etag, "d/x");
     assert!(matches!(
-        c.rename("ren", "nope", "t", false).await,
+        c.rename("ren", "nope", "t", replace_check(false)).await,
         Err(CatalogError::NoSuchKey)
     ));
     // A rename onto itself keeps the object (and releases nothing).
-    let same = c.rename("ren", "t", "t", false).await.unwrap();
+    let same = c
+        .rename("ren", "t", "t", replace_check(false))
+        .await
+        .unwrap();
     assert!(same.previous.is_none() && same.released.is_empty());
     assert_eq!(c.get("ren", "t").await.unwrap().unwrap().etag, "t");
     assert!(matches!(
-        c.rename("ren", "t", "t", true).await,
+        c.rename("ren", "t", "t", replace_check(true)).await,
         Err(CatalogError::PreconditionFailed)
     ));
     assert!(c.get("ren", "t").await.unwrap().is_some());
@@ -1129,7 +1135,10 @@ pub async fn inline_payloads(c: Arc<dyn Catalog>, bucket: &str) {
         assert_stored(&c, b, "mixed", Some(&mixed2)).await;
     }
     // Rename: the bytes move; onto an inline destination, and then a chunked one over it.
-    let done = c.rename(b, "mixed", "small", false).await.unwrap();
+    let done = c
+        .rename(b, "mixed", "small", replace_check(false))
+        .await
+        .unwrap();
     assert_head_of(
         done.previous.as_ref().unwrap(),
         &mixed_copy,
@@ -1137,10 +1146,14 @@ pub async fn inline_payloads(c: Arc<dyn Catalog>, bucket: &str) {
     );
     assert_stored(&c, b, "mixed", None).await;
     assert_stored(&c, b, "small", Some(&mixed2)).await;
-    c.rename(b, "small", "moved", true).await.unwrap();
+    c.rename(b, "small", "moved", replace_check(true))
+        .await
+        .unwrap();
     assert_stored(&c, b, "small", None).await;
     assert_stored(&c, b, "moved", Some(&mixed2)).await;
-    c.rename(b, "chunked", "moved", false).await.unwrap();
+    c.rename(b, "chunked", "moved", replace_check(false))
+        .await
+        .unwrap();
     assert_stored(&c, b, "moved", Some(&chunked)).await;
     // A new object where the moved one was (chunked: bytes left behind by the move would
     // stay, for the backend's own check to find).
@@ -1373,10 +1386,120 @@ pub async fn run_all_but_renames(c: Arc<dyn Catalog>) {
     racing_conditional_puts(c).await;
 }
 
+/// Rename conditions (S3 RenameObject): the check sees the source and the current target; a
+/// failing check changes nothing; racing conditional renames of one source: exactly one wins.
+pub async fn conditional_renames(c: Arc<dyn Catalog>) {
+    new_bucket(&*c, "cren").await;
+    let src = record("s1", &[chunk()]);
+    c.put("cren", "src", src, &Cond::default(), Refs::Fresh)
+        .await
+        .unwrap();
+    c.put(
+        "cren",
+        "dst",
+        record("d1", &[chunk()]),
+        &Cond::default(),
+        Refs::Fresh,
+    )
+    .await
+    .unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(vec![]));
+    let log = Arc::clone(&seen);
+    let refuse: crate::RenameCheck = Arc::new(move |s, t| {
+        log.lock()
+            .unwrap()
+            .push((s.etag.clone(), t.map(|r| r.etag.clone())));
+        Err(CatalogError::PreconditionFailed)
+    });
+    assert!(matches!(
+        c.rename("cren", "src", "dst", refuse.clone()).await,
+        Err(CatalogError::PreconditionFailed)
+    ));
+    assert!(matches!(
+        c.rename("cren", "src", "new", refuse).await,
+        Err(CatalogError::PreconditionFailed)
+    ));
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [
+            ("s1".to_owned(), Some("d1".to_owned())),
+            ("s1".to_owned(), None)
+        ]
+    );
+    assert_eq!(c.get("cren", "src").await.unwrap().unwrap().etag, "s1");
+    assert_eq!(c.get("cren", "dst").await.unwrap().unwrap().etag, "d1");
+    assert!(c.get("cren", "new").await.unwrap().is_none());
+    // A check that passes: the target's chunk goes, the source's moves.
+    let only_over_d1: crate::RenameCheck = Arc::new(|s, t| match t {
+        Some(t) if t.etag == "d1" && s.etag == "s1" => Ok(()),
+        _ => Err(CatalogError::PreconditionFailed),
+    });
+    let done = c.rename("cren", "src", "dst", only_over_d1).await.unwrap();
+    assert_eq!(done.previous.unwrap().etag, "d1");
+    assert_eq!(done.released.len(), 1);
+    assert!(c.get("cren", "src").await.unwrap().is_none());
+    assert_eq!(c.get("cren", "dst").await.unwrap().unwrap().etag, "s1");
+    // Eight renames of one source to eight targets, each only onto an absent target: the
+    // source moves exactly once; the others find no source.
+    for round in 0..10 {
+        let from = format!("r{round}");
+        c.put(
+            "cren",
+            &from,
+            record(&from, &[]),
+            &Cond::default(),
+            Refs::Fresh,
+        )
+        .await
+        .unwrap();
+        let tasks: Vec<_> = (0..8)
+            .map(|i| {
+                let (c, from) = (Arc::clone(&c), from.clone());
+                tokio::spawn(async move {
+                    let to = format!("{from}-to{i}");
+                    c.rename("cren", &from, &to, replace_check(true)).await
+                })
+            })
+            .collect();
+        let mut wins = 0;
+        for t in tasks {
+            match t.await.unwrap() {
+                Ok(_) => wins += 1,
+                Err(CatalogError::NoSuchKey) => {}
+                Err(e) => panic!("round {round}: {e}"),
+            }
+        }
+        assert_eq!(wins, 1, "round {round}");
+        let page = c
+            .list(
+                "cren",
+                &ListQuery {
+                    prefix: &from,
+                    delimiter: None,
+                    after: None,
+                    max: 100,
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            page.objects.len(),
+            1,
+            "round {round}: one copy of the object"
+        );
+        let (k, _) = &page.objects[0];
+        assert!(k.starts_with(&format!("{from}-to")));
+        c.delete("cren", k, &Cond::default()).await.unwrap();
+    }
+    c.delete("cren", "dst", &Cond::default()).await.unwrap();
+    c.delete_bucket("cren").await.unwrap();
+}
+
 /// Every test above, in sequence, on one catalog.
 pub async fn run_all(c: Arc<dyn Catalog>) {
     inline_payloads(Arc::clone(&c), "inl").await;
     empty_and_delete_bucket(&*c, "inl").await;
     renames(&*c).await;
+    conditional_renames(Arc::clone(&c)).await;
     run_all_but_renames(c).await;
 }

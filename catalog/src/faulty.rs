@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use crate::{
     Aborted, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit, CompleteFn, Cond, ListPage,
-    ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, Result, SysFn, UploadPage, UploadQuery,
-    UploadRecord,
+    ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, RenameCheck, Result, SysFn, UploadPage,
+    UploadQuery, UploadRecord,
 };
 
 /// What happens to the next commit.
@@ -116,8 +116,14 @@ impl Catalog for FaultyCatalog {
     async fn list(&self, bucket: &str, q: &ListQuery<'_>) -> Result<ListPage> {
         self.inner.list(bucket, q).await
     }
-    async fn rename(&self, bucket: &str, from: &str, to: &str, no_replace: bool) -> Result<Commit> {
-        self.commit(self.inner.rename(bucket, from, to, no_replace))
+    async fn rename(
+        &self,
+        bucket: &str,
+        from: &str,
+        to: &str,
+        check: RenameCheck,
+    ) -> Result<Commit> {
+        self.commit(self.inner.rename(bucket, from, to, check))
             .await
     }
     async fn rename_prefix(

@@ -17,8 +17,8 @@ use lode_metadata::{MemMetadataStore, MetadataStore, Table, Transaction, keys};
 
 use crate::{
     Aborted, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit, CompleteFn, Cond, ListPage,
-    ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, Result, Segment, SysFn, UploadPage,
-    UploadQuery, UploadRecord, UploadState, join_record, split_record,
+    ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, RenameCheck, Result, Segment, SysFn,
+    UploadPage, UploadQuery, UploadRecord, UploadState, join_record, split_record,
 };
 
 /// How long an aborted upload is remembered for a retried abort.
@@ -56,8 +56,20 @@ const READ_RETRIES: usize = 64;
 
 /// Puts the payload read beside a record back into it ([`join_record`]).
 fn with_payload(rec: ObjectRecord, payload: Option<Vec<u8>>) -> Result<ObjectRecord> {
+    if payload.is_none() && rec.has_detached() {
+        return Err(CatalogError::Corrupt(PAYLOAD_MISSING.into()));
+    }
     join_record(rec, payload.as_deref())
 }
+
+/// What [`with_payload`] answers for a record whose payload is not stored. Inside a
+/// transaction this is first taken for a read that saw two states (the record before another
+/// commit removed it with its payload, the payload after), and the transaction runs again.
+const PAYLOAD_MISSING: &str = "an object record's inline payload is missing";
+
+/// How many times a transaction that read a record without its payload runs again before
+/// the record is taken as corrupt.
+const TORN_READ_RETRIES: usize = 8;
 
 /// The full record at `okey`, read outside a transaction with `get` (`Ok(None)` from `get`:
 /// the answer is not at hand; then this answers `None` too). The record is read, then its
@@ -314,11 +326,27 @@ impl KvCatalog {
     }
 
     /// `f` in a transaction, retried on conflict (`Contended` after 64 losses).
+    /// Runs `f` in an optimistic transaction (retried on conflict). A transaction's reads
+    /// see the latest commits, not one snapshot, so a record and then its payload can come
+    /// from two states when a rename or delete commits in between: such a torn read
+    /// (`PAYLOAD_MISSING`) runs `f` again from the start, in a new transaction (the old one,
+    /// and whatever it wrote, is dropped).
     fn transact<T>(
         m: &dyn MetadataStore,
-        f: impl FnMut(&mut dyn Transaction) -> Result<T>,
+        mut f: impl FnMut(&mut dyn Transaction) -> Result<T>,
     ) -> Result<T> {
-        lode_metadata::transact(m, f)
+        let mut tries = 0;
+        loop {
+            match lode_metadata::transact(m, &mut f) {
+                Err(CatalogError::Corrupt(why))
+                    if why == PAYLOAD_MISSING && tries < TORN_READ_RETRIES =>
+                {
+                    tries += 1;
+                    std::thread::yield_now();
+                }
+                r => return r,
+            }
+        }
     }
 }
 
@@ -592,7 +620,13 @@ impl Catalog for KvCatalog {
         .await
     }
 
-    async fn rename(&self, bucket: &str, from: &str, to: &str, no_replace: bool) -> Result<Commit> {
+    async fn rename(
+        &self,
+        bucket: &str,
+        from: &str,
+        to: &str,
+        check: RenameCheck,
+    ) -> Result<Commit> {
         let (b, f, to) = (bucket.to_owned(), from.to_owned(), to.to_owned());
         self.blocking(move |m, gate| {
             let _shared = gate.read().expect("bucket gate");
@@ -602,19 +636,14 @@ impl Catalog for KvCatalog {
                     return Err(CatalogError::NoSuchKey);
                 };
                 if fk == tk {
-                    // Onto itself: nothing moves (POSIX); with no-replace the target exists.
-                    return if no_replace {
-                        Err(CatalogError::PreconditionFailed)
-                    } else {
-                        Ok(Commit::default())
-                    };
+                    // Onto itself: nothing moves (POSIX), once the check passes.
+                    check(&src, Some(&src))?;
+                    return Ok(Commit::default());
                 }
                 let mut released = vec![];
                 let old = get_obj(t, &tk)?;
+                check(&src, old.as_ref())?;
                 if let Some(old) = &old {
-                    if no_replace {
-                        return Err(CatalogError::PreconditionFailed);
-                    }
                     drop_refs(t, &old.segments, &mut released)?;
                 }
                 let had_payload = src.has_detached();

@@ -270,6 +270,23 @@ pub struct UploadQuery {
 pub type RecordFn = Arc<dyn Fn(&ObjectRecord) -> Result<ObjectRecord> + Send + Sync>;
 /// What a Complete runs inside its commit.
 pub type CompleteFn = Arc<dyn Fn(UploadState<'_>) -> Result<Completion> + Send + Sync>;
+/// The conditions of a rename, checked inside its commit on the source record and on what
+/// the target holds (`None`: nothing); an error refuses the rename with nothing changed.
+pub type RenameCheck =
+    Arc<dyn Fn(&ObjectRecord, Option<&ObjectRecord>) -> Result<()> + Send + Sync>;
+
+/// The POSIX door's rename check: with `no_replace` (RENAME_NOREPLACE), an existing target
+/// refuses the rename (`PreconditionFailed`); without, anything may be replaced.
+pub fn replace_check(no_replace: bool) -> RenameCheck {
+    Arc::new(move |_, target| {
+        if no_replace && target.is_some() {
+            Err(CatalogError::PreconditionFailed)
+        } else {
+            Ok(())
+        }
+    })
+}
+
 /// A read-modify-write of one system key (`None` in or out: absent).
 pub type SysFn = Arc<dyn Fn(Option<&[u8]>) -> Result<Option<Vec<u8>>> + Send + Sync>;
 
@@ -366,9 +383,17 @@ pub trait Catalog: Send + Sync + 'static {
     /// is read.
     async fn list(&self, bucket: &str, q: &ListQuery<'_>) -> Result<ListPage>;
 
-    /// Moves `from` to `to` within a bucket (the POSIX door's rename), its payload with it;
-    /// `no_replace`: refuse if `to` exists. A backend atomic per partition makes this atomic when both keys share one.
-    async fn rename(&self, bucket: &str, from: &str, to: &str, no_replace: bool) -> Result<Commit>;
+    /// Moves `from` to `to` within a bucket (the POSIX door's rename, S3 RenameObject), its
+    /// payload with it, if `check` passes on the source and the current target, in the same
+    /// atomic step. Onto itself: nothing moves (after `check` on the record as both). A
+    /// backend atomic per partition makes this atomic when both keys share one.
+    async fn rename(
+        &self,
+        bucket: &str,
+        from: &str,
+        to: &str,
+        check: RenameCheck,
+    ) -> Result<Commit>;
 
     /// Moves every key under the prefix `from` to the same key under `to` (a directory
     /// rename). `to` may hold nothing but its own marker. Returns how many keys moved.

@@ -208,7 +208,23 @@ impl ObjectService {
         if from == to {
             return Ok(());
         }
-        let done = self.catalog.rename(bucket, from, to, no_replace).await?;
+        self.rename_object_if(bucket, from, to, lode_catalog::replace_check(no_replace))
+            .await
+    }
+
+    /// Renames one object within a bucket if `check` passes on the source and on what the
+    /// target holds, in the commit that moves it (S3 RenameObject and its conditions). Onto
+    /// itself: nothing moves, once `check` passes.
+    pub async fn rename_object_if(
+        &self,
+        bucket: &str,
+        from: &str,
+        to: &str,
+        check: lode_catalog::RenameCheck,
+    ) -> ObjResult<()> {
+        check_key(from)?;
+        check_key(to)?;
+        let done = self.catalog.rename(bucket, from, to, check).await?;
         self.release_chunks(done.released);
         Ok(())
     }
