@@ -109,3 +109,18 @@ def test_s3api_conditional_delete(aws, cli_bucket, tmp_path):
     assert gone.returncode != 0 and b"404" in gone.stderr
     absent = aws("s3api", "delete-object", "--bucket", cli_bucket, "--key", "x.bin", "--if-match", "*", check=False)
     assert absent.returncode != 0 and b"NoSuchKey" in absent.stderr
+
+
+def test_s3api_rename_object(aws, cli_bucket, tmp_path):
+    src = tmp_path / "r.bin"
+    src.write_bytes(os.urandom(2000))
+    aws("s3", "cp", str(src), f"s3://{cli_bucket}/a/r.bin")
+    aws("s3api", "rename-object", "--bucket", cli_bucket, "--key", "b/r.bin", "--rename-source", f"{cli_bucket}/a/r.bin")
+    dst = tmp_path / "back.bin"
+    aws("s3", "cp", f"s3://{cli_bucket}/b/r.bin", str(dst))
+    assert dst.read_bytes() == src.read_bytes()
+    gone = aws("s3api", "head-object", "--bucket", cli_bucket, "--key", "a/r.bin", check=False)
+    assert gone.returncode != 0 and b"404" in gone.stderr
+    again = aws("s3api", "rename-object", "--bucket", cli_bucket, "--key", "c", "--rename-source", f"{cli_bucket}/b/r.bin",
+                "--destination-if-none-match", "*", "--source-if-match", '"ffff"', check=False)
+    assert again.returncode != 0 and b"PreconditionFailed" in again.stderr

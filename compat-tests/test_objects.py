@@ -211,6 +211,98 @@ def test_conditional_delete_objects_per_object(s3, bucket):
     assert left == ["b", "c"]
 
 
+def test_rename_object_moves_bytes_and_metadata(s3, bucket):
+    big = os.urandom(CHUNK + 12345)
+    for key, body in (("small/a", b"tiny"), ("big/a", big)):
+        put = s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType="x/y", Metadata={"m": "1"})
+        before = s3.head_object(Bucket=bucket, Key=key)
+        s3.rename_object(Bucket=bucket, Key=key + ".moved", RenameSource=f"{bucket}/{key}")
+        g = s3.get_object(Bucket=bucket, Key=key + ".moved")
+        assert g["Body"].read() == body
+        assert g["ETag"] == put["ETag"] and g["ContentType"] == "x/y" and g["Metadata"] == {"m": "1"}
+        assert g["LastModified"] == before["LastModified"], "a rename keeps the last-modified date"
+        with pytest.raises(ClientError) as e:
+            s3.head_object(Bucket=bucket, Key=key)
+        assert status(e) == 404
+    # Onto an existing key: it is replaced; `/key` (the form of AWS's sample) names a key
+    # of the request's bucket.
+    s3.put_object(Bucket=bucket, Key="t", Body=b"old target")
+    s3.rename_object(Bucket=bucket, Key="t", RenameSource="/small/a.moved")
+    assert s3.get_object(Bucket=bucket, Key="t")["Body"].read() == b"tiny"
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]]
+    assert keys == ["big/a.moved", "t"]
+
+
+def test_rename_object_conditions_and_errors(s3, bucket):
+    src_et = s3.put_object(Bucket=bucket, Key="s", Body=b"source")["ETag"]
+    dst_et = s3.put_object(Bucket=bucket, Key="d", Body=b"target")["ETag"]
+    mtime = s3.head_object(Bucket=bucket, Key="s")["LastModified"]
+    later = mtime + datetime.timedelta(seconds=5)
+    refused = (
+        {"DestinationIfNoneMatch": "*"},
+        {"DestinationIfMatch": src_et},
+        {"DestinationIfModifiedSince": later},
+        {"SourceIfMatch": dst_et},
+        {"SourceIfNoneMatch": src_et},
+        {"SourceIfNoneMatch": "*"},
+        {"SourceIfModifiedSince": later},
+        {"SourceIfUnmodifiedSince": mtime - datetime.timedelta(seconds=5)},
+    )
+    for kw in refused:
+        with pytest.raises(ClientError) as e:
+            s3.rename_object(Bucket=bucket, Key="d", RenameSource=f"{bucket}/s", **kw)
+        assert code(e) == "PreconditionFailed" and status(e) == 412, kw
+        assert s3.get_object(Bucket=bucket, Key="s")["Body"].read() == b"source"
+        assert s3.get_object(Bucket=bucket, Key="d")["Body"].read() == b"target"
+    s3.rename_object(
+        Bucket=bucket,
+        Key="d",
+        RenameSource=f"{bucket}/s",
+        DestinationIfMatch=dst_et,
+        SourceIfMatch=src_et,
+        SourceIfUnmodifiedSince=later,
+        ClientToken="retry-token-1",
+    )
+    assert s3.get_object(Bucket=bucket, Key="d")["Body"].read() == b"source"
+    with pytest.raises(ClientError) as e:
+        s3.rename_object(Bucket=bucket, Key="d2", RenameSource=f"{bucket}/s")
+    assert code(e) == "NoSuchKey" and status(e) == 404
+    # If-None-Match: * onto an absent key renames.
+    s3.rename_object(Bucket=bucket, Key="fresh", RenameSource=f"{bucket}/d", DestinationIfNoneMatch="*")
+    assert s3.get_object(Bucket=bucket, Key="fresh")["Body"].read() == b"source"
+    s3.put_object(Bucket=bucket, Key="dir/", Body=b"")
+    with pytest.raises(ClientError) as e:
+        s3.rename_object(Bucket=bucket, Key="dir2/", RenameSource=f"{bucket}/dir/")
+    assert status(e) == 400
+    with pytest.raises(ClientError) as e:
+        s3.rename_object(Bucket="no-such-bucket-" + bucket, Key="x", RenameSource="/fresh")
+    assert code(e) == "NoSuchBucket" and status(e) == 404
+
+
+def test_racing_renames_of_one_source_exactly_one_wins(s3, bucket):
+    import concurrent.futures
+
+    for rnd in range(5):
+        s3.put_object(Bucket=bucket, Key=f"r{rnd}", Body=b"x" * 100)
+
+        def go(i, rnd=rnd):
+            try:
+                s3.rename_object(Bucket=bucket, Key=f"r{rnd}-to{i}", RenameSource=f"{bucket}/r{rnd}")
+                return "won"
+            except ClientError as e:
+                return code_of(e)
+
+        with concurrent.futures.ThreadPoolExecutor(8) as ex:
+            outcomes = list(ex.map(go, range(8)))
+        assert sorted(outcomes) == ["NoSuchKey"] * 7 + ["won"], outcomes
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=f"r{rnd}")["Contents"]]
+        assert len(keys) == 1 and keys[0].startswith(f"r{rnd}-to")
+
+
+def code_of(e):
+    return e.response["Error"]["Code"]
+
+
 def test_delete_is_idempotent_and_missing_key_errors(s3, bucket):
     s3.put_object(Bucket=bucket, Key="d", Body=b"x")
     assert s3.delete_object(Bucket=bucket, Key="d")["ResponseMetadata"]["HTTPStatusCode"] == 204

@@ -309,6 +309,20 @@ def test_rename_on_the_mount_is_a_new_key_on_s3(pb, ps3):
         ps3.head_object(Bucket=b, Key="old/name.txt")
 
 
+def test_s3_rename_object_is_a_rename_on_the_mount(pb, ps3):
+    b, d = pb
+    ps3.put_object(Bucket=b, Key="ck/step.tmp", Body=b"weights")
+    assert os.listdir(os.path.join(d, "ck")) == ["step.tmp"]
+    ps3.rename_object(Bucket=b, Key="ck/step.pt", RenameSource=f"{b}/ck/step.tmp")
+    assert os.listdir(os.path.join(d, "ck")) == ["step.pt"]
+    with open(os.path.join(d, "ck/step.pt"), "rb") as f:
+        assert f.read() == b"weights"
+    assert not os.path.exists(os.path.join(d, "ck/step.tmp"))
+    # And back through the mount: S3 sees the one name.
+    os.rename(os.path.join(d, "ck/step.pt"), os.path.join(d, "ck/final.pt"))
+    assert s3_keys(ps3, b) == ["ck/final.pt"]
+
+
 # ---------------------------------------------------------------- name rules (SEMANTICS.md)
 
 

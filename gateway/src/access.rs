@@ -51,7 +51,7 @@ fn denied() -> s3s::S3Error {
 impl Authz {
     /// Checks `perm` on `bucket` for the caller; a bucket that does not exist passes (the
     /// operation then answers NoSuchBucket).
-    async fn require(&self, access_key: &str, bucket: &str, perm: Perm) -> S3Result<()> {
+    pub(crate) async fn require(&self, access_key: &str, bucket: &str, perm: Perm) -> S3Result<()> {
         let Some(user) = self.users.name_of(access_key) else {
             return Err(denied());
         };

@@ -18,6 +18,7 @@ pub mod fuzzing;
 pub mod host;
 pub mod posix;
 pub mod profile;
+pub mod rename;
 pub mod s3;
 pub mod server;
 pub mod users;

@@ -606,6 +606,15 @@ pub async fn serve(
     if !cfg.server.domain.is_empty() {
         builder.set_host(crate::host::VirtualHosts::new(&cfg.server.domain));
     }
+    // RenameObject, which s3s does not model (after s3s checks the signature).
+    builder.set_route(crate::rename::RenameRoute {
+        authz: Arc::new(crate::access::Authz {
+            users: Arc::clone(&users),
+            svc: Arc::clone(&svc),
+        }),
+        hosts: (!cfg.server.domain.is_empty())
+            .then(|| crate::host::VirtualHosts::new(&cfg.server.domain)),
+    });
     // s3s holds a form upload's file in memory: bound it (SEMANTICS.md rule 16).
     let mut s3s_cfg = s3s::config::S3Config::default();
     s3s_cfg.post_object_max_file_size = cfg.server.max_object_size.0.min(POST_OBJECT_MAX);
