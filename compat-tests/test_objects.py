@@ -6,6 +6,7 @@ import datetime
 import hashlib
 import os
 import zlib
+from urllib.parse import quote
 
 import pytest
 from botocore.exceptions import ClientError
@@ -183,6 +184,9 @@ def test_conditional_delete_object(s3, bucket):
             s3.delete_object(Bucket=bucket, Key="cd", IfMatch=m)
         assert code(e) == "NoSuchKey" and status(e) == 404
     assert s3.delete_object(Bucket=bucket, Key="cd", IfMatchSize=1)["ResponseMetadata"]["HTTPStatusCode"] == 204
+    with pytest.raises(ClientError) as e:
+        s3.delete_object(Bucket=bucket, Key="cd", IfMatchSize=-1)
+    assert code(e) == "InvalidArgument" and status(e) == 400
     s3.put_object(Bucket=bucket, Key="cd", Body=b"again")
     assert s3.delete_object(Bucket=bucket, Key="cd", IfMatch="*")["ResponseMetadata"]["HTTPStatusCode"] == 204
     assert "Contents" not in s3.list_objects_v2(Bucket=bucket, Prefix="cd")
@@ -224,10 +228,9 @@ def test_rename_object_moves_bytes_and_metadata(s3, bucket):
         with pytest.raises(ClientError) as e:
             s3.head_object(Bucket=bucket, Key=key)
         assert status(e) == 404
-    # Onto an existing key: it is replaced; `/key` (the form of AWS's sample) names a key
-    # of the request's bucket.
+    # Onto an existing key: it is replaced; `/bucket/key` (with the leading slash) works too.
     s3.put_object(Bucket=bucket, Key="t", Body=b"old target")
-    s3.rename_object(Bucket=bucket, Key="t", RenameSource="/small/a.moved")
+    s3.rename_object(Bucket=bucket, Key="t", RenameSource=f"/{bucket}/small/a.moved")
     assert s3.get_object(Bucket=bucket, Key="t")["Body"].read() == b"tiny"
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]]
     assert keys == ["big/a.moved", "t"]
@@ -274,9 +277,29 @@ def test_rename_object_conditions_and_errors(s3, bucket):
     with pytest.raises(ClientError) as e:
         s3.rename_object(Bucket=bucket, Key="dir2/", RenameSource=f"{bucket}/dir/")
     assert status(e) == 400
+    nb = "no-such-bucket-" + bucket
     with pytest.raises(ClientError) as e:
-        s3.rename_object(Bucket="no-such-bucket-" + bucket, Key="x", RenameSource="/fresh")
+        s3.rename_object(Bucket=nb, Key="x", RenameSource=f"{nb}/fresh")
     assert code(e) == "NoSuchBucket" and status(e) == 404
+    # A source in another bucket, or no bucket at all: 400, nothing moves.
+    for src in ("other-bucket/fresh", "fresh"):
+        with pytest.raises(ClientError) as e:
+            s3.rename_object(Bucket=bucket, Key="x", RenameSource=src)
+        assert status(e) == 400, src
+    # Keys that need percent-encoding, in the source and in the target.
+    odd = "odd dir/100% ü+&?.bin"
+    s3.put_object(Bucket=bucket, Key=odd, Body=b"odd")
+    # The header must be URL-encoded (the API reference says so; boto3 sends it as given).
+    s3.rename_object(Bucket=bucket, Key=odd + " moved", RenameSource=quote(f"{bucket}/{odd}"))
+    assert s3.get_object(Bucket=bucket, Key=odd + " moved")["Body"].read() == b"odd"
+    # A target modified after the given time: refused, nothing moves.
+    s3.put_object(Bucket=bucket, Key="ut", Body=b"t")
+    with pytest.raises(ClientError) as e:
+        s3.rename_object(Bucket=bucket, Key="ut", RenameSource=f"{bucket}/{odd} moved",
+                         DestinationIfUnmodifiedSince=mtime - datetime.timedelta(days=1))
+    assert code(e) == "PreconditionFailed" and status(e) == 412
+    assert s3.get_object(Bucket=bucket, Key="ut")["Body"].read() == b"t"
+    assert s3.get_object(Bucket=bucket, Key="fresh")["Body"].read() == b"source"
 
 
 def test_racing_renames_of_one_source_exactly_one_wins(s3, bucket):

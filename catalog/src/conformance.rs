@@ -1439,6 +1439,71 @@ pub async fn conditional_renames(c: Arc<dyn Catalog>) {
     assert_eq!(done.released.len(), 1);
     assert!(c.get("cren", "src").await.unwrap().is_none());
     assert_eq!(c.get("cren", "dst").await.unwrap().unwrap().etag, "s1");
+    // A rename conditioned on the target it saw ("t1"), racing an overwrite of that target:
+    // the check sees the target the commit replaces, never an older one.
+    for round in 0..20 {
+        let (from, to) = (format!("ts{round}"), format!("tt{round}"));
+        c.put(
+            "cren",
+            &from,
+            record("s", &[]),
+            &Cond::default(),
+            Refs::Fresh,
+        )
+        .await
+        .unwrap();
+        c.put(
+            "cren",
+            &to,
+            record("t1", &[]),
+            &Cond::default(),
+            Refs::Fresh,
+        )
+        .await
+        .unwrap();
+        let over_t1: crate::RenameCheck = Arc::new(|_, t| match t {
+            Some(t) if t.etag == "t1" => Ok(()),
+            _ => Err(CatalogError::PreconditionFailed),
+        });
+        let (c1, c2, f1, t1, t2) = (
+            Arc::clone(&c),
+            Arc::clone(&c),
+            from.clone(),
+            to.clone(),
+            to.clone(),
+        );
+        let ren = tokio::spawn(async move { c1.rename("cren", &f1, &t1, over_t1).await });
+        let put = tokio::spawn(async move {
+            c2.put(
+                "cren",
+                &t2,
+                record("t2", &[]),
+                &Cond::default(),
+                Refs::Fresh,
+            )
+            .await
+        });
+        let renamed = match ren.await.unwrap() {
+            Ok(done) => {
+                assert_eq!(done.previous.unwrap().etag, "t1", "round {round}");
+                true
+            }
+            Err(CatalogError::PreconditionFailed) => false,
+            Err(e) => panic!("round {round}: {e}"),
+        };
+        let replaced = put.await.unwrap().unwrap().previous.unwrap().etag;
+        // The put always lands last or first; the rename only ever replaced "t1".
+        assert_eq!(replaced, if renamed { "s" } else { "t1" }, "round {round}");
+        assert_eq!(c.get("cren", &to).await.unwrap().unwrap().etag, "t2");
+        assert_eq!(
+            c.get("cren", &from).await.unwrap().is_some(),
+            !renamed,
+            "round {round}"
+        );
+        for k in [&from, &to] {
+            c.delete("cren", k, &Cond::default()).await.unwrap();
+        }
+    }
     // Eight renames of one source to eight targets, each only onto an absent target: the
     // source moves exactly once; the others find no source.
     for round in 0..10 {

@@ -56,16 +56,17 @@ const READ_RETRIES: usize = 64;
 
 /// Puts the payload read beside a record back into it ([`join_record`]).
 fn with_payload(rec: ObjectRecord, payload: Option<Vec<u8>>) -> Result<ObjectRecord> {
-    if payload.is_none() && rec.has_detached() {
-        return Err(CatalogError::Corrupt(PAYLOAD_MISSING.into()));
-    }
-    join_record(rec, payload.as_deref())
+    join_record(rec, payload.as_deref()).map_err(|e| match e {
+        CatalogError::Corrupt(_) => CatalogError::Corrupt(PAYLOAD_TORN.into()),
+        e => e,
+    })
 }
 
-/// What [`with_payload`] answers for a record whose payload is not stored. Inside a
-/// transaction this is first taken for a read that saw two states (the record before another
-/// commit removed it with its payload, the payload after), and the transaction runs again.
-const PAYLOAD_MISSING: &str = "an object record's inline payload is missing";
+/// What [`with_payload`] answers for a record whose payload is missing or does not fit it.
+/// Inside a transaction this is first taken for a read that saw two states (the record before
+/// another commit removed or replaced it with its payload, the payload after), and the
+/// transaction runs again.
+const PAYLOAD_TORN: &str = "an object record's inline payload is missing or does not match it";
 
 /// How many times a transaction that read a record without its payload runs again before
 /// the record is taken as corrupt.
@@ -325,12 +326,12 @@ impl KvCatalog {
             .map_err(|e| CatalogError::Backend(Box::new(e)))?
     }
 
-    /// `f` in a transaction, retried on conflict (`Contended` after 64 losses).
-    /// Runs `f` in an optimistic transaction (retried on conflict). A transaction's reads
-    /// see the latest commits, not one snapshot, so a record and then its payload can come
-    /// from two states when a rename or delete commits in between: such a torn read
-    /// (`PAYLOAD_MISSING`) runs `f` again from the start, in a new transaction (the old one,
-    /// and whatever it wrote, is dropped).
+    /// Runs `f` in an optimistic transaction, retried on conflict (`Contended` after 64
+    /// losses). A transaction's reads see the latest commits, not one snapshot, so a record
+    /// and then its payload can come from two states when a commit lands in between (a
+    /// rename or delete removes the payload, an overwrite changes its length): such a torn
+    /// read (`PAYLOAD_TORN`) runs `f` again from the start, in a new transaction (the old one,
+    /// and whatever it wrote, is dropped). A record whose payload stays wrong is `Corrupt`.
     fn transact<T>(
         m: &dyn MetadataStore,
         mut f: impl FnMut(&mut dyn Transaction) -> Result<T>,
@@ -339,7 +340,7 @@ impl KvCatalog {
         loop {
             match lode_metadata::transact(m, &mut f) {
                 Err(CatalogError::Corrupt(why))
-                    if why == PAYLOAD_MISSING && tries < TORN_READ_RETRIES =>
+                    if why == PAYLOAD_TORN && tries < TORN_READ_RETRIES =>
                 {
                     tries += 1;
                     std::thread::yield_now();

@@ -34,24 +34,36 @@ fn is_rename(uri: &Uri) -> bool {
     })
 }
 
+/// A header's value as UTF-8 text (clients that do not URL-encode `x-amz-rename-source` send
+/// a key's UTF-8 bytes as they are).
 fn header<'a>(h: &'a HeaderMap, name: &str) -> S3Result<Option<&'a str>> {
     match h.get(name) {
         None => Ok(None),
-        Some(v) => v
-            .to_str()
+        Some(v) => std::str::from_utf8(v.as_bytes())
             .map(|s| Some(s.trim()))
-            .map_err(|_| s3_error!(InvalidArgument, "The {name} header is not valid text")),
+            .map_err(|_| s3_error!(InvalidArgument, "The {name} header is not valid UTF-8")),
     }
 }
 
-/// An HTTP-date header as whole seconds since the epoch.
+/// An HTTP-date header as whole seconds since the epoch; one that is not a valid date is
+/// ignored (RFC 7232, as for the GET conditions).
 fn date(h: &HeaderMap, name: &str) -> S3Result<Option<i64>> {
     let Some(v) = header(h, name)? else {
         return Ok(None);
     };
-    let t = Timestamp::parse(TimestampFormat::HttpDate, v)
-        .map_err(|_| s3_error!(InvalidArgument, "The {name} header is not an HTTP date"))?;
-    Ok(Some(time::OffsetDateTime::from(t).unix_timestamp()))
+    Ok(Timestamp::parse(TimestampFormat::HttpDate, v)
+        .ok()
+        .map(|t| time::OffsetDateTime::from(t).unix_timestamp()))
+}
+
+/// An IP address, with or without a port: such a host is path-style (as s3s decides).
+fn is_address(host: &str) -> bool {
+    host.parse::<std::net::SocketAddr>().is_ok()
+        || host.parse::<std::net::IpAddr>().is_ok()
+        || host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .is_some_and(|h| h.parse::<std::net::Ipv6Addr>().is_ok())
 }
 
 fn same_etag(want: &str, rec: &ObjectRecord) -> bool {
@@ -116,21 +128,27 @@ impl Conds {
     }
 }
 
-/// The source key of `x-amz-rename-source` (URL-encoded): `/key`, `key`, or `bucket/key`
-/// (the documented pattern `/?.+/.+`); a value that starts with the request's bucket and a
-/// slash names a key in it.
+/// The source key of `x-amz-rename-source` (URL-encoded), in the documented form
+/// `[/]bucket/key` (pattern `/?.+/.+`). The bucket must be the request's: a rename stays in
+/// one bucket. (A bare key is not guessed at: `photos/a.jpg` in bucket `photos` could name
+/// either key.)
 fn source_key(raw: &str, bucket: &str) -> S3Result<String> {
     let decoded = urlencoding::decode(raw)
         .map_err(|_| s3_error!(InvalidArgument, "x-amz-rename-source is not valid UTF-8"))?;
     let v = decoded.strip_prefix('/').unwrap_or(&decoded);
-    let key = v
-        .strip_prefix(bucket)
-        .and_then(|k| k.strip_prefix('/'))
-        .unwrap_or(v);
-    if key.is_empty() {
+    let Some((b, key)) = v
+        .split_once('/')
+        .filter(|(b, k)| !b.is_empty() && !k.is_empty())
+    else {
         return Err(s3_error!(
             InvalidArgument,
-            "x-amz-rename-source names no object"
+            "x-amz-rename-source must name a bucket and a key: bucket/key"
+        ));
+    };
+    if b != bucket {
+        return Err(s3_error!(
+            InvalidRequest,
+            "RenameObject renames within one bucket: the source names another"
         ));
     }
     Ok(key.to_owned())
@@ -143,7 +161,7 @@ impl RenameRoute {
             .map_err(|_| s3_error!(InvalidURI, "The request path is not valid UTF-8"))?;
         let host = header(headers, "host")?;
         let parsed = match (&self.hosts, host) {
-            (Some(vh), Some(h)) if h.parse::<std::net::SocketAddr>().is_err() => {
+            (Some(vh), Some(h)) if !is_address(h) => {
                 let v = vh.parse_host_header(h)?;
                 s3s::path::parse_virtual_hosted_style(v.bucket(), &path)
             }
@@ -242,11 +260,13 @@ mod tests {
 
     #[test]
     fn rename_source_forms() {
-        assert_eq!(source_key("/a/b%20c", "bk").unwrap(), "a/b c");
-        assert_eq!(source_key("a", "bk").unwrap(), "a");
+        assert_eq!(source_key("/bk/b%20c%25", "bk").unwrap(), "b c%");
         assert_eq!(source_key("/bk/x/y", "bk").unwrap(), "x/y");
         assert_eq!(source_key("bk/x", "bk").unwrap(), "x");
-        assert_eq!(source_key("bkx/y", "bk").unwrap(), "bkx/y");
+        assert_eq!(source_key("bk/bk/x", "bk").unwrap(), "bk/x");
+        assert!(source_key("bkx/y", "bk").is_err(), "another bucket");
+        assert!(source_key("/other/bk/x", "bk").is_err(), "another bucket");
+        assert!(source_key("a", "bk").is_err());
         assert!(source_key("/", "bk").is_err());
         assert!(source_key("/bk/", "bk").is_err());
     }

@@ -247,14 +247,21 @@ fn write_cond(
 /// `x-amz-if-match-last-modified-time`) and of each object of DeleteObjects (`ETag`, `Size`,
 /// `LastModifiedTime`). `If-Match` of an absent key is `NoSuchKey`; the size and time
 /// conditions hold for an absent key, as AWS documents them.
-fn delete_cond(etag: Option<&str>, size: Option<i64>, modified: Option<&Timestamp>) -> WriteCond {
-    WriteCond {
+fn delete_cond(
+    etag: Option<&str>,
+    size: Option<i64>,
+    modified: Option<&Timestamp>,
+) -> S3Result<WriteCond> {
+    let size = size
+        .map(u64::try_from)
+        .transpose()
+        .map_err(|_| s3_error!(InvalidArgument, "A size condition cannot be negative"))?;
+    Ok(WriteCond {
         if_match: etag.map(str::to_owned),
-        // No object has a negative size: such a condition never holds.
-        if_match_size: size.map(|n| u64::try_from(n).unwrap_or(u64::MAX)),
+        if_match_size: size,
         if_match_modified_s: modified.map(ts_secs),
         ..Default::default()
-    }
+    })
 }
 
 /// GET/HEAD preconditions (RFC 7232 order, as S3 applies them).
@@ -949,7 +956,7 @@ impl S3 for LodeS3 {
             if_match,
             i.if_match_size,
             i.if_match_last_modified_time.as_ref(),
-        );
+        )?;
         self.svc
             .delete_object_if(&i.bucket, &i.key, &cond)
             .await
@@ -981,7 +988,13 @@ impl S3 for LodeS3 {
                 o.size,
                 o.last_modified_time.as_ref(),
             );
-            match self.svc.delete_object_if(&i.bucket, &o.key, &cond).await {
+            let done = match cond {
+                Ok(cond) => self.svc.delete_object_if(&i.bucket, &o.key, &cond).await,
+                Err(e) => Err(lode_objects::ObjError::InvalidArgument(
+                    e.message().unwrap_or("invalid condition").to_owned(),
+                )),
+            };
+            match done {
                 Ok(()) => {
                     self.svc.notify_changed(&i.bucket, &o.key, true);
                     if !quiet {
