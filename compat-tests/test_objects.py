@@ -326,6 +326,60 @@ def code_of(e):
     return e.response["Error"]["Code"]
 
 
+def test_append_with_write_offset(s3, bucket):
+    base = os.urandom(CHUNK + 100)
+    s3.put_object(Bucket=bucket, Key="log", Body=base, ContentType="text/x-log")
+    add = os.urandom(1000)
+    r = s3.put_object(Bucket=bucket, Key="log", Body=add, WriteOffsetBytes=len(base))
+    want = hashlib.md5(bytes.fromhex(md5(base)) + bytes.fromhex(md5(add))).hexdigest() + "-2"
+    assert r["ETag"] == f'"{want}"'
+    # ChecksumMode makes botocore check the combined full-object CRC against the bytes.
+    g = s3.get_object(Bucket=bucket, Key="log", ChecksumMode="ENABLED")
+    assert g["Body"].read() == base + add
+    assert g["ETag"] == f'"{want}"' and g["ContentType"] == "text/x-log"
+    assert g.get("ChecksumCRC32") and g.get("ChecksumType") == "FULL_OBJECT", "boto3 sends CRC32: combined"
+    # A wrong offset: 400 InvalidWriteOffset, nothing changes.
+    for off in (len(base), len(base) + 1001, 0):
+        with pytest.raises(ClientError) as e:
+            s3.put_object(Bucket=bucket, Key="log", Body=b"zz", WriteOffsetBytes=off)
+        assert code(e) == "InvalidWriteOffset" and status(e) == 400, off
+    assert s3.head_object(Bucket=bucket, Key="log")["ContentLength"] == len(base) + 1000
+    # Offset 0 and no object: the append makes it.
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="new", Body=b"x", WriteOffsetBytes=1)
+    assert code(e) == "InvalidWriteOffset"
+    r = s3.put_object(Bucket=bucket, Key="new", Body=b"x", WriteOffsetBytes=0)
+    assert r["ETag"] == f'"{md5(b"x")}"'
+    # Many small appends, across the inline threshold.
+    body = b"x"
+    for i in range(40):
+        piece = os.urandom(997)
+        s3.put_object(Bucket=bucket, Key="new", Body=piece, WriteOffsetBytes=len(body))
+        body += piece
+    g = s3.get_object(Bucket=bucket, Key="new", ChecksumMode="ENABLED")
+    assert g["Body"].read() == body and g["ETag"].endswith('-41"')
+    assert s3.get_object(Bucket=bucket, Key="new", Range="bytes=16000-17999")["Body"].read() == body[16000:18000]
+
+
+def test_racing_appenders_at_one_offset_exactly_one_wins(s3, bucket):
+    import concurrent.futures
+
+    s3.put_object(Bucket=bucket, Key="a", Body=b"start|")
+
+    def go(i):
+        try:
+            s3.put_object(Bucket=bucket, Key="a", Body=f"writer{i}|".encode() * 100, WriteOffsetBytes=6)
+            return i
+        except ClientError as e:
+            return code_of(e)
+
+    with concurrent.futures.ThreadPoolExecutor(8) as ex:
+        out = list(ex.map(go, range(8)))
+    winners = [o for o in out if isinstance(o, int)]
+    assert len(winners) == 1 and out.count("InvalidWriteOffset") == 7, out
+    assert s3.get_object(Bucket=bucket, Key="a")["Body"].read() == b"start|" + f"writer{winners[0]}|".encode() * 100
+
+
 def test_delete_is_idempotent_and_missing_key_errors(s3, bucket):
     s3.put_object(Bucket=bucket, Key="d", Body=b"x")
     assert s3.delete_object(Bucket=bucket, Key="d")["ResponseMetadata"]["HTTPStatusCode"] == 204

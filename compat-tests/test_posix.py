@@ -323,6 +323,18 @@ def test_s3_rename_object_is_a_rename_on_the_mount(pb, ps3):
     assert s3_keys(ps3, b) == ["ck/final.pt"]
 
 
+def test_s3_append_is_seen_on_the_mount(pb, ps3):
+    b, d = pb
+    f = os.path.join(d, "log.txt")
+    ps3.put_object(Bucket=b, Key="log.txt", Body=b"one\n")
+    with open(f, "rb") as h:
+        assert h.read() == b"one\n"
+    ps3.put_object(Bucket=b, Key="log.txt", Body=b"two\n", WriteOffsetBytes=4)
+    assert os.stat(f).st_size == 8
+    with open(f, "rb") as h:
+        assert h.read() == b"one\ntwo\n"
+
+
 # ---------------------------------------------------------------- name rules (SEMANTICS.md)
 
 

@@ -65,9 +65,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use lode_catalog::{
-    Aborted, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit, CompleteFn, Cond, ListPage,
-    ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, RenameCheck, Result, Segment, SysFn,
-    UploadPage, UploadQuery, UploadRecord, UploadState, join_record, split_record,
+    Aborted, AppendFn, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit, CompleteFn, Cond,
+    ListPage, ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, RenameCheck, Result, Segment,
+    SysFn, UploadPage, UploadQuery, UploadRecord, UploadState, join_record, split_record,
 };
 use lode_metadata::records::{self, AbortedUpload, Record};
 use lode_rados::{Cluster, CmpOp, IoCtx, RadosError, ReadOp, WriteOp};
@@ -816,6 +816,21 @@ impl Catalog for RadosCatalog {
             .commit_key(dst.0, dst.1, false, |_| Ok(Some(rec.clone())))
             .await?;
         Ok((rec, commit(prev)))
+    }
+
+    async fn append(&self, bucket: &str, key: &str, f: AppendFn) -> Result<ObjectRecord> {
+        let (_, new) = self
+            .commit_key(bucket, key, true, |cur| {
+                let n = f(cur)?;
+                if !n.segments.starts_with(cur.map_or(&[][..], |c| &c.segments)) {
+                    return Err(CatalogError::Corrupt(
+                        "an append must keep the object's segments".into(),
+                    ));
+                }
+                Ok(Some(n))
+            })
+            .await?;
+        new.ok_or(CatalogError::NoSuchKey)
     }
 
     async fn update(&self, bucket: &str, key: &str, f: RecordFn) -> Result<ObjectRecord> {

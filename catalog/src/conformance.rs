@@ -1382,6 +1382,7 @@ pub async fn run_all_but_renames(c: Arc<dyn Catalog>) {
     multipart(&*c).await;
     upload_listing(&*c).await;
     system_keys(&*c).await;
+    appends(Arc::clone(&c)).await;
     racing_conditional_delete(Arc::clone(&c)).await;
     racing_conditional_puts(c).await;
 }
@@ -1558,6 +1559,90 @@ pub async fn conditional_renames(c: Arc<dyn Catalog>) {
     }
     c.delete("cren", "dst", &Cond::default()).await.unwrap();
     c.delete_bucket("cren").await.unwrap();
+}
+
+/// Appends: the new record keeps the object's segments and adds fresh ones; a refused or
+/// malformed append changes nothing; racing appenders at one size: exactly one wins; a delete
+/// releases the appended chunks with the rest.
+pub async fn appends(c: Arc<dyn Catalog>) {
+    new_bucket(&*c, "app").await;
+    let at = |size: u64, add: Vec<Segment>, added: u64| -> crate::AppendFn {
+        Arc::new(move |cur| {
+            if cur.map_or(0, |r| r.size) != size {
+                return Err(CatalogError::PreconditionFailed);
+            }
+            let mut r = cur.cloned().unwrap_or_else(|| record("a", &[]));
+            if cur.is_none() {
+                r.segments.clear();
+                r.size = 0;
+            }
+            r.segments.extend(add.iter().cloned());
+            r.size += added;
+            r.etag = format!("e{}", r.size);
+            Ok(r)
+        })
+    };
+    let (c1, c2) = (chunk(), chunk());
+    let r = c
+        .append("app", "k", at(0, vec![Segment::Inline(b"ab".to_vec())], 2))
+        .await
+        .unwrap();
+    assert_eq!(r.size, 2);
+    let r = c
+        .append("app", "k", at(2, vec![Segment::Chunk(c1)], 100))
+        .await
+        .unwrap();
+    assert_eq!(r.size, 102);
+    let got = c.get("app", "k").await.unwrap().unwrap();
+    assert_eq!(
+        got.segments,
+        [Segment::Inline(b"ab".to_vec()), Segment::Chunk(c1)]
+    );
+    // A wrong size, and an append that would drop the object's bytes: nothing changes.
+    assert!(matches!(
+        c.append("app", "k", at(2, vec![Segment::Chunk(c2)], 100))
+            .await,
+        Err(CatalogError::PreconditionFailed)
+    ));
+    let drop_bytes: crate::AppendFn = Arc::new(|cur| {
+        let mut r = cur.cloned().expect("exists");
+        r.segments.remove(0);
+        Ok(r)
+    });
+    assert!(matches!(
+        c.append("app", "k", drop_bytes).await,
+        Err(CatalogError::Corrupt(_))
+    ));
+    assert_eq!(c.get("app", "k").await.unwrap().unwrap(), got);
+    // Racing appenders at one size: exactly one wins.
+    let tasks: Vec<_> = (0..8u8)
+        .map(|i| {
+            let c = Arc::clone(&c);
+            let f = at(102, vec![Segment::Inline(vec![b'0' + i])], 1);
+            tokio::spawn(async move { c.append("app", "k", f).await })
+        })
+        .collect();
+    let mut wins = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(r) => {
+                wins += 1;
+                assert_eq!(r.size, 103);
+            }
+            Err(CatalogError::PreconditionFailed) => {}
+            Err(e) => panic!("appender: {e}"),
+        }
+    }
+    assert_eq!(wins, 1);
+    let now = c.get("app", "k").await.unwrap().unwrap();
+    assert_eq!((now.size, now.segments.len()), (103, 3));
+    let done = c.delete("app", "k", &Cond::default()).await.unwrap();
+    assert_eq!(
+        done.released,
+        [c1],
+        "the appended chunk goes with the object"
+    );
+    c.delete_bucket("app").await.unwrap();
 }
 
 /// Every test above, in sequence, on one catalog.

@@ -6,9 +6,9 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use crate::{
-    Aborted, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit, CompleteFn, Cond, ListPage,
-    ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, RenameCheck, Result, SysFn, UploadPage,
-    UploadQuery, UploadRecord,
+    Aborted, AppendFn, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit, CompleteFn, Cond,
+    ListPage, ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, RenameCheck, Result, SysFn,
+    UploadPage, UploadQuery, UploadRecord,
 };
 
 /// What happens to the next commit.
@@ -109,6 +109,9 @@ impl Catalog for FaultyCatalog {
         make: RecordFn,
     ) -> Result<(ObjectRecord, Commit)> {
         self.commit(self.inner.copy(src, dst, make)).await
+    }
+    async fn append(&self, bucket: &str, key: &str, f: AppendFn) -> Result<ObjectRecord> {
+        self.commit(self.inner.append(bucket, key, f)).await
     }
     async fn update(&self, bucket: &str, key: &str, f: RecordFn) -> Result<ObjectRecord> {
         self.commit(self.inner.update(bucket, key, f)).await

@@ -16,9 +16,9 @@ use lode_metadata::records::{self, AbortedUpload, ExtentRecord, Record};
 use lode_metadata::{MemMetadataStore, MetadataStore, Table, Transaction, keys};
 
 use crate::{
-    Aborted, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit, CompleteFn, Cond, ListPage,
-    ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, RenameCheck, Result, Segment, SysFn,
-    UploadPage, UploadQuery, UploadRecord, UploadState, join_record, split_record,
+    Aborted, AppendFn, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit, CompleteFn, Cond,
+    ListPage, ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, RenameCheck, Result, Segment,
+    SysFn, UploadPage, UploadQuery, UploadRecord, UploadState, join_record, split_record,
 };
 
 /// How long an aborted upload is remembered for a retried abort.
@@ -522,6 +522,32 @@ impl Catalog for KvCatalog {
                     previous: old.map(ObjectRecord::into_head),
                     released,
                 })
+            })
+        })
+        .await
+    }
+
+    async fn append(&self, bucket: &str, key: &str, f: AppendFn) -> Result<ObjectRecord> {
+        let (b, k) = (bucket.to_owned(), key.to_owned());
+        self.blocking(move |m, gate| {
+            let _shared = gate.read().expect("bucket gate");
+            let okey = keys::object(&b, &k);
+            Self::transact(m, |t| {
+                has_bucket(m, &b)?;
+                let old = get_obj_full(t, &okey)?;
+                let new = f(old.as_ref())?;
+                let kept = old.as_ref().map_or(0, |o| o.segments.len());
+                if !new
+                    .segments
+                    .starts_with(old.as_ref().map_or(&[][..], |o| &o.segments))
+                {
+                    return Err(CatalogError::Corrupt(
+                        "an append must keep the object's segments".into(),
+                    ));
+                }
+                add_refs(t, &new.segments[kept..], Refs::Fresh)?;
+                put_obj(t, &okey, &split(&new)?, has_payload(old.as_ref()))?;
+                Ok(new)
             })
         })
         .await

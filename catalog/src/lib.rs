@@ -287,6 +287,10 @@ pub fn replace_check(no_replace: bool) -> RenameCheck {
     })
 }
 
+/// What an append runs inside its commit: the current full record (`None`: absent) in, the
+/// new record out.
+pub type AppendFn = Arc<dyn Fn(Option<&ObjectRecord>) -> Result<ObjectRecord> + Send + Sync>;
+
 /// A read-modify-write of one system key (`None` in or out: absent).
 pub type SysFn = Arc<dyn Fn(Option<&[u8]>) -> Result<Option<Vec<u8>>> + Send + Sync>;
 
@@ -374,6 +378,12 @@ pub trait Catalog: Send + Sync + 'static {
         dst: (&str, &str),
         make: RecordFn,
     ) -> Result<(ObjectRecord, Commit)>;
+
+    /// Appends to `bucket/key` (PutObject with `x-amz-write-offset-bytes`) in one commit: `f`
+    /// gets the current full record (`None`: absent; it may refuse) and returns the new one,
+    /// whose segments start with the current record's (else `Corrupt`). Those keep their
+    /// references; the ones after them are fresh. Nothing is released. Returns the new record.
+    async fn append(&self, bucket: &str, key: &str, f: AppendFn) -> Result<ObjectRecord>;
 
     /// Rewrites a record in place: `f` gets the full record and returns the new one, with the
     /// same content (the same segments: chunks and inline bytes; else `Corrupt`).

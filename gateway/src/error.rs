@@ -87,6 +87,20 @@ pub fn s3_error(e: ObjError) -> S3Error {
         ObjError::InvalidRange => C::InvalidRange,
         ObjError::InvalidPartNumber | ObjError::InvalidPart(_) => C::InvalidPart,
         ObjError::InvalidPartOrder => C::InvalidPartOrder,
+        ObjError::InvalidWriteOffset => {
+            return with_status(
+                C::Custom("InvalidWriteOffset".into()),
+                msg,
+                http::StatusCode::BAD_REQUEST,
+            );
+        }
+        ObjError::TooManyParts => {
+            return with_status(
+                C::Custom("TooManyParts".into()),
+                msg,
+                http::StatusCode::BAD_REQUEST,
+            );
+        }
         ObjError::EntityTooSmall => C::EntityTooSmall,
         ObjError::EntityTooLarge => C::EntityTooLarge,
         ObjError::BadDigest(_) => C::BadDigest,
@@ -202,6 +216,8 @@ mod tests {
                 400,
             ),
             (ObjError::RequestTimeout, "RequestTimeout", 400),
+            (ObjError::InvalidWriteOffset, "InvalidWriteOffset", 400),
+            (ObjError::TooManyParts, "TooManyParts", 400),
             (ObjError::NotImplemented("x".into()), "NotImplemented", 501),
             (
                 ObjError::Chunk(ChunkError::NoSpace),

@@ -682,11 +682,15 @@ impl S3 for LodeS3 {
         let body = req.input.body.take();
         require_length(&req.headers, req.input.content_length)?;
         let i = &req.input;
-        if i.write_offset_bytes.is_some() {
-            return Err(obj_s3(ObjError::NotImplemented(
-                "PutObject with x-amz-write-offset-bytes (append)".into(),
-            )));
-        }
+        let append_at = match i.write_offset_bytes {
+            None => None,
+            Some(n) => Some(u64::try_from(n).map_err(|_| {
+                s3_error!(
+                    InvalidArgument,
+                    "x-amz-write-offset-bytes cannot be negative"
+                )
+            })?),
+        };
         let expected = ChecksumSet::from_fields(
             i.checksum_crc32.clone(),
             i.checksum_crc32c.clone(),
@@ -712,11 +716,27 @@ impl S3 for LodeS3 {
         );
         let cond = write_cond(i.if_match.as_ref(), i.if_none_match.as_ref());
         let body = body.unwrap_or_else(|| StreamingBlob::from(s3s::Body::empty()));
-        let r = self
-            .svc
-            .put_object(&i.bucket, &i.key, meta, body, i.content_length, integ, cond)
-            .await
-            .s3()?;
+        let r = match append_at {
+            None => self
+                .svc
+                .put_object(&i.bucket, &i.key, meta, body, i.content_length, integ, cond)
+                .await
+                .s3()?,
+            Some(offset) => self
+                .svc
+                .append_object(
+                    &i.bucket,
+                    &i.key,
+                    offset,
+                    meta,
+                    body,
+                    i.content_length,
+                    integ,
+                    cond,
+                )
+                .await
+                .s3()?,
+        };
         self.svc.notify_changed(&i.bucket, &i.key, false);
         let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) = checksum_fields(&r.checksums);
         Ok(S3Response::new(PutObjectOutput {

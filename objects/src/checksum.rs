@@ -277,6 +277,35 @@ fn decode_crc(v: &str, width: usize) -> Option<u64> {
     Some(u64::from_be_bytes(buf))
 }
 
+/// The checksums of an object after an append: each CRC that both the object (as a whole: not
+/// a multipart `COMPOSITE`) and the appended bytes have, combined into the CRC of the whole
+/// (`FULL_OBJECT`). Other algorithms (SHA-1, SHA-256) cannot be extended and are dropped.
+pub fn append_checksums(object: &Checksums, appended: &Checksums, appended_len: u64) -> Checksums {
+    if object.kind.as_deref() == Some("COMPOSITE") {
+        return Checksums::default();
+    }
+    let (a, b) = (
+        ChecksumSet::from_record(object),
+        ChecksumSet::from_record(appended),
+    );
+    let mut out = ChecksumSet::default();
+    for algo in [Algo::Crc32, Algo::Crc32c, Algo::Crc64Nvme] {
+        let (Some((calg, width)), Some(x), Some(y)) = (algo.crc(), a.get(algo), b.get(algo)) else {
+            continue;
+        };
+        let (Some(x), Some(y)) = (decode_crc(x, width), decode_crc(y, width)) else {
+            continue;
+        };
+        let c = crc_fast::checksum_combine(calg, x, y, appended_len);
+        out.set(algo, B64.encode(&c.to_be_bytes()[8 - width..]));
+    }
+    let mut rec = out.to_record();
+    if !out.values.is_empty() {
+        rec.kind = Some("FULL_OBJECT".into());
+    }
+    rec
+}
+
 /// The object checksum of a completed multipart upload.
 ///
 /// * CRC algorithms with `FULL_OBJECT` (the only form of CRC64NVME, and Lode's default when the
@@ -368,6 +397,33 @@ pub fn combine_parts(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn appended_crcs_combine_into_the_whole_objects() {
+        let sums = |d: &[u8], algos: &[Algo]| {
+            let mut h = Hasher::new(algos);
+            h.update(d);
+            h.finish().to_record()
+        };
+        let all = [Algo::Crc32, Algo::Crc32c, Algo::Crc64Nvme, Algo::Sha256];
+        let (a, b) = (b"hello, ".as_slice(), b"appended world".as_slice());
+        let got = append_checksums(&sums(a, &all), &sums(b, &all), b.len() as u64);
+        let whole = sums(b"hello, appended world", &all);
+        assert_eq!(got.crc32, whole.crc32);
+        assert_eq!(got.crc32c, whole.crc32c);
+        assert_eq!(got.crc64nvme, whole.crc64nvme);
+        assert!(got.crc32.is_some() && got.sha256.is_none());
+        assert_eq!(got.kind.as_deref(), Some("FULL_OBJECT"));
+        // Only what both sides have; a composite object's checksum is not extended.
+        let got = append_checksums(&sums(a, &[Algo::Crc32]), &sums(b, &all), b.len() as u64);
+        assert!(got.crc32.is_some() && got.crc64nvme.is_none());
+        let mut comp = sums(a, &all);
+        comp.kind = Some("COMPOSITE".into());
+        assert_eq!(
+            append_checksums(&comp, &sums(b, &all), 1),
+            Checksums::default()
+        );
+    }
 
     #[test]
     fn known_vectors() {

@@ -44,6 +44,12 @@ pub enum ObjError {
     InvalidPart(String),
     #[error("The list of parts was not in ascending order.")]
     InvalidPartOrder,
+    #[error("The write offset value that you specified does not match the current object size.")]
+    InvalidWriteOffset,
+    #[error(
+        "You have attempted to add more parts than the maximum of 10000 that are allowed for this object."
+    )]
+    TooManyParts,
     #[error("Your proposed upload is smaller than the minimum allowed object size.")]
     EntityTooSmall,
     #[error("Your proposed upload exceeds the maximum allowed object size.")]

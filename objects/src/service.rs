@@ -396,10 +396,29 @@ impl ObjectService {
     /// checksums, and verifies them. Nothing is visible yet.
     async fn ingest<S, E>(
         &self,
+        body: S,
+        integrity: &Integrity,
+        max: u64,
+        content_length: Option<i64>,
+    ) -> ObjResult<Ingested>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        let inline_max = self.cfg.inline_threshold;
+        self.ingest_capped(body, integrity, max, content_length, inline_max)
+            .await
+    }
+
+    /// [`Self::ingest`] that keeps at most `inline_max` bytes inline (larger bodies go to
+    /// chunks).
+    async fn ingest_capped<S, E>(
+        &self,
         mut body: S,
         integrity: &Integrity,
         max: u64,
         content_length: Option<i64>,
+        inline_max: usize,
     ) -> ObjResult<Ingested>
     where
         S: Stream<Item = Result<Bytes, E>> + Unpin,
@@ -440,7 +459,7 @@ impl ObjectService {
             md5.update(&piece).await?;
             sums.update(&piece);
             if writer.is_none() {
-                if head.len() + piece.len() <= self.cfg.inline_threshold {
+                if head.len() + piece.len() <= inline_max {
                     head.extend_from_slice(&piece);
                     continue;
                 }
@@ -579,6 +598,112 @@ impl ObjectService {
             .await?;
         self.cfg.failpoints.hit("put.after_commit");
         Ok(result)
+    }
+
+    /// PutObject with `x-amz-write-offset-bytes`: appends the body to the object, whose size
+    /// must be `offset` (no object: 0), in one catalog commit that keeps the object's bytes
+    /// where they are and adds the new ones (`InvalidWriteOffset` otherwise; of appenders
+    /// racing at one offset exactly one wins, the others' bytes are freed). Each append is a
+    /// part: the ETag is the multipart form over the parts (at most [`MAX_PARTS`]:
+    /// `TooManyParts`), CRC checksums are combined into the whole object's, and the object
+    /// keeps its metadata (`meta` is for an object the append creates). The bytes stay inline
+    /// only while the whole object fits the inline threshold.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn append_object<S, E>(
+        &self,
+        bucket: &str,
+        key: &str,
+        offset: u64,
+        meta: ObjectMeta,
+        body: S,
+        content_length: Option<i64>,
+        integrity: Integrity,
+        cond: WriteCond,
+    ) -> ObjResult<PutResult>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        check_key(key)?;
+        self.bucket(bucket).await?;
+        let room = self.cfg.max_object_size.saturating_sub(offset);
+        let fits_inline = content_length.is_some_and(|l| {
+            l >= 0 && offset.saturating_add(l as u64) <= self.cfg.inline_threshold as u64
+        });
+        let inline_max = if fits_inline {
+            self.cfg.inline_threshold
+        } else {
+            0
+        };
+        let ing = self
+            .ingest_capped(body, &integrity, room, content_length, inline_max)
+            .await?;
+        let (size, etag, sums) = (ing.size, hex::encode(ing.md5), ing.checksums.clone());
+        let segments = ing.segments;
+        let now = now_ms();
+        let f: lode_catalog::AppendFn = Arc::new(move |cur: Option<&ObjectRecord>| {
+            cond.check(cur)?;
+            if cur.map_or(0, |c| c.size) != offset {
+                return Err(refused(ObjError::InvalidWriteOffset));
+            }
+            let Some(cur) = cur else {
+                // Offset 0 and no object: the append makes it, as a PUT would.
+                return Ok(ObjectRecord {
+                    size,
+                    etag: etag.clone(),
+                    last_modified_ms: now,
+                    meta: meta.clone(),
+                    checksums: sums.clone(),
+                    segments: segments.clone(),
+                    parts: vec![],
+                    upload_id: None,
+                });
+            };
+            let mut parts = cur.parts.clone();
+            if parts.is_empty() {
+                parts.push(PartSummary {
+                    number: 1,
+                    size: cur.size,
+                    etag: cur.etag.clone(),
+                    checksums: cur.checksums.clone(),
+                });
+            }
+            if parts.len() >= MAX_PARTS as usize {
+                return Err(refused(ObjError::TooManyParts));
+            }
+            parts.push(PartSummary {
+                number: parts.last().map_or(0, |p| p.number) + 1,
+                size,
+                etag: etag.clone(),
+                checksums: sums.clone(),
+            });
+            let tags: Vec<&str> = parts.iter().map(|p| p.etag.as_str()).collect();
+            let mut all = cur.segments.clone();
+            all.extend(segments.iter().cloned());
+            Ok(ObjectRecord {
+                size: cur.size + size,
+                etag: multipart_etag(&tags),
+                last_modified_ms: now,
+                meta: cur.meta.clone(),
+                checksums: crate::checksum::append_checksums(&cur.checksums, &sums, size),
+                segments: all,
+                parts,
+                upload_id: None,
+            })
+        });
+        let rec = match self.catalog.append(bucket, key, f).await {
+            Ok(r) => r,
+            Err(e) => return Err(keep_if_maybe_applied(e, ing.alloc)),
+        };
+        if let Some(a) = ing.alloc {
+            a.commit();
+        }
+        Ok(PutResult {
+            etag: rec.etag,
+            size: rec.size,
+            checksums: rec.checksums,
+            last_modified_ms: rec.last_modified_ms,
+        })
     }
 
     /// Commits `record` at `bucket/key` in one catalog commit: chunk references (`fresh`: its
