@@ -67,7 +67,8 @@ use bytes::Bytes;
 use lode_catalog::{
     Aborted, AppendFn, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit, CompleteFn, Cond,
     ListPage, ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, RenameCheck, Result, Segment,
-    SysFn, UploadPage, UploadQuery, UploadRecord, UploadState, join_record, split_record,
+    SysFn, UploadPage, UploadQuery, UploadRecord, UploadState, appended_segments, join_record,
+    split_record,
 };
 use lode_metadata::records::{self, AbortedUpload, Record};
 use lode_rados::{Cluster, CmpOp, IoCtx, RadosError, ReadOp, WriteOp};
@@ -822,11 +823,7 @@ impl Catalog for RadosCatalog {
         let (_, new) = self
             .commit_key(bucket, key, true, |cur| {
                 let n = f(cur)?;
-                if !n.segments.starts_with(cur.map_or(&[][..], |c| &c.segments)) {
-                    return Err(CatalogError::Corrupt(
-                        "an append must keep the object's segments".into(),
-                    ));
-                }
+                appended_segments(cur, &n)?;
                 Ok(Some(n))
             })
             .await?;

@@ -18,7 +18,8 @@ use lode_metadata::{MemMetadataStore, MetadataStore, Table, Transaction, keys};
 use crate::{
     Aborted, AppendFn, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit, CompleteFn, Cond,
     ListPage, ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, RenameCheck, Result, Segment,
-    SysFn, UploadPage, UploadQuery, UploadRecord, UploadState, join_record, split_record,
+    SysFn, UploadPage, UploadQuery, UploadRecord, UploadState, appended_segments, join_record,
+    split_record,
 };
 
 /// How long an aborted upload is remembered for a retried abort.
@@ -536,16 +537,7 @@ impl Catalog for KvCatalog {
                 has_bucket(m, &b)?;
                 let old = get_obj_full(t, &okey)?;
                 let new = f(old.as_ref())?;
-                let kept = old.as_ref().map_or(0, |o| o.segments.len());
-                if !new
-                    .segments
-                    .starts_with(old.as_ref().map_or(&[][..], |o| &o.segments))
-                {
-                    return Err(CatalogError::Corrupt(
-                        "an append must keep the object's segments".into(),
-                    ));
-                }
-                add_refs(t, &new.segments[kept..], Refs::Fresh)?;
+                add_refs(t, appended_segments(old.as_ref(), &new)?, Refs::Fresh)?;
                 put_obj(t, &okey, &split(&new)?, has_payload(old.as_ref()))?;
                 Ok(new)
             })

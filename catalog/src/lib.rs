@@ -291,6 +291,21 @@ pub fn replace_check(no_replace: bool) -> RenameCheck {
 /// new record out.
 pub type AppendFn = Arc<dyn Fn(Option<&ObjectRecord>) -> Result<ObjectRecord> + Send + Sync>;
 
+/// For backends: the segments an append adds, after checking that `new` keeps all of the
+/// current record's segments first (else `Corrupt`: an append never rewrites the object).
+pub fn appended_segments<'a>(
+    current: Option<&ObjectRecord>,
+    new: &'a ObjectRecord,
+) -> Result<&'a [Segment]> {
+    let kept = current.map_or(&[][..], |c| &c.segments);
+    if !new.segments.starts_with(kept) {
+        return Err(CatalogError::Corrupt(
+            "an append must keep the object's segments".into(),
+        ));
+    }
+    Ok(&new.segments[kept.len()..])
+}
+
 /// A read-modify-write of one system key (`None` in or out: absent).
 pub type SysFn = Arc<dyn Fn(Option<&[u8]>) -> Result<Option<Vec<u8>>> + Send + Sync>;
 
