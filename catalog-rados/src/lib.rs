@@ -65,10 +65,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use lode_catalog::{
-    Aborted, AppendFn, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit, CompleteFn, Cond,
-    ListPage, ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, RenameCheck, Result, Segment,
-    SysFn, UploadPage, UploadQuery, UploadRecord, UploadState, appended_segments, join_record,
-    split_record,
+    Aborted, AppendFn, BucketFn, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit, CompleteFn,
+    Cond, ListPage, ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, RenameCheck, Result,
+    Segment, SysFn, UploadPage, UploadQuery, UploadRecord, UploadState, appended_segments,
+    check_bucket_update, join_record, split_record,
 };
 use lode_metadata::records::{self, AbortedUpload, Record};
 use lode_rados::{Cluster, CmpOp, IoCtx, RadosError, ReadOp, WriteOp};
@@ -744,6 +744,33 @@ impl Catalog for RadosCatalog {
             .into_iter()
             .map(|(k, v)| Ok((String::from_utf8_lossy(&k).into_owned(), decode(&v)?)))
             .collect()
+    }
+
+    async fn update_bucket(&self, name: &str, f: BucketFn) -> Result<BucketRecord> {
+        // The directory entry is the record: replaced only if it is still what was read (a
+        // deletion that removed it in between fails the guard, and the retry finds none).
+        for _ in 0..RETRIES {
+            let r = self
+                .io
+                .operate_read(BUCKETS, ReadOp::new().omap_get_vals_by_keys(&[name]))
+                .await
+                .map_err(err)?;
+            let Some((_, cur)) = r.omap_vals_by_keys.unwrap_or_default().into_iter().next() else {
+                return Err(CatalogError::NoSuchBucket);
+            };
+            let old: BucketRecord = decode(&cur)?;
+            let new = f(&old)?;
+            check_bucket_update(&old, &new)?;
+            let op = WriteOp::new()
+                .omap_cmp(name.as_bytes(), CmpOp::Eq, &cur)
+                .omap_set(&[(name.as_bytes(), records::encode(&new))]);
+            match self.io.operate_write(BUCKETS, op).await {
+                Ok(_) => return Ok(new),
+                Err(e) if lost_race(&e) => continue,
+                Err(e) => return Err(err(e)),
+            }
+        }
+        Err(CatalogError::Contended)
     }
 
     async fn delete_bucket(&self, name: &str) -> Result<Vec<ChunkLoc>> {

@@ -75,6 +75,7 @@ async fn two_gateways_share_one_namespace() {
         lode_catalog::BucketRecord {
             created_ms: 1,
             owner: "o".into(),
+            tags: vec![],
         },
     )
     .await
@@ -160,7 +161,7 @@ async fn rados_payloads_live_apart_and_never_leak() {
     let want = conformance::pattern(100, 5);
     assert_eq!(payloads[0].1.as_ref(), &want[..]);
     for (k, v) in tagged_entries(&io, "leak", b'o').await {
-        assert_eq!(v[0], records::FORMAT_V3, "{k}");
+        assert_eq!(v[0], records::FORMAT_V4, "{k}");
         assert!(
             !v.windows(want.len()).any(|w| w == want),
             "{k} holds its payload"
@@ -185,21 +186,19 @@ async fn rados_reads_and_migrates_format_2_records() {
         lode_catalog::BucketRecord {
             created_ms: 1,
             owner: "o".into(),
+            tags: vec![],
         },
     )
     .await
     .unwrap();
     let recs = conformance::legacy_records();
-    // Format 3's encoding of a record with its bytes inside, with format 2's byte, is format
-    // 2's (the records fixture test pins format 2's bytes).
+    // Format 2 (the records fixture test pins format 2's bytes).
     let entries: Vec<(Vec<u8>, Vec<u8>)> = recs
         .iter()
         .map(|(k, r)| {
             let mut key = vec![b'o'];
             key.extend(esc(k.as_bytes()));
-            let mut v = records::encode(r);
-            v[0] = records::FORMAT_V2;
-            (key, v)
+            (key, records::encode_v2(r))
         })
         .collect();
     io.operate_write("lode.idx.old", WriteOp::new().omap_set(&entries))
@@ -240,7 +239,7 @@ async fn rados_reads_and_migrates_format_2_records() {
         entries.iter().find(|(x, _)| x == k).map(|(_, v)| v[0])
     };
     let o = tagged_entries(&io, "old", b'o').await;
-    assert_eq!(format(&o, "a"), Some(records::FORMAT_V3));
+    assert_eq!(format(&o, "a"), Some(records::FORMAT_V4));
     // A rename moves the value as it is (and a payload, here none).
     cat.rename("old", "b", "b2", replace_check(false))
         .await
@@ -306,6 +305,7 @@ fn bucket_rec() -> lode_catalog::BucketRecord {
     lode_catalog::BucketRecord {
         created_ms: 1,
         owner: "o".into(),
+        tags: vec![],
     }
 }
 

@@ -48,6 +48,7 @@ fn bucket_rec(owner: &str) -> BucketRecord {
     BucketRecord {
         created_ms: 1,
         owner: owner.into(),
+        tags: vec![],
     }
 }
 
@@ -1370,6 +1371,130 @@ pub async fn empty_and_delete_bucket(c: &dyn Catalog, bucket: &str) {
     c.delete_bucket(bucket).await.unwrap();
 }
 
+fn tag(k: &str, v: &str) -> (String, String) {
+    (k.to_owned(), v.to_owned())
+}
+
+/// Bucket records rewritten in one step (bucket tags): read back by `bucket` and
+/// `list_buckets`; a refusal or a change of owner changes nothing; racing updates lose none;
+/// gone with the bucket (a bucket made again under the name starts untagged). Object tags
+/// ride in the record's metadata through put, get, head, list, update and rename.
+pub async fn tags_and_bucket_updates(c: Arc<dyn Catalog>) {
+    new_bucket(&*c, "tagb").await;
+    let set = |tags: Vec<(String, String)>| -> crate::BucketFn {
+        Arc::new(move |b: &BucketRecord| {
+            Ok(BucketRecord {
+                tags: tags.clone(),
+                ..b.clone()
+            })
+        })
+    };
+    let got = c
+        .update_bucket("tagb", set(vec![tag("a", "1"), tag("b", "")]))
+        .await
+        .unwrap();
+    assert_eq!(got.tags, vec![tag("a", "1"), tag("b", "")]);
+    assert_eq!(got.owner, "o");
+    assert_eq!(c.bucket("tagb").await.unwrap().unwrap(), got);
+    let listed = c.list_buckets().await.unwrap();
+    assert_eq!(
+        listed.iter().find(|(n, _)| n == "tagb").map(|(_, b)| b),
+        Some(&got)
+    );
+    // A refusal and an owner change leave the record as it was.
+    let refuse: crate::BucketFn = Arc::new(|_| Err(CatalogError::PreconditionFailed));
+    assert!(matches!(
+        c.update_bucket("tagb", refuse).await,
+        Err(CatalogError::PreconditionFailed)
+    ));
+    let steal: crate::BucketFn = Arc::new(|b| {
+        Ok(BucketRecord {
+            owner: "thief".into(),
+            tags: vec![],
+            ..b.clone()
+        })
+    });
+    assert!(matches!(
+        c.update_bucket("tagb", steal).await,
+        Err(CatalogError::Corrupt(_))
+    ));
+    assert_eq!(c.bucket("tagb").await.unwrap().unwrap(), got);
+    assert!(matches!(
+        c.update_bucket("tag-none", set(vec![])).await,
+        Err(CatalogError::NoSuchBucket)
+    ));
+    // Racing read-modify-writes: each adds its own tag, none is lost.
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        let c = Arc::clone(&c);
+        tasks.push(tokio::spawn(async move {
+            let add: crate::BucketFn = Arc::new(move |b: &BucketRecord| {
+                let mut b = b.clone();
+                b.tags.push(tag(&format!("r{i}"), "x"));
+                b.tags.sort();
+                Ok(b)
+            });
+            c.update_bucket("tagb", add).await.unwrap();
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let tags = c.bucket("tagb").await.unwrap().unwrap().tags;
+    assert_eq!(tags.len(), 8, "{tags:?}");
+
+    // Object tags live in the record's metadata.
+    let mut rec = record("t1", &[]);
+    rec.meta.tags = vec![tag("k", "v")];
+    c.put("tagb", "o", rec.clone(), &Cond::default(), Refs::Fresh)
+        .await
+        .unwrap();
+    assert_eq!(
+        c.get("tagb", "o").await.unwrap().unwrap().meta.tags,
+        rec.meta.tags
+    );
+    assert_eq!(
+        c.head("tagb", "o").await.unwrap().unwrap().meta.tags,
+        rec.meta.tags
+    );
+    let retag: crate::RecordFn = Arc::new(|r: &ObjectRecord| {
+        let mut r = r.clone();
+        r.meta.tags = vec![tag("k", "w"), tag("z", "")];
+        Ok(r)
+    });
+    let up = c.update("tagb", "o", retag).await.unwrap();
+    assert_eq!(up.meta.tags, vec![tag("k", "w"), tag("z", "")]);
+    let page = c
+        .list(
+            "tagb",
+            &ListQuery {
+                prefix: "",
+                delimiter: None,
+                after: None,
+                max: 10,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(page.objects[0].1.meta.tags, up.meta.tags);
+    c.rename("tagb", "o", "o2", replace_check(false))
+        .await
+        .unwrap();
+    assert_eq!(
+        c.get("tagb", "o2").await.unwrap().unwrap().meta.tags,
+        up.meta.tags
+    );
+    c.delete("tagb", "o2", &Cond::default()).await.unwrap();
+    c.delete_bucket("tagb").await.unwrap();
+    assert!(matches!(
+        c.update_bucket("tagb", set(vec![tag("late", "")])).await,
+        Err(CatalogError::NoSuchBucket)
+    ));
+    new_bucket(&*c, "tagb").await;
+    assert!(c.bucket("tagb").await.unwrap().unwrap().tags.is_empty());
+    c.delete_bucket("tagb").await.unwrap();
+}
+
 /// Every test above but the renames (which a partitioned backend refuses across partitions,
 /// [`CatalogError::CrossPartition`]), in sequence, on one catalog.
 pub async fn run_all_but_renames(c: Arc<dyn Catalog>) {
@@ -1382,6 +1507,7 @@ pub async fn run_all_but_renames(c: Arc<dyn Catalog>) {
     multipart(&*c).await;
     upload_listing(&*c).await;
     system_keys(&*c).await;
+    tags_and_bucket_updates(Arc::clone(&c)).await;
     appends(Arc::clone(&c)).await;
     racing_conditional_delete(Arc::clone(&c)).await;
     racing_conditional_puts(c).await;

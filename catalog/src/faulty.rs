@@ -6,9 +6,9 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use crate::{
-    Aborted, AppendFn, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit, CompleteFn, Cond,
-    ListPage, ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, RenameCheck, Result, SysFn,
-    UploadPage, UploadQuery, UploadRecord,
+    Aborted, AppendFn, BucketFn, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit, CompleteFn,
+    Cond, ListPage, ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, RenameCheck, Result,
+    SysFn, UploadPage, UploadQuery, UploadRecord,
 };
 
 /// What happens to the next commit.
@@ -69,6 +69,9 @@ impl Catalog for FaultyCatalog {
     }
     async fn list_buckets(&self) -> Result<Vec<(String, BucketRecord)>> {
         self.inner.list_buckets().await
+    }
+    async fn update_bucket(&self, name: &str, f: BucketFn) -> Result<BucketRecord> {
+        self.commit(self.inner.update_bucket(name, f)).await
     }
     async fn delete_bucket(&self, name: &str) -> Result<Vec<ChunkLoc>> {
         self.commit(self.inner.delete_bucket(name)).await

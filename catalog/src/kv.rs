@@ -16,10 +16,10 @@ use lode_metadata::records::{self, AbortedUpload, ExtentRecord, Record};
 use lode_metadata::{MemMetadataStore, MetadataStore, Table, Transaction, keys};
 
 use crate::{
-    Aborted, AppendFn, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit, CompleteFn, Cond,
-    ListPage, ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, RenameCheck, Result, Segment,
-    SysFn, UploadPage, UploadQuery, UploadRecord, UploadState, appended_segments, join_record,
-    split_record,
+    Aborted, AppendFn, BucketFn, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit, CompleteFn,
+    Cond, ListPage, ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, RenameCheck, Result,
+    Segment, SysFn, UploadPage, UploadQuery, UploadRecord, UploadState, appended_segments,
+    check_bucket_update, join_record, split_record,
 };
 
 /// How long an aborted upload is remembered for a retried abort.
@@ -393,6 +393,22 @@ impl Catalog for KvCatalog {
                     ))
                 })
                 .collect()
+        })
+        .await
+    }
+
+    async fn update_bucket(&self, name: &str, f: BucketFn) -> Result<BucketRecord> {
+        let name = name.to_owned();
+        self.blocking(move |m, _| {
+            Self::transact(m, |t| {
+                let Some(old) = get_rec::<BucketRecord>(t, Table::Buckets, name.as_bytes())? else {
+                    return Err(CatalogError::NoSuchBucket);
+                };
+                let new = f(&old)?;
+                check_bucket_update(&old, &new)?;
+                t.put(Table::Buckets, name.as_bytes(), &records::encode(&new))?;
+                Ok(new)
+            })
         })
         .await
     }

@@ -306,6 +306,21 @@ pub fn appended_segments<'a>(
     Ok(&new.segments[kept.len()..])
 }
 
+/// A read-modify-write of a bucket's record (its tags and settings): the current record in,
+/// the new one out (it may refuse).
+pub type BucketFn = Arc<dyn Fn(&BucketRecord) -> Result<BucketRecord> + Send + Sync>;
+
+/// For backends: checks that a bucket update keeps what identifies the bucket (its owner and
+/// creation time; else `Corrupt`).
+pub fn check_bucket_update(old: &BucketRecord, new: &BucketRecord) -> Result<()> {
+    if old.owner != new.owner || old.created_ms != new.created_ms {
+        return Err(CatalogError::Corrupt(
+            "a bucket update may not change its owner or creation time".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// A read-modify-write of one system key (`None` in or out: absent).
 pub type SysFn = Arc<dyn Fn(Option<&[u8]>) -> Result<Option<Vec<u8>>> + Send + Sync>;
 
@@ -329,6 +344,10 @@ pub trait Catalog: Send + Sync + 'static {
     async fn create_bucket(&self, name: &str, rec: BucketRecord) -> Result<()>;
     async fn bucket(&self, name: &str) -> Result<Option<BucketRecord>>;
     async fn list_buckets(&self) -> Result<Vec<(String, BucketRecord)>>;
+    /// Rewrites a bucket's record in one atomic step (bucket tagging and settings): `f` gets
+    /// the current record and returns the new one, with the same owner and creation time
+    /// (else `Corrupt`); `NoSuchBucket` when absent. Returns the new record.
+    async fn update_bucket(&self, name: &str, f: BucketFn) -> Result<BucketRecord>;
     /// Deletes a bucket that holds no object (`BucketNotEmpty` otherwise); its multipart
     /// uploads and their parts go with it.
     async fn delete_bucket(&self, name: &str) -> Result<Vec<ChunkLoc>>;

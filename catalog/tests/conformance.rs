@@ -37,6 +37,7 @@ async fn injected_faults_fail_before_or_after_applying() {
         lode_catalog::BucketRecord {
             created_ms: 1,
             owner: "o".into(),
+            tags: vec![],
         },
     )
     .await
@@ -90,7 +91,7 @@ async fn kv_payloads_live_in_the_inline_table_and_never_leak() {
     );
     let okey = keys::object("leak", "keep/inline");
     let value = store.get(Table::Objects, &okey).unwrap().unwrap();
-    assert_eq!(value[0], records::FORMAT_V3);
+    assert_eq!(value[0], records::FORMAT_V4);
     let payload = store.get(Table::Inline, &okey).unwrap().unwrap();
     assert_eq!(payload, conformance::pattern(100, 5));
     assert!(
@@ -101,13 +102,10 @@ async fn kv_payloads_live_in_the_inline_table_and_never_leak() {
     assert!(stored_payloads(&*store, "leak").is_empty());
 }
 
-/// A format-2 value: format 3's encoding of a record that keeps its bytes inside is format
-/// 2's (same struct; `records::tests::v2_fixture_decodes_and_reencodes_split` pins format 2's
-/// bytes), with the format byte of 2.
+/// A format-2 value (`records::tests::v2_fixture_decodes_and_reencodes_split` pins format
+/// 2's bytes).
 fn v2_value(rec: &ObjectRecord) -> Vec<u8> {
-    let mut v = records::encode(rec);
-    v[0] = records::FORMAT_V2;
-    v
+    records::encode_v2(rec)
 }
 
 /// Records an older data dir wrote (format 2: the bytes inside the value, no payload in the
@@ -124,6 +122,7 @@ async fn kv_reads_and_migrates_format_2_records() {
         lode_catalog::BucketRecord {
             created_ms: 1,
             owner: "o".into(),
+            tags: vec![],
         },
     )
     .await
@@ -169,7 +168,7 @@ async fn kv_reads_and_migrates_format_2_records() {
     assert_eq!(kv.get("old", "a").await.unwrap(), Some(up.clone()));
     assert_eq!(up.segments, recs[0].1.segments);
     let stored = |k: &str| store.get(Table::Objects, &keys::object("old", k)).unwrap();
-    assert_eq!(stored("a").unwrap()[0], records::FORMAT_V3);
+    assert_eq!(stored("a").unwrap()[0], records::FORMAT_V4);
     assert_eq!(stored_payloads(&*store, "old"), vec!["a".to_owned()]);
     // A rename rewrites it too; a directory rename moves the value as it is.
     kv.rename("old", "b", "b2", replace_check(false))
@@ -179,7 +178,7 @@ async fn kv_reads_and_migrates_format_2_records() {
         kv.get("old", "b2").await.unwrap().as_ref(),
         Some(&recs[1].1)
     );
-    assert_eq!(stored("b2").unwrap()[0], records::FORMAT_V3);
+    assert_eq!(stored("b2").unwrap()[0], records::FORMAT_V4);
     kv.rename_prefix("old", "d/", "e/", 1024).await.unwrap();
     assert_eq!(
         kv.get("old", "e/x").await.unwrap().as_ref(),

@@ -28,6 +28,7 @@ fn needed(op: &str) -> Perm {
         | "ListParts"
         | "ListMultipartUploads"
         | "GetObjectAttributes"
+        | "GetObjectTagging"
         | "ListObjectVersions" => Perm::Read,
         "PutObject"
         | "DeleteObject"
@@ -38,6 +39,8 @@ fn needed(op: &str) -> Perm {
         | "UploadPartCopy"
         | "CompleteMultipartUpload"
         | "AbortMultipartUpload"
+        | "PutObjectTagging"
+        | "DeleteObjectTagging"
         | "PostObject" => Perm::Write,
         // DeleteBucket and every bucket configuration call: the owner's.
         _ => Perm::Own,

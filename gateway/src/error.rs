@@ -28,7 +28,10 @@ impl ToErrno for ObjError {
         use libc::*;
         let e = self;
         match e {
-            ObjError::NoSuchBucket | ObjError::NoSuchKey | ObjError::NoSuchUpload => ENOENT,
+            ObjError::NoSuchBucket
+            | ObjError::NoSuchKey
+            | ObjError::NoSuchUpload
+            | ObjError::NoSuchTagSet => ENOENT,
             ObjError::BucketAlreadyOwnedByYou
             | ObjError::BucketAlreadyExists
             | ObjError::PreconditionFailed => EEXIST,
@@ -38,6 +41,8 @@ impl ToErrno for ObjError {
             ObjError::CrossPartition => EXDEV,
             ObjError::InvalidBucketName(_)
             | ObjError::InvalidArgument(_)
+            | ObjError::InvalidTag(_)
+            | ObjError::BadRequest(_)
             | ObjError::InvalidRequest(_)
             | ObjError::InvalidRange => EINVAL,
             ObjError::EntityTooLarge => EFBIG,
@@ -106,6 +111,15 @@ pub fn s3_error(e: ObjError) -> S3Error {
         ObjError::BadDigest(_) => C::BadDigest,
         ObjError::InvalidDigest => C::InvalidDigest,
         ObjError::InvalidArgument(_) => C::InvalidArgument,
+        ObjError::InvalidTag(_) => C::InvalidTag,
+        ObjError::BadRequest(_) => {
+            return with_status(
+                C::Custom("BadRequest".into()),
+                msg,
+                http::StatusCode::BAD_REQUEST,
+            );
+        }
+        ObjError::NoSuchTagSet => C::NoSuchTagSet,
         ObjError::InvalidRequest(_) => C::InvalidRequest,
         ObjError::IncompleteBody => C::IncompleteBody,
         ObjError::NotImplemented(_) => C::NotImplemented,
@@ -218,6 +232,9 @@ mod tests {
             (ObjError::RequestTimeout, "RequestTimeout", 400),
             (ObjError::InvalidWriteOffset, "InvalidWriteOffset", 400),
             (ObjError::TooManyParts, "TooManyParts", 400),
+            (ObjError::InvalidTag("x".into()), "InvalidTag", 400),
+            (ObjError::BadRequest("x".into()), "BadRequest", 400),
+            (ObjError::NoSuchTagSet, "NoSuchTagSet", 404),
             (ObjError::NotImplemented("x".into()), "NotImplemented", 501),
             (
                 ObjError::Chunk(ChunkError::NoSpace),

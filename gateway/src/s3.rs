@@ -13,7 +13,11 @@ use tracing::instrument;
 
 use crate::error::{IntoS3, ObjError, s3_error as obj_s3};
 use lode_objects::checksum::{Algo, ChecksumSet};
+use lode_objects::tags::TagSet;
 use lode_objects::{Integrity, ObjectService, WriteCond};
+
+/// s3s's tag list (`TagSet` is Lode's pairs).
+type TagSet_ = s3s::dto::TagSet;
 
 pub struct LodeS3 {
     svc: Arc<ObjectService>,
@@ -124,7 +128,45 @@ fn object_meta(
         content_language,
         expires: expires.as_ref().and_then(fmt_http_date),
         user,
+        tags: vec![],
     }
+}
+
+/// `x-amz-tagging` (PutObject, CopyObject, CreateMultipartUpload) as a tag set (absent: none).
+fn header_tags(h: Option<&str>) -> S3Result<TagSet> {
+    h.map_or(Ok(vec![]), lode_objects::tags::parse_header).s3()
+}
+
+/// A tagging subresource's version: none, or `null` (the one version of an object in a bucket
+/// that was never versioned).
+fn unversioned(version_id: Option<&str>) -> S3Result<()> {
+    if version_id.is_some_and(|v| v != "null") {
+        return Err(s3_error!(InvalidArgument, "Invalid version id specified"));
+    }
+    Ok(())
+}
+
+/// A `Tagging` document's tags: every `Tag` needs its `Key` and `Value` (else MalformedXML).
+fn doc_tags(t: Tagging) -> S3Result<TagSet> {
+    t.tag_set
+        .into_iter()
+        .map(|t| match (t.key, t.value) {
+            (Some(k), Some(v)) => Ok((k, v)),
+            _ => Err(s3_error!(
+                MalformedXML,
+                "The XML you provided was not well-formed or did not validate against our published schema"
+            )),
+        })
+        .collect()
+}
+
+fn tag_set(tags: TagSet) -> TagSet_ {
+    tags.into_iter()
+        .map(|(k, v)| Tag {
+            key: Some(k),
+            value: Some(v),
+        })
+        .collect()
 }
 
 fn user_meta(m: &ObjectMeta) -> Option<Metadata> {
@@ -705,7 +747,8 @@ impl S3 for LodeS3 {
             expected,
         )?;
         let i = req.input;
-        let meta = object_meta(
+        let tags = header_tags(i.tagging.as_deref())?;
+        let mut meta = object_meta(
             i.content_type,
             i.cache_control,
             i.content_disposition,
@@ -714,6 +757,7 @@ impl S3 for LodeS3 {
             i.expires,
             i.metadata,
         );
+        meta.tags = tags;
         let cond = write_cond(i.if_match.as_ref(), i.if_none_match.as_ref());
         let body = body.unwrap_or_else(|| StreamingBlob::from(s3s::Body::empty()));
         let r = match append_at {
@@ -803,6 +847,7 @@ impl S3 for LodeS3 {
             checksum_sha1: sha1,
             checksum_sha256: sha256,
             checksum_type: ctype,
+            tag_count: (!m.tags.is_empty()).then_some(m.tags.len() as i32),
             ..Default::default()
         };
         let mut resp = S3Response::new(out);
@@ -855,6 +900,13 @@ impl S3 for LodeS3 {
         let mut resp = S3Response::new(out);
         if partial {
             resp.status = Some(http::StatusCode::PARTIAL_CONTENT);
+        }
+        // S3 answers it on HEAD too, though its model's HeadObjectOutput has no field for it.
+        if !m.tags.is_empty() {
+            resp.headers.insert(
+                http::HeaderName::from_static("x-amz-tagging-count"),
+                http::HeaderValue::from(m.tags.len()),
+            );
         }
         Ok(resp)
     }
@@ -1064,6 +1116,11 @@ impl S3 for LodeS3 {
                 i.metadata.clone(),
             )
         });
+        let new_tags = match i.tagging_directive.as_ref().map(|d| d.as_str()) {
+            None | Some(TaggingDirective::COPY) => None,
+            Some(TaggingDirective::REPLACE) => Some(header_tags(i.tagging.as_deref())?),
+            Some(_) => return Err(s3_error!(InvalidArgument, "Unknown tagging directive.")),
+        };
         let conds = CopySourceConds {
             if_match: i.copy_source_if_match.clone(),
             if_none_match: i.copy_source_if_none_match.clone(),
@@ -1073,7 +1130,7 @@ impl S3 for LodeS3 {
         let check = move |rec: &ObjectRecord| conds.check(rec);
         let rec = self
             .svc
-            .copy_object((sb, sk), (&i.bucket, &i.key), new_meta, check)
+            .copy_object((sb, sk), (&i.bucket, &i.key), new_meta, new_tags, check)
             .await
             .s3()?;
         self.svc.notify_changed(&i.bucket, &i.key, false);
@@ -1091,6 +1148,83 @@ impl S3 for LodeS3 {
             }),
             ..Default::default()
         }))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket, key = %req.input.key))]
+    async fn get_object_tagging(
+        &self,
+        req: S3Request<GetObjectTaggingInput>,
+    ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
+        let i = req.input;
+        unversioned(i.version_id.as_deref())?;
+        let tags = self.svc.object_tags(&i.bucket, &i.key).await.s3()?;
+        Ok(S3Response::new(GetObjectTaggingOutput {
+            tag_set: tag_set(tags),
+            version_id: None,
+        }))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket, key = %req.input.key))]
+    async fn put_object_tagging(
+        &self,
+        req: S3Request<PutObjectTaggingInput>,
+    ) -> S3Result<S3Response<PutObjectTaggingOutput>> {
+        let i = req.input;
+        unversioned(i.version_id.as_deref())?;
+        let tags = doc_tags(i.tagging)?;
+        self.svc
+            .set_object_tags(&i.bucket, &i.key, tags)
+            .await
+            .s3()?;
+        Ok(S3Response::new(PutObjectTaggingOutput::default()))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket, key = %req.input.key))]
+    async fn delete_object_tagging(
+        &self,
+        req: S3Request<DeleteObjectTaggingInput>,
+    ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
+        let i = req.input;
+        unversioned(i.version_id.as_deref())?;
+        self.svc
+            .set_object_tags(&i.bucket, &i.key, vec![])
+            .await
+            .s3()?;
+        Ok(S3Response::new(DeleteObjectTaggingOutput::default()))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn get_bucket_tagging(
+        &self,
+        req: S3Request<GetBucketTaggingInput>,
+    ) -> S3Result<S3Response<GetBucketTaggingOutput>> {
+        let tags = self.svc.bucket_tags(&req.input.bucket).await.s3()?;
+        Ok(S3Response::new(GetBucketTaggingOutput {
+            tag_set: tag_set(tags),
+        }))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn put_bucket_tagging(
+        &self,
+        req: S3Request<PutBucketTaggingInput>,
+    ) -> S3Result<S3Response<PutBucketTaggingOutput>> {
+        let i = req.input;
+        let tags = doc_tags(i.tagging)?;
+        self.svc.set_bucket_tags(&i.bucket, tags).await.s3()?;
+        Ok(S3Response::new(PutBucketTaggingOutput::default()))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn delete_bucket_tagging(
+        &self,
+        req: S3Request<DeleteBucketTaggingInput>,
+    ) -> S3Result<S3Response<DeleteBucketTaggingOutput>> {
+        self.svc
+            .set_bucket_tags(&req.input.bucket, vec![])
+            .await
+            .s3()?;
+        Ok(S3Response::new(DeleteBucketTaggingOutput::default()))
     }
 
     #[instrument(skip_all, fields(bucket = %req.input.bucket))]
@@ -1204,7 +1338,8 @@ impl S3 for LodeS3 {
                 "The FULL_OBJECT checksum type cannot be used with the SHA1 or SHA256 algorithms"
             ));
         }
-        let meta = object_meta(
+        let tags = header_tags(i.tagging.as_deref())?;
+        let mut meta = object_meta(
             i.content_type,
             i.cache_control,
             i.content_disposition,
@@ -1213,6 +1348,7 @@ impl S3 for LodeS3 {
             i.expires,
             i.metadata,
         );
+        meta.tags = tags;
         let rec = UploadRecord {
             initiated_ms: lode_objects::now_ms(),
             meta,

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
 use crate::MetaError;
 
-/// The first record format (every type but `ObjectRecord` still writes it).
+/// The first record format (aborted uploads, parts and extents still write it).
 pub const FORMAT_V1: u8 = 1;
 /// `ObjectRecord` since it names its multipart upload and its parts' numbers (inline bytes
 /// still inside the value).
@@ -20,6 +20,10 @@ pub const FORMAT_V2: u8 = 2;
 /// `ObjectRecord` since its inline bytes are stored apart from it: the value holds
 /// [`Segment::Detached`] lengths, the bytes are its payload ([`split_inline`]).
 pub const FORMAT_V3: u8 = 3;
+/// `ObjectRecord` and `UploadRecord` since their metadata holds the object's tags
+/// ([`ObjectMeta::tags`]), `BucketRecord` since it holds the bucket's ([`BucketRecord::tags`]).
+/// (The last two went from format 1 to 4.)
+pub const FORMAT_V4: u8 = 4;
 
 /// A value stored in the metadata store, with its format byte.
 pub trait Record: Serialize + DeserializeOwned {
@@ -54,6 +58,8 @@ pub fn decode<T: Record>(b: &[u8]) -> Result<T, MetaError> {
 pub struct BucketRecord {
     pub created_ms: i64,
     pub owner: String,
+    /// The bucket's tag set (PutBucketTagging), sorted by key; empty: none.
+    pub tags: Vec<(String, String)>,
 }
 
 /// Standard and user metadata of an object, as given at upload.
@@ -68,6 +74,8 @@ pub struct ObjectMeta {
     pub expires: Option<String>,
     /// `x-amz-meta-*` (names without the prefix, lower case), sorted.
     pub user: Vec<(String, String)>,
+    /// The object's tag set (`x-amz-tagging`, PutObjectTagging), sorted by key.
+    pub tags: Vec<(String, String)>,
 }
 
 /// Flexible checksums: base64 values as S3 returns them.
@@ -247,16 +255,26 @@ pub fn decode_head(b: &[u8]) -> Result<ObjectRecord, MetaError> {
 }
 
 impl Record for ObjectRecord {
-    const FORMAT: u8 = FORMAT_V3;
+    const FORMAT: u8 = FORMAT_V4;
 
     fn decode_old(format: u8, body: &[u8]) -> Result<Self, MetaError> {
         match format {
             FORMAT_V1 => Ok(postcard_body::<v1::ObjectRecord>(body)?.into()),
-            // The same struct, with the inline bytes inside the value.
-            FORMAT_V2 => postcard_body(body),
+            // Formats 2 and 3: one struct (format 2 with the inline bytes inside the value),
+            // metadata without tags.
+            FORMAT_V2 | FORMAT_V3 => Ok(postcard_body::<v3::ObjectRecord>(body)?.into()),
             f => Err(MetaError::UnknownFormat(f)),
         }
     }
+}
+
+/// An object record in format 2 (inline bytes inside the value, no tags): what data dirs
+/// written before format 3 hold. For tests that check such records still read.
+pub fn encode_v2(rec: &ObjectRecord) -> Vec<u8> {
+    let old = v3::ObjectRecord::from(rec.clone());
+    let mut out = vec![FORMAT_V2];
+    out.extend(postcard::to_stdvec(&old).expect("records always serialize"));
+    out
 }
 
 /// A multipart upload that was aborted, remembered for a day so that a retried abort (whose
@@ -269,16 +287,163 @@ pub struct AbortedUpload {
 }
 
 impl Record for AbortedUpload {}
-impl Record for BucketRecord {}
-impl Record for UploadRecord {}
+impl Record for BucketRecord {
+    const FORMAT: u8 = FORMAT_V4;
+
+    fn decode_old(format: u8, body: &[u8]) -> Result<Self, MetaError> {
+        match format {
+            FORMAT_V1 => Ok(postcard_body::<v3::BucketRecord>(body)?.into()),
+            f => Err(MetaError::UnknownFormat(f)),
+        }
+    }
+}
+
+impl Record for UploadRecord {
+    const FORMAT: u8 = FORMAT_V4;
+
+    fn decode_old(format: u8, body: &[u8]) -> Result<Self, MetaError> {
+        match format {
+            FORMAT_V1 => Ok(postcard_body::<v3::UploadRecord>(body)?.into()),
+            f => Err(MetaError::UnknownFormat(f)),
+        }
+    }
+}
 impl Record for PartRecord {}
 impl Record for ExtentRecord {}
+
+/// The layouts before tags: `ObjectRecord` formats 2 and 3, `UploadRecord` and
+/// `BucketRecord` format 1.
+mod v3 {
+    use serde::{Deserialize, Serialize};
+
+    use super::{Checksums, PartSummary, Segment};
+
+    #[derive(Serialize, Deserialize)]
+    pub struct ObjectMeta {
+        pub content_type: Option<String>,
+        pub cache_control: Option<String>,
+        pub content_disposition: Option<String>,
+        pub content_encoding: Option<String>,
+        pub content_language: Option<String>,
+        pub expires: Option<String>,
+        pub user: Vec<(String, String)>,
+    }
+
+    impl From<ObjectMeta> for super::ObjectMeta {
+        fn from(m: ObjectMeta) -> Self {
+            Self {
+                content_type: m.content_type,
+                cache_control: m.cache_control,
+                content_disposition: m.content_disposition,
+                content_encoding: m.content_encoding,
+                content_language: m.content_language,
+                expires: m.expires,
+                user: m.user,
+                tags: vec![],
+            }
+        }
+    }
+
+    impl From<super::ObjectMeta> for ObjectMeta {
+        fn from(m: super::ObjectMeta) -> Self {
+            Self {
+                content_type: m.content_type,
+                cache_control: m.cache_control,
+                content_disposition: m.content_disposition,
+                content_encoding: m.content_encoding,
+                content_language: m.content_language,
+                expires: m.expires,
+                user: m.user,
+            }
+        }
+    }
+
+    #[derive(Serialize, Deserialize)]
+    pub struct ObjectRecord {
+        pub size: u64,
+        pub etag: String,
+        pub last_modified_ms: i64,
+        pub meta: ObjectMeta,
+        pub checksums: Checksums,
+        pub segments: Vec<Segment>,
+        pub parts: Vec<PartSummary>,
+        pub upload_id: Option<String>,
+    }
+
+    impl From<ObjectRecord> for super::ObjectRecord {
+        fn from(r: ObjectRecord) -> Self {
+            Self {
+                size: r.size,
+                etag: r.etag,
+                last_modified_ms: r.last_modified_ms,
+                meta: r.meta.into(),
+                checksums: r.checksums,
+                segments: r.segments,
+                parts: r.parts,
+                upload_id: r.upload_id,
+            }
+        }
+    }
+
+    impl From<super::ObjectRecord> for ObjectRecord {
+        fn from(r: super::ObjectRecord) -> Self {
+            Self {
+                size: r.size,
+                etag: r.etag,
+                last_modified_ms: r.last_modified_ms,
+                meta: r.meta.into(),
+                checksums: r.checksums,
+                segments: r.segments,
+                parts: r.parts,
+                upload_id: r.upload_id,
+            }
+        }
+    }
+
+    #[derive(Deserialize)]
+    pub struct UploadRecord {
+        pub initiated_ms: i64,
+        pub meta: ObjectMeta,
+        pub checksum_algorithm: Option<String>,
+        pub checksum_type: Option<String>,
+        pub owner: String,
+    }
+
+    impl From<UploadRecord> for super::UploadRecord {
+        fn from(u: UploadRecord) -> Self {
+            Self {
+                initiated_ms: u.initiated_ms,
+                meta: u.meta.into(),
+                checksum_algorithm: u.checksum_algorithm,
+                checksum_type: u.checksum_type,
+                owner: u.owner,
+            }
+        }
+    }
+
+    #[derive(Deserialize)]
+    pub struct BucketRecord {
+        pub created_ms: i64,
+        pub owner: String,
+    }
+
+    impl From<BucketRecord> for super::BucketRecord {
+        fn from(b: BucketRecord) -> Self {
+            Self {
+                created_ms: b.created_ms,
+                owner: b.owner,
+                tags: vec![],
+            }
+        }
+    }
+}
 
 /// Formats no longer written, kept to read old data dirs.
 mod v1 {
     use serde::Deserialize;
 
-    use super::{Checksums, ObjectMeta, Segment};
+    use super::v3::ObjectMeta;
+    use super::{Checksums, Segment};
 
     #[derive(Deserialize)]
     pub struct PartSummary {
@@ -306,7 +471,7 @@ mod v1 {
                 size: r.size,
                 etag: r.etag,
                 last_modified_ms: r.last_modified_ms,
-                meta: r.meta,
+                meta: r.meta.into(),
                 checksums: r.checksums,
                 segments: r.segments,
                 parts: r
@@ -370,7 +535,7 @@ mod tests {
             upload_id: Some("u1".into()),
         };
         let b = encode(&r);
-        assert_eq!(b[0], FORMAT_V3);
+        assert_eq!(b[0], FORMAT_V4);
         assert_eq!(decode::<ObjectRecord>(&b).unwrap(), r);
         let mut bad = b.clone();
         bad[0] = 9;
@@ -411,7 +576,7 @@ mod tests {
             size: u64,
             etag: String,
             last_modified_ms: i64,
-            meta: ObjectMeta,
+            meta: v3::ObjectMeta,
             checksums: Checksums,
             segments: Vec<Segment>,
             parts: Vec<P>,
@@ -427,7 +592,7 @@ mod tests {
                 size: 2,
                 etag: "x-2".into(),
                 last_modified_ms: 7,
-                meta: ObjectMeta::default(),
+                meta: ObjectMeta::default().into(),
                 checksums: Checksums::default(),
                 segments: vec![],
                 parts: vec![p("a"), p("b")],
@@ -442,7 +607,7 @@ mod tests {
             .collect();
         assert_eq!(got, vec![(1, "a"), (2, "b")]);
         // Re-encoding writes the current format.
-        assert_eq!(encode(&r)[0], FORMAT_V3);
+        assert_eq!(encode(&r)[0], FORMAT_V4);
         assert_eq!(decode::<ObjectRecord>(&encode(&r)).unwrap(), r);
     }
 
@@ -498,7 +663,7 @@ mod tests {
         assert_eq!(r, want);
         assert!(!r.has_detached());
         let (value, payload) = split_inline(&r);
-        assert_eq!(value[0], FORMAT_V3);
+        assert_eq!(value[0], FORMAT_V4);
         assert_eq!(payload.as_deref(), Some(&b"abcdefg"[..]));
         // The value holds no inline byte: it is the v2 body minus the bytes, plus lengths.
         let head: ObjectRecord = decode(&value).unwrap();
@@ -546,5 +711,78 @@ mod tests {
         let j = join_inline(head, b"xyz1234").unwrap();
         assert_eq!(j.segments[0], Segment::Inline(b"xyz".to_vec()));
         assert_eq!(j.segments[2], Segment::Inline(b"1234".to_vec()));
+    }
+
+    /// A v3 object record (the v2 fixture's record, split) as format 3's encoder wrote it,
+    /// and format-1 bucket and upload records: kept so that later formats must still read
+    /// them. They read with no tags; re-encoding writes format 4.
+    #[test]
+    fn v3_and_untagged_v1_fixtures_decode() {
+        let fixture: &[u8] = &[
+            3, 107, 3, 101, 45, 49, 246, 161, 171, 254, 249, 98, 1, 10, 116, 101, 120, 116, 47,
+            112, 108, 97, 105, 110, 0, 0, 0, 0, 0, 1, 1, 107, 1, 118, 0, 1, 8, 65, 65, 65, 65, 65,
+            65, 61, 61, 0, 0, 0, 0, 3, 2, 3, 1, 1, 128, 64, 128, 32, 100, 239, 253, 182, 245, 13,
+            2, 4, 1, 2, 107, 2, 112, 50, 0, 0, 0, 0, 0, 0, 1, 2, 117, 49,
+        ];
+        let want = v2_fixture_record().into_head();
+        let r: ObjectRecord = decode(fixture).unwrap();
+        assert_eq!(r, want);
+        assert!(r.meta.tags.is_empty());
+        assert_eq!(encode(&r)[0], FORMAT_V4);
+        assert_eq!(decode_head(fixture).unwrap(), want);
+        // BucketRecord v1: created_ms 5, owner "al".
+        let b: BucketRecord = decode(&[1, 10, 2, 97, 108]).unwrap();
+        assert_eq!(
+            b,
+            BucketRecord {
+                created_ms: 5,
+                owner: "al".into(),
+                tags: vec![]
+            }
+        );
+        // UploadRecord v1: initiated 7, content type "t", one user pair, CRC32, no type, "al".
+        let u: UploadRecord = decode(&[
+            1, 14, 1, 1, 116, 0, 0, 0, 0, 0, 1, 1, 107, 1, 118, 1, 5, 67, 82, 67, 51, 50, 0, 2, 97,
+            108,
+        ])
+        .unwrap();
+        assert_eq!(u.meta.content_type.as_deref(), Some("t"));
+        assert_eq!(u.meta.user, vec![("k".into(), "v".into())]);
+        assert!(u.meta.tags.is_empty());
+        assert_eq!(u.checksum_algorithm.as_deref(), Some("CRC32"));
+        assert_eq!(u.owner, "al");
+        assert_eq!(encode(&u)[0], FORMAT_V4);
+    }
+
+    /// Tags round-trip in every record that carries them, and `encode_v2` writes what format 2
+    /// wrote (tags dropped, bytes inside).
+    #[test]
+    fn tags_roundtrip_and_v2_encoding() {
+        let mut r = v2_fixture_record();
+        r.meta.tags = vec![("a".into(), "1".into()), ("b".into(), String::new())];
+        assert_eq!(decode::<ObjectRecord>(&encode(&r)).unwrap(), r);
+        let (value, payload) = split_inline(&r);
+        let joined = join_inline(decode(&value).unwrap(), &payload.unwrap()).unwrap();
+        assert_eq!(joined, r);
+        let v2 = encode_v2(&r);
+        assert_eq!(v2[0], FORMAT_V2);
+        let back: ObjectRecord = decode(&v2).unwrap();
+        assert!(back.meta.tags.is_empty());
+        assert_eq!(
+            back,
+            ObjectRecord {
+                meta: ObjectMeta {
+                    tags: vec![],
+                    ..r.meta.clone()
+                },
+                ..r
+            }
+        );
+        let b = BucketRecord {
+            created_ms: 1,
+            owner: "o".into(),
+            tags: vec![("k".into(), "v".into())],
+        };
+        assert_eq!(decode::<BucketRecord>(&encode(&b)).unwrap(), b);
     }
 }

@@ -197,8 +197,7 @@ mod tests {
             opts.create_missing_column_families(true);
             let db = rocksdb::DB::open_cf(&opts, dir.path(), old_tables).unwrap();
             // Today's v2 encoding: format byte 2, the postcard body with the bytes inside.
-            let mut v2 = vec![records::FORMAT_V2];
-            v2.extend(postcard::to_stdvec(&rec).unwrap());
+            let v2 = records::encode_v2(&rec);
             let cf = db.cf_handle("objects").unwrap();
             db.put_cf(&cf, b"bkt\0k", &v2).unwrap();
         }

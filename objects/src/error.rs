@@ -60,6 +60,15 @@ pub enum ObjError {
     InvalidDigest,
     #[error("{0}")]
     InvalidArgument(String),
+    /// A tag set that breaks AWS's rules (a key or value too long or with characters outside
+    /// the tag alphabet, a reserved `aws:` key, a key given twice).
+    #[error("{0}")]
+    InvalidTag(String),
+    /// S3's generic `BadRequest` (too many tags on an object).
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("The TagSet does not exist")]
+    NoSuchTagSet,
     #[error("{0}")]
     InvalidRequest(String),
     #[error("You did not provide the number of bytes specified by the Content-Length HTTP header.")]

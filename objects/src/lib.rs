@@ -13,7 +13,7 @@
 //! The binary's server module picks the backends (RocksDB + io_uring on one node, RADOS in
 //! cluster mode). The doors see this crate's types (the records are re-exported here), and map
 //! [`ObjError`] onto the wire in one place each. Modules depend one way: `service` (the core)
-//! <- `namespace`, `scrub`; `notify`, `checksum`, `error`, `failpoint` are leaves.
+//! <- `namespace`, `scrub`; `notify`, `checksum`, `error`, `failpoint`, `tags` are leaves.
 
 pub mod checksum;
 pub mod error;
@@ -22,6 +22,7 @@ pub mod namespace;
 pub mod notify;
 pub mod scrub;
 pub mod service;
+pub mod tags;
 
 pub use error::{ObjError, ObjResult};
 pub use lode_catalog::{

@@ -27,6 +27,7 @@ use md5::{Digest, Md5};
 
 use crate::checksum::{Algo, ChecksumSet};
 use crate::error::{ObjError, ObjResult};
+use crate::tags::TagSet;
 
 /// Tunables of the object service (from `[datapath]` in lode.toml).
 #[derive(Debug, Clone)]
@@ -277,6 +278,14 @@ fn keep_if_maybe_applied(
     e.into()
 }
 
+/// A copy's metadata: the source's or the REPLACE directive's, with the source's tags or the
+/// tagging directive's.
+fn copied_meta(src: &ObjectMeta, meta: &Option<ObjectMeta>, tags: &Option<TagSet>) -> ObjectMeta {
+    let mut m = meta.clone().unwrap_or_else(|| src.clone());
+    m.tags = tags.clone().unwrap_or_else(|| src.tags.clone());
+    m
+}
+
 pub fn multipart_etag(part_etags: &[&str]) -> String {
     let mut h = Md5::new();
     for e in part_etags {
@@ -361,6 +370,7 @@ impl ObjectService {
         let rec = BucketRecord {
             created_ms: now_ms(),
             owner: owner.to_owned(),
+            tags: vec![],
         };
         match self.catalog.create_bucket(name, rec).await {
             Err(CatalogError::BucketExists { owner: o }) if o == owner => {
@@ -380,6 +390,29 @@ impl ObjectService {
 
     pub async fn list_buckets(&self) -> ObjResult<Vec<(String, BucketRecord)>> {
         Ok(self.catalog.list_buckets().await?)
+    }
+
+    /// The bucket's tag set (GetBucketTagging): `NoSuchTagSet` when it has none.
+    pub async fn bucket_tags(&self, name: &str) -> ObjResult<TagSet> {
+        let b = self.bucket(name).await?;
+        if b.tags.is_empty() {
+            return Err(ObjError::NoSuchTagSet);
+        }
+        Ok(b.tags)
+    }
+
+    /// Replaces the bucket's tag set (PutBucketTagging; empty: DeleteBucketTagging), after
+    /// checking it against AWS's rules.
+    pub async fn set_bucket_tags(&self, name: &str, tags: TagSet) -> ObjResult<()> {
+        let tags = crate::tags::check(tags, crate::tags::Owner::Bucket)?;
+        let f: lode_catalog::BucketFn = Arc::new(move |b: &BucketRecord| {
+            Ok(BucketRecord {
+                tags: tags.clone(),
+                ..b.clone()
+            })
+        });
+        self.catalog.update_bucket(name, f).await?;
+        Ok(())
     }
 
     /// Deletes a bucket that holds no object. Multipart uploads still in progress go with it,
@@ -817,12 +850,29 @@ impl ObjectService {
         Ok(())
     }
 
+    /// The object's tag set (GetObjectTagging; empty: none).
+    pub async fn object_tags(&self, bucket: &str, key: &str) -> ObjResult<TagSet> {
+        Ok(self.head_object(bucket, key).await?.meta.tags)
+    }
+
+    /// Replaces the object's tag set in place (PutObjectTagging; empty: DeleteObjectTagging),
+    /// after checking it against AWS's rules: content, ETag and last-modified time stay.
+    pub async fn set_object_tags(&self, bucket: &str, key: &str, tags: TagSet) -> ObjResult<()> {
+        let tags = crate::tags::check(tags, crate::tags::Owner::Object)?;
+        self.update_meta(bucket, key, move |m| m.tags = tags.clone())
+            .await?;
+        Ok(())
+    }
+
     /// CopyObject: a metadata operation; the destination shares the source's extents.
+    /// `new_meta`: the metadata directive REPLACE's metadata (`None`: the source's);
+    /// `new_tags`: the tagging directive REPLACE's tags (`None`: the source's).
     pub async fn copy_object(
         &self,
         src: (&str, &str),
         dst: (&str, &str),
         new_meta: Option<ObjectMeta>,
+        new_tags: Option<TagSet>,
         src_check: impl Fn(&ObjectRecord) -> ObjResult<()> + Send + Sync + 'static,
     ) -> ObjResult<ObjectRecord> {
         check_key(src.1)?;
@@ -833,16 +883,16 @@ impl ObjectService {
             ));
         }
         if !self.catalog.counts_references() {
-            return self.copy_bytes(src, dst, new_meta, src_check).await;
+            return self
+                .copy_bytes(src, dst, new_meta, new_tags, src_check)
+                .await;
         }
         let make = Arc::new(move |src: &ObjectRecord| {
             src_check(src).map_err(refused)?;
             let mut rec = src.clone();
             rec.last_modified_ms = now_ms();
             rec.upload_id = None;
-            if let Some(meta) = &new_meta {
-                rec.meta = meta.clone();
-            }
+            rec.meta = copied_meta(&src.meta, &new_meta, &new_tags);
             Ok(rec)
         });
         let (rec, done) = self.catalog.copy(src, dst, make).await?;
@@ -857,6 +907,7 @@ impl ObjectService {
         src: (&str, &str),
         dst: (&str, &str),
         new_meta: Option<ObjectMeta>,
+        new_tags: Option<TagSet>,
         src_check: impl Fn(&ObjectRecord) -> ObjResult<()>,
     ) -> ObjResult<ObjectRecord> {
         self.bucket(dst.0).await?;
@@ -881,7 +932,7 @@ impl ObjectService {
             size: source.size,
             etag: source.etag.clone(),
             last_modified_ms: now_ms(),
-            meta: new_meta.unwrap_or(source.meta),
+            meta: copied_meta(&source.meta, &new_meta, &new_tags),
             checksums: source.checksums,
             segments: ing.segments,
             parts: source.parts,
