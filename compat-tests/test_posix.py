@@ -335,6 +335,31 @@ def test_s3_append_is_seen_on_the_mount(pb, ps3):
         assert h.read() == b"one\ntwo\n"
 
 
+def test_mount_writes_and_renames_keep_tags_a_replacement_drops_them(pb, ps3):
+    """SEMANTICS.md P21: tags are not shown on the mount; they stay with the file as its mode
+    does: through appends, a truncating rewrite and renames. A new file renamed over it (the
+    write-temp-then-rename pattern) replaces it, tags and all."""
+    b, d = pb
+    tags = lambda k: ps3.get_object_tagging(Bucket=b, Key=k)["TagSet"]
+    raw = [{"Key": "stage", "Value": "raw"}]
+    ps3.put_object(Bucket=b, Key="t.txt", Body=b"one\n", Tagging="stage=raw")
+    with open(os.path.join(d, "t.txt"), "ab") as h:
+        h.write(b"two\n")
+    assert get(ps3, b, "t.txt") == b"one\ntwo\n"
+    assert tags("t.txt") == raw
+    os.rename(os.path.join(d, "t.txt"), os.path.join(d, "u.txt"))
+    assert tags("u.txt") == raw
+    with open(os.path.join(d, "u.txt"), "wb") as h:
+        h.write(b"new")
+    assert get(ps3, b, "u.txt") == b"new"
+    assert tags("u.txt") == raw
+    with open(os.path.join(d, "u.tmp"), "wb") as h:
+        h.write(b"newer")
+    os.rename(os.path.join(d, "u.tmp"), os.path.join(d, "u.txt"))
+    assert get(ps3, b, "u.txt") == b"newer"
+    assert tags("u.txt") == []
+
+
 # ---------------------------------------------------------------- name rules (SEMANTICS.md)
 
 
