@@ -28,12 +28,17 @@ def lode_bin():
     return os.path.join(target, "release", "lode")
 
 
+# Lifecycle "days" of 2 s, judged every second, so rules can be seen working (test_lifecycle.py).
+LIFECYCLE_TOML = "[lifecycle]\nday_secs = 2\ninterval_secs = 1\n"
+
+
 def small_config(directory, device_size="1GiB"):
     """A lode.toml whose one device is small: the default 8 GiB device file is preallocated for
     real, and a test run starts many servers."""
     path = os.path.join(directory, "test-lode.toml")
     with open(path, "w") as f:
         f.write(f'[[datapath.devices]]\npath = "dev0.img"\nsize = "{device_size}"\n')
+        f.write(LIFECYCLE_TOML)
     return path
 
 
@@ -128,7 +133,7 @@ def cluster_gateways(tmp_path_factory, n=2, first_args=(), extra_env=None):
     conf = os.environ["LODE_CEPH_CONF"]
     ns = "compat-" + uuid.uuid4().hex[:10]
     cfg = tmp_path_factory.mktemp("cluster-cfg") / "lode.toml"
-    cfg.write_text("[cluster]\nindex_split_keys = 64\n")
+    cfg.write_text("[cluster]\nindex_split_keys = 64\n" + LIFECYCLE_TOML)
     args = ["--cluster", "ceph", "--ceph-conf", conf, "--index-pool", "lode-compat-index",
             "--data-pool", "lode-compat-data", "--namespace", ns, "--config", str(cfg)]
     env = {"LODE_DOMAIN": "localhost", "LODE_MASTER_KEY": "5e" * 32, **(extra_env or {})}

@@ -76,6 +76,7 @@ async fn two_gateways_share_one_namespace() {
             created_ms: 1,
             owner: "o".into(),
             tags: vec![],
+            settings: vec![],
         },
     )
     .await
@@ -187,6 +188,7 @@ async fn rados_reads_and_migrates_format_2_records() {
             created_ms: 1,
             owner: "o".into(),
             tags: vec![],
+            settings: vec![],
         },
     )
     .await
@@ -306,6 +308,7 @@ fn bucket_rec() -> lode_catalog::BucketRecord {
         created_ms: 1,
         owner: "o".into(),
         tags: vec![],
+        settings: vec![],
     }
 }
 

@@ -49,6 +49,7 @@ fn bucket_rec(owner: &str) -> BucketRecord {
         created_ms: 1,
         owner: owner.into(),
         tags: vec![],
+        settings: vec![],
     }
 }
 
@@ -170,6 +171,14 @@ pub async fn conditional_deletes(c: &dyn Catalog) {
     assert!(failed(del(etag("\"e2\"")).await));
     assert!(failed(del(size(99)).await));
     assert!(failed(del(modified(1_700_000_124)).await));
+    // The exact time: the same second is not enough.
+    assert!(failed(
+        del(Cond {
+            if_match_modified_ms: Some(1_700_000_123_455),
+            ..Default::default()
+        })
+        .await
+    ));
     // Each condition that holds, with one that fails: still refused.
     assert!(failed(
         del(Cond {
@@ -185,6 +194,7 @@ pub async fn conditional_deletes(c: &dyn Catalog) {
         if_match: Some("\"e1\"".into()),
         if_match_size: Some(100),
         if_match_modified_s: Some(1_700_000_123),
+        if_match_modified_ms: Some(1_700_000_123_456),
         ..Default::default()
     })
     .await
@@ -1442,6 +1452,17 @@ pub async fn tags_and_bucket_updates(c: Arc<dyn Catalog>) {
     }
     let tags = c.bucket("tagb").await.unwrap().unwrap().tags;
     assert_eq!(tags.len(), 8, "{tags:?}");
+    // Settings ride in the same record.
+    let setting: crate::BucketFn = Arc::new(|b: &BucketRecord| {
+        Ok(BucketRecord {
+            settings: vec![("lifecycle".into(), "{\"rules\":[]}".into())],
+            ..b.clone()
+        })
+    });
+    c.update_bucket("tagb", setting).await.unwrap();
+    let b = c.bucket("tagb").await.unwrap().unwrap();
+    assert_eq!(b.settings[0].1, "{\"rules\":[]}");
+    assert_eq!(b.tags.len(), 8);
 
     // Object tags live in the record's metadata.
     let mut rec = record("t1", &[]);

@@ -155,6 +155,10 @@ pub struct Cond {
     /// object must have been modified in this second (HTTP dates carry seconds; an absent key
     /// passes, unless `if_match` asks for one).
     pub if_match_modified_s: Option<i64>,
+    /// The current object must have this last-modified time, to the millisecond (an absent key
+    /// passes, unless `if_match` asks for one). Not an S3 header: the service's own exact
+    /// check (lifecycle expiry removes only the object it judged).
+    pub if_match_modified_ms: Option<i64>,
 }
 
 impl Cond {
@@ -192,6 +196,9 @@ impl Cond {
             if self
                 .if_match_modified_s
                 .is_some_and(|t| t != o.last_modified_ms.div_euclid(1000))
+                || self
+                    .if_match_modified_ms
+                    .is_some_and(|t| t != o.last_modified_ms)
             {
                 return Err(CatalogError::PreconditionFailed);
             }

@@ -38,6 +38,7 @@ async fn injected_faults_fail_before_or_after_applying() {
             created_ms: 1,
             owner: "o".into(),
             tags: vec![],
+            settings: vec![],
         },
     )
     .await
@@ -123,6 +124,7 @@ async fn kv_reads_and_migrates_format_2_records() {
             created_ms: 1,
             owner: "o".into(),
             tags: vec![],
+            settings: vec![],
         },
     )
     .await

@@ -117,6 +117,7 @@ pub struct LodeConfig {
     pub datapath: DatapathConfig,
     pub posix: PosixConfig,
     pub scrub: ScrubConfig,
+    pub lifecycle: LifecycleConfig,
     pub cluster: ClusterConfig,
 }
 
@@ -130,6 +131,7 @@ impl Default for LodeConfig {
             datapath: DatapathConfig::default(),
             posix: PosixConfig::default(),
             scrub: ScrubConfig::default(),
+            lifecycle: LifecycleConfig::default(),
             cluster: ClusterConfig::default(),
         }
     }
@@ -216,6 +218,32 @@ impl Default for ScrubConfig {
             rate: ByteSize(64 * ByteSize::MIB),
             interval_secs: 86_400,
             start_delay_secs: 600,
+        }
+    }
+}
+
+/// The lifecycle worker: applies buckets' lifecycle rules (expiry, abort of incomplete
+/// multipart uploads), on one gateway at a time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LifecycleConfig {
+    pub enabled: bool,
+    /// A pass starts this long after the previous one started.
+    pub interval_secs: u64,
+    /// The length of a lifecycle "day" in seconds: 86400. Shorter only to test rules without
+    /// waiting days.
+    pub day_secs: u64,
+    /// Most objects removed plus uploads aborted per second.
+    pub max_actions_per_sec: u32,
+}
+
+impl Default for LifecycleConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            interval_secs: 3_600,
+            day_secs: 86_400,
+            max_actions_per_sec: 100,
         }
     }
 }
@@ -596,6 +624,15 @@ impl LodeConfig {
         }
         if self.scrub.enabled && self.scrub.rate.0 < ByteSize::MIB {
             return Err(invalid("scrub.rate", "must be at least 1MiB (per second)"));
+        }
+        if self.lifecycle.interval_secs == 0 {
+            return Err(invalid("lifecycle.interval_secs", "must be above 0"));
+        }
+        if self.lifecycle.day_secs == 0 {
+            return Err(invalid("lifecycle.day_secs", "must be above 0"));
+        }
+        if self.lifecycle.max_actions_per_sec == 0 {
+            return Err(invalid("lifecycle.max_actions_per_sec", "must be above 0"));
         }
         if self.scrub.interval_secs == 0 {
             return Err(invalid("scrub.interval_secs", "must be above 0"));

@@ -113,6 +113,54 @@ fn metrics(svc: &ObjectService, s: &ScrubStats, profile: &Profile) -> String {
     out + &profile.prometheus()
 }
 
+/// The lifecycle worker's counters (`lode_lifecycle_*`).
+fn lifecycle_metrics(s: &lode_objects::lifecycle::LifecycleStats) -> String {
+    use std::sync::atomic::Ordering::Relaxed;
+    let rows: &[(&str, &str, &str, f64)] = &[
+        (
+            "lode_lifecycle_passes_total",
+            "Finished lifecycle passes (on this gateway).",
+            "counter",
+            s.passes.load(Relaxed) as f64,
+        ),
+        (
+            "lode_lifecycle_scanned_objects_total",
+            "Objects the lifecycle worker judged.",
+            "counter",
+            s.scanned.load(Relaxed) as f64,
+        ),
+        (
+            "lode_lifecycle_expired_objects_total",
+            "Objects removed by an expiration rule.",
+            "counter",
+            s.expired.load(Relaxed) as f64,
+        ),
+        (
+            "lode_lifecycle_aborted_uploads_total",
+            "Incomplete multipart uploads aborted by a rule.",
+            "counter",
+            s.aborted.load(Relaxed) as f64,
+        ),
+        (
+            "lode_lifecycle_errors_total",
+            "Lifecycle actions or passes that failed (retried by the next pass).",
+            "counter",
+            s.errors.load(Relaxed) as f64,
+        ),
+        (
+            "lode_lifecycle_last_pass_end_timestamp_seconds",
+            "End of the last finished lifecycle pass (Unix time).",
+            "gauge",
+            s.last_pass_end_ms.load(Relaxed) as f64 / 1000.0,
+        ),
+    ];
+    let mut out = String::new();
+    for (name, help, kind, v) in rows {
+        out += &format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}\n");
+    }
+    out
+}
+
 fn scrub_report(s: &ScrubStats) -> String {
     use std::sync::atomic::Ordering::Relaxed;
     serde_json::json!({
@@ -261,6 +309,8 @@ pub struct Admin {
     pub profile: Arc<Profile>,
     /// The background scrubber's totals.
     pub scrub: Arc<ScrubStats>,
+    /// The lifecycle worker's totals.
+    pub lifecycle: Arc<lode_objects::lifecycle::LifecycleStats>,
     /// Root's secret key (the user API authenticates with it).
     pub root_secret: String,
     /// The backend's own counters (cluster mode: RADOS ops per pool).
@@ -286,6 +336,7 @@ pub async fn serve(listener: TcpListener, admin: Admin) {
                         users,
                         profile,
                         scrub,
+                        lifecycle,
                         root_secret,
                         extra_metrics,
                         cluster,
@@ -347,6 +398,7 @@ pub async fn serve(listener: TcpListener, admin: Admin) {
                             http::StatusCode::OK,
                             "text/plain; version=0.0.4",
                             metrics(svc, scrub, profile)
+                                + &lifecycle_metrics(lifecycle)
                                 + &extra_metrics.as_ref().map(|f| f()).unwrap_or_default(),
                         ),
                         _ => (

@@ -16,6 +16,7 @@ pub mod fsck;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod host;
+pub mod lifecycle;
 pub mod posix;
 pub mod profile;
 pub mod rename;

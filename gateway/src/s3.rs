@@ -38,7 +38,7 @@ impl LodeS3 {
     }
 }
 
-fn ts(ms: i64) -> Timestamp {
+pub(crate) fn ts(ms: i64) -> Timestamp {
     Timestamp::from(
         time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
             .unwrap_or(time::OffsetDateTime::UNIX_EPOCH),
@@ -1225,6 +1225,63 @@ impl S3 for LodeS3 {
             .await
             .s3()?;
         Ok(S3Response::new(DeleteBucketTaggingOutput::default()))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn put_bucket_lifecycle_configuration(
+        &self,
+        req: S3Request<PutBucketLifecycleConfigurationInput>,
+    ) -> S3Result<S3Response<PutBucketLifecycleConfigurationOutput>> {
+        let i = req.input;
+        let lc = crate::lifecycle::from_s3(
+            i.lifecycle_configuration,
+            i.transition_default_minimum_object_size.as_ref(),
+        )?;
+        let min = lc.transition_min_size.clone();
+        self.svc
+            .set_bucket_lifecycle(&i.bucket, Some(lc))
+            .await
+            .s3()?;
+        Ok(S3Response::new(PutBucketLifecycleConfigurationOutput {
+            transition_default_minimum_object_size: Some(TransitionDefaultMinimumObjectSize::from(
+                min.unwrap_or_else(|| {
+                    TransitionDefaultMinimumObjectSize::ALL_STORAGE_CLASSES_128K.to_owned()
+                }),
+            )),
+        }))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn get_bucket_lifecycle_configuration(
+        &self,
+        req: S3Request<GetBucketLifecycleConfigurationInput>,
+    ) -> S3Result<S3Response<GetBucketLifecycleConfigurationOutput>> {
+        let Some(lc) = self.svc.bucket_lifecycle(&req.input.bucket).await.s3()? else {
+            return Err(s3_error!(
+                NoSuchLifecycleConfiguration,
+                "The lifecycle configuration does not exist"
+            ));
+        };
+        Ok(S3Response::new(GetBucketLifecycleConfigurationOutput {
+            rules: Some(crate::lifecycle::to_s3(&lc)),
+            transition_default_minimum_object_size: Some(TransitionDefaultMinimumObjectSize::from(
+                lc.transition_min_size.clone().unwrap_or_else(|| {
+                    TransitionDefaultMinimumObjectSize::ALL_STORAGE_CLASSES_128K.to_owned()
+                }),
+            )),
+        }))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn delete_bucket_lifecycle(
+        &self,
+        req: S3Request<DeleteBucketLifecycleInput>,
+    ) -> S3Result<S3Response<DeleteBucketLifecycleOutput>> {
+        self.svc
+            .set_bucket_lifecycle(&req.input.bucket, None)
+            .await
+            .s3()?;
+        Ok(S3Response::new(DeleteBucketLifecycleOutput::default()))
     }
 
     #[instrument(skip_all, fields(bucket = %req.input.bucket))]

@@ -593,6 +593,7 @@ pub async fn serve(
     let profile = Arc::new(crate::profile::Profile::default());
     profile.enabled.store(cfg.server.profile, Ordering::Relaxed);
     let scrub_stats = Arc::new(lode_objects::scrub::ScrubStats::default());
+    let lifecycle_stats = Arc::new(lode_objects::lifecycle::LifecycleStats::default());
     let mut builder = S3ServiceBuilder::new(crate::s3::LodeS3::new(
         Arc::clone(&svc),
         Arc::clone(&users),
@@ -674,6 +675,7 @@ pub async fn serve(
                 users: Arc::clone(&users),
                 profile: Arc::clone(&profile),
                 scrub: Arc::clone(&scrub_stats),
+                lifecycle: Arc::clone(&lifecycle_stats),
                 root_secret: creds.secret_key.clone(),
                 extra_metrics,
                 cluster: registry,
@@ -706,6 +708,27 @@ pub async fn serve(
             cfg.scrub.rate.0,
             Duration::from_secs(cfg.scrub.start_delay_secs),
             Duration::from_secs(cfg.scrub.interval_secs),
+        ));
+    }
+    if cfg.lifecycle.enabled {
+        // One gateway at a time runs the passes (a lease in the catalog); the name tells
+        // gateways apart, restarts of one included.
+        let holder = format!(
+            "{}:{}:{:08x}",
+            std::env::var("HOSTNAME").unwrap_or_default(),
+            std::process::id(),
+            rand::random::<u32>()
+        );
+        tokio::spawn(lode_objects::lifecycle::run(
+            Arc::clone(&svc),
+            Arc::clone(&lifecycle_stats),
+            lode_objects::lifecycle::RunConfig {
+                interval: Duration::from_secs(cfg.lifecycle.interval_secs),
+                day_ms: i64::try_from(cfg.lifecycle.day_secs.saturating_mul(1000))
+                    .unwrap_or(i64::MAX),
+                max_actions_per_sec: cfg.lifecycle.max_actions_per_sec,
+                holder,
+            },
         ));
     }
     let (free, total) = svc.space();

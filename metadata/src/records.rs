@@ -60,6 +60,10 @@ pub struct BucketRecord {
     pub owner: String,
     /// The bucket's tag set (PutBucketTagging), sorted by key; empty: none.
     pub tags: Vec<(String, String)>,
+    /// Bucket settings the object service keeps, by name (`lifecycle`), each in the service's
+    /// own encoding (JSON), sorted by name. Kept apart from the record's layout so that a new
+    /// setting needs no new record format; a name the service does not know is kept as is.
+    pub settings: Vec<(String, String)>,
 }
 
 /// Standard and user metadata of an object, as given at upload.
@@ -433,6 +437,7 @@ mod v3 {
                 created_ms: b.created_ms,
                 owner: b.owner,
                 tags: vec![],
+                settings: vec![],
             }
         }
     }
@@ -737,7 +742,8 @@ mod tests {
             BucketRecord {
                 created_ms: 5,
                 owner: "al".into(),
-                tags: vec![]
+                tags: vec![],
+                settings: vec![],
             }
         );
         // UploadRecord v1: initiated 7, content type "t", one user pair, CRC32, no type, "al".
@@ -782,6 +788,7 @@ mod tests {
             created_ms: 1,
             owner: "o".into(),
             tags: vec![("k".into(), "v".into())],
+            settings: vec![("lifecycle".into(), "{}".into())],
         };
         assert_eq!(decode::<BucketRecord>(&encode(&b)).unwrap(), b);
     }

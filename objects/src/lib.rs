@@ -13,11 +13,12 @@
 //! The binary's server module picks the backends (RocksDB + io_uring on one node, RADOS in
 //! cluster mode). The doors see this crate's types (the records are re-exported here), and map
 //! [`ObjError`] onto the wire in one place each. Modules depend one way: `service` (the core)
-//! <- `namespace`, `scrub`; `notify`, `checksum`, `error`, `failpoint`, `tags` are leaves.
+//! <- `namespace`, `scrub`, `lifecycle`; `notify`, `checksum`, `error`, `failpoint`, `tags` are leaves.
 
 pub mod checksum;
 pub mod error;
 pub mod failpoint;
+pub mod lifecycle;
 pub mod namespace;
 pub mod notify;
 pub mod scrub;

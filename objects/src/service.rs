@@ -371,6 +371,7 @@ impl ObjectService {
             created_ms: now_ms(),
             owner: owner.to_owned(),
             tags: vec![],
+            settings: vec![],
         };
         match self.catalog.create_bucket(name, rec).await {
             Err(CatalogError::BucketExists { owner: o }) if o == owner => {
@@ -410,6 +411,41 @@ impl ObjectService {
                 tags: tags.clone(),
                 ..b.clone()
             })
+        });
+        self.catalog.update_bucket(name, f).await?;
+        Ok(())
+    }
+
+    /// The bucket's lifecycle rules (GetBucketLifecycleConfiguration): `None` when it has none.
+    pub async fn bucket_lifecycle(
+        &self,
+        name: &str,
+    ) -> ObjResult<Option<crate::lifecycle::Lifecycle>> {
+        let b = self.bucket(name).await?;
+        b.settings
+            .iter()
+            .find(|(n, _)| n == crate::lifecycle::SETTING)
+            .map(|(_, json)| crate::lifecycle::Lifecycle::decode(json))
+            .transpose()
+    }
+
+    /// Replaces the bucket's lifecycle rules (`None`: removes them), in one commit of the
+    /// bucket's record. The rules are checked by the caller (the S3 door knows S3's rules).
+    pub async fn set_bucket_lifecycle(
+        &self,
+        name: &str,
+        lc: Option<crate::lifecycle::Lifecycle>,
+    ) -> ObjResult<()> {
+        let json = lc.map(|l| l.encode());
+        let f: lode_catalog::BucketFn = Arc::new(move |b: &BucketRecord| {
+            let mut b = b.clone();
+            b.settings.retain(|(n, _)| n != crate::lifecycle::SETTING);
+            if let Some(j) = &json {
+                b.settings
+                    .push((crate::lifecycle::SETTING.to_owned(), j.clone()));
+                b.settings.sort();
+            }
+            Ok(b)
         });
         self.catalog.update_bucket(name, f).await?;
         Ok(())
