@@ -345,7 +345,7 @@ SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts
 
 
 def run_load(endpoints, seconds, state, fault=None):
-    """Runs the crash test's writers (PUT, overwrite, delete, multipart) against `endpoints`
+    """Runs the crash test's writers (PUT, overwrite, delete, multipart, append) against `endpoints`
     (three threads each) for `seconds`, calling `fault()` half way. Returns acks per endpoint."""
     import time
 

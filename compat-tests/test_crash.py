@@ -1,4 +1,5 @@
-"""kill -9 at random moments under concurrent PUT / overwrite / delete / multipart load. After
+"""kill -9 at random moments under concurrent PUT / overwrite / delete / multipart / append load
+(appends: PutObject with x-amz-write-offset-bytes, each key's one writer reading it first). After
 each restart: every acknowledged write reads back bit-exact, no write shows up in part, listings
 agree with GETs, and (offline fsck) used extents equal referenced extents.
 
@@ -35,8 +36,22 @@ def worker(endpoint, t, stop, state, lock, counters):
     s3 = make_client(endpoint)
     while not stop.is_set():
         k = f"k{t}-{rng.randrange(KEYS_PER_THREAD)}"
-        op = rng.choices(["put", "delete", "multipart"], weights=[6, 2, 1])[0]
-        if op == "put":
+        op = rng.choices(["put", "delete", "multipart", "append"], weights=[6, 2, 1, 2])[0]
+        if op == "append":
+            # This thread is the key's only writer: what it reads is what the append extends.
+            try:
+                cur = s3.get_object(Bucket="crash", Key=k)["Body"].read()
+            except ClientError as e:
+                if e.response["Error"]["Code"] != "NoSuchKey":
+                    return
+                cur = b""
+            except Exception:
+                return  # the server died under us
+            n = rng.choice([1, 100, 20_000])
+            off = rng.randrange(0, len(_BLOCK) - n + 1)
+            piece = _BLOCK[off : off + n]
+            new = hashlib.md5(cur + piece).hexdigest()
+        elif op == "put":
             data = body(rng)
             new = hashlib.md5(data).hexdigest()
         elif op == "multipart":
@@ -49,6 +64,8 @@ def worker(endpoint, t, stop, state, lock, counters):
         try:
             if op == "put":
                 s3.put_object(Bucket="crash", Key=k, Body=data)
+            elif op == "append":
+                s3.put_object(Bucket="crash", Key=k, Body=piece, WriteOffsetBytes=len(cur))
             elif op == "delete":
                 s3.delete_object(Bucket="crash", Key=k)
             else:
@@ -64,6 +81,8 @@ def worker(endpoint, t, stop, state, lock, counters):
             state[k]["acked"] = new
             state[k]["inflight"] = None
             counters["acked"] += 1
+            if op == "append":
+                counters["appends"] = counters.get("appends", 0) + 1
 
 
 def posix_worker(mnt, t, stop, state, lock, counters):
@@ -158,8 +177,9 @@ def test_kill_9_under_load_loses_no_acknowledged_write(tmp_path):
     keys = [f"k{t}-{i}" for t in range(THREADS) for i in range(KEYS_PER_THREAD)]
     try:
         counters = crash_loop(srv, iterations, [(worker, srv.endpoint)] * THREADS, keys)
-        print(f"crash iterations={iterations} acked={counters['acked']} checked={counters['checked']}")
-        assert counters["acked"] > 0
+        print(f"crash iterations={iterations} acked={counters['acked']} appends={counters.get('appends', 0)} "
+              f"checked={counters['checked']}")
+        assert counters["acked"] > 0 and counters.get("appends", 0) > 0
     finally:
         srv.remove()
 
