@@ -9,7 +9,6 @@
 pub mod access;
 pub mod admin;
 pub mod auth;
-pub mod bench;
 pub mod cluster_profile;
 pub mod error;
 pub mod fsck;

@@ -45,7 +45,7 @@ enum Cmd {
     /// Manage users and grants of a running lode (through its admin endpoint).
     Admin(AdminArgs),
     /// Run a benchmark workload against any S3 endpoint (see `lode bench --help`).
-    Bench(lode_gateway::bench::BenchArgs),
+    Bench(lode_bench::BenchArgs),
     /// Serve a bare in-memory S3 handler (no auth, hashing or disk): the ceiling of the HTTP
     /// stack, to run `lode bench` against beside Lode. With --fuse-source and --fuse-mount, a
     /// bare FUSE mount of an in-memory copy of a directory instead: the ceiling of FUSE.
@@ -451,7 +451,7 @@ fn main() -> anyhow::Result<()> {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
-            rt.block_on(lode_gateway::bench::run(args))?;
+            rt.block_on(lode_bench::run(args))?;
             Ok(())
         }
         Cmd::BenchCeiling {
@@ -464,12 +464,17 @@ fn main() -> anyhow::Result<()> {
                 .enable_all()
                 .build()?;
             match (fuse_source, fuse_mount) {
-                (Some(src), Some(mnt)) => rt.block_on(lode_gateway::bench::ceiling_fuse::serve(
+                (Some(src), Some(mnt)) => Ok(rt.block_on(lode_bench::ceiling_fuse::serve(
                     &src,
                     &mnt,
                     fuse_threads,
-                )),
-                _ => rt.block_on(lode_gateway::bench::ceiling::serve(listen)),
+                    lode_bench::ceiling_fuse::FuseTuning {
+                        negotiate: lode_gateway::posix::negotiate,
+                        raise_readahead: lode_gateway::posix::raise_readahead,
+                    },
+                    lode_gateway::server::shutdown_signal(),
+                ))?),
+                _ => Ok(rt.block_on(lode_bench::ceiling::serve(listen))?),
             }
         }
         Cmd::ConfigTemplate => {

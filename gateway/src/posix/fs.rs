@@ -965,7 +965,7 @@ impl LodeFs {
 
 /// What Lode's mount asks of the kernel at `init` (also used by the FUSE ceiling of `lode
 /// bench-ceiling`, which must run on the same setup).
-pub(crate) fn negotiate(config: &mut KernelConfig) {
+pub fn negotiate(config: &mut KernelConfig) {
     for flag in [
         InitFlags::FUSE_DO_READDIRPLUS,
         InitFlags::FUSE_READDIRPLUS_AUTO,

@@ -14,6 +14,7 @@ pub mod fs;
 pub mod inodes;
 pub mod names;
 pub mod open;
+pub use fs::negotiate;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};

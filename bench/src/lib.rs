@@ -27,8 +27,11 @@
 
 pub mod ceiling;
 pub mod ceiling_fuse;
+pub mod error;
 mod report;
 mod target;
+
+pub use error::BenchError;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -36,7 +39,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use crate::error::{Context, bail};
 use bytes::Bytes;
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::seq::SliceRandom;
@@ -108,10 +111,10 @@ pub struct BenchArgs {
     pub seed: u64,
 }
 
-fn parse_size(s: &str) -> anyhow::Result<usize> {
+fn parse_size(s: &str) -> crate::error::Result<usize> {
     lode_config::ByteSize::parse(s)
         .map(|b| b.0 as usize)
-        .map_err(|e| anyhow::anyhow!(e))
+        .map_err(|e| crate::error::err!("{e}"))
 }
 
 fn progress(len: u64, what: &str) -> ProgressBar {
@@ -157,7 +160,7 @@ async fn run_pool(
     jobs: Vec<(&'static str, Op)>,
     concurrency: usize,
     what: &str,
-) -> anyhow::Result<Ran> {
+) -> crate::error::Result<Ran> {
     let pb = progress(jobs.len() as u64, what);
     let jobs = Arc::new(jobs);
     let next = Arc::new(AtomicUsize::new(0));
@@ -231,13 +234,13 @@ async fn run_jobs(
     jobs: Vec<(&'static str, Op)>,
     concurrency: usize,
     what: &str,
-) -> anyhow::Result<(Samples, Duration)> {
+) -> crate::error::Result<(Samples, Duration)> {
     let ran = run_pool(target, jobs, concurrency, what).await?;
     Ok((ran.samples, ran.wall))
 }
 
 /// Fails when any request of `s` failed (setup phases must be clean).
-fn no_errors(s: &Samples, what: &str) -> anyhow::Result<()> {
+fn no_errors(s: &Samples, what: &str) -> crate::error::Result<()> {
     let e: u64 = s.values().map(|c| c.errors).sum();
     if e > 0 {
         bail!("{e} {what} requests failed");
@@ -275,7 +278,7 @@ async fn run_streams(
     secs: f64,
     seed: u64,
     what: &str,
-) -> anyhow::Result<Samples> {
+) -> crate::error::Result<Samples> {
     let pb = progress((secs * 10.0) as u64, what);
     let start = tokio::time::Instant::now();
     let until = start + Duration::from_secs_f64(secs);
@@ -340,7 +343,7 @@ async fn multipart(
     concurrency: usize,
     data: &Payload,
     rng: &mut rand::rngs::StdRng,
-) -> anyhow::Result<(Samples, Duration)> {
+) -> crate::error::Result<(Samples, Duration)> {
     let t0 = Instant::now();
     let upload = target.create_multipart(key).await?;
     let parts = size.div_ceil(part);
@@ -400,7 +403,7 @@ fn losf_size(rng: &mut rand::rngs::StdRng) -> usize {
     }
 }
 
-pub async fn run(a: BenchArgs) -> anyhow::Result<serde_json::Value> {
+pub async fn run(a: BenchArgs) -> crate::error::Result<serde_json::Value> {
     let target = Arc::new(match &a.posix {
         Some(dir) => Target::Posix(dir.join(&a.bucket)),
         None => {
@@ -674,13 +677,13 @@ async fn full_listing(
     target: &Arc<Target>,
     prefix: &str,
     results: &mut Vec<(Samples, Duration)>,
-) -> anyhow::Result<usize> {
+) -> crate::error::Result<usize> {
     let t0 = Instant::now();
     let mut pages = ClassSamples::default();
     let keys = match target.as_ref() {
         Target::Posix(root) => {
             let root = root.join(prefix);
-            tokio::task::spawn_blocking(move || -> anyhow::Result<usize> {
+            tokio::task::spawn_blocking(move || -> crate::error::Result<usize> {
                 let mut n = 0;
                 let mut stack = vec![root];
                 while let Some(d) = stack.pop() {
@@ -735,7 +738,7 @@ async fn blender(
     rng: &mut rand::rngs::StdRng,
     results: &mut Vec<(Samples, Duration)>,
     extra: &mut serde_json::Map<String, serde_json::Value>,
-) -> anyhow::Result<()> {
+) -> crate::error::Result<()> {
     // The data set: `objects` 400-500 KB samples (GET, HEAD, LIST) and one 256 MiB shard.
     let n = a.objects.min(100_000);
     let sample = Arc::new(Payload::new(rng, 16 << 20));

@@ -6,7 +6,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use anyhow::{Context, bail};
+use crate::error::{Context, bail};
 use aws_credential_types::Credentials;
 use aws_sigv4::http_request::{
     PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest, SigningSettings,
@@ -103,7 +103,7 @@ impl Target {
     }
 
     /// Creates the bucket (or directory); an existing one is fine.
-    pub async fn prepare(&self) -> anyhow::Result<()> {
+    pub async fn prepare(&self) -> crate::error::Result<()> {
         match self {
             Target::S3(c) => {
                 let (st, _, body) = c.call("PUT", "", "", Bytes::new()).await?;
@@ -121,7 +121,7 @@ impl Target {
         }
     }
 
-    pub async fn exec(&self, op: &Op) -> anyhow::Result<Outcome> {
+    pub async fn exec(&self, op: &Op) -> crate::error::Result<Outcome> {
         match self {
             Target::S3(c) => c.exec(op).await,
             Target::Posix(root) => {
@@ -132,7 +132,7 @@ impl Target {
     }
 
     /// Starts a multipart upload (POSIX: creates the file); returns the upload id.
-    pub async fn create_multipart(&self, key: &str) -> anyhow::Result<String> {
+    pub async fn create_multipart(&self, key: &str) -> crate::error::Result<String> {
         match self {
             Target::S3(c) => {
                 let (st, _, body) = c.call("POST", key, "uploads=", Bytes::new()).await?;
@@ -162,7 +162,7 @@ impl Target {
         key: &str,
         upload: &str,
         etags: &[(u32, String)],
-    ) -> anyhow::Result<()> {
+    ) -> crate::error::Result<()> {
         match self {
             Target::S3(c) => {
                 let mut xml = String::from("<CompleteMultipartUpload>");
@@ -170,7 +170,7 @@ impl Target {
                     xml += &format!("<Part><PartNumber>{n}</PartNumber><ETag>{e}</ETag></Part>");
                 }
                 xml += "</CompleteMultipartUpload>";
-                let q = format!("uploadId={}", crate::admin::percent_encode(upload));
+                let q = format!("uploadId={}", urlencoding::encode(upload));
                 let (st, _, body) = c.call("POST", key, &q, Bytes::from(xml)).await?;
                 let text = String::from_utf8_lossy(&body);
                 if st != 200 || text.contains("<Error>") {
@@ -188,7 +188,7 @@ impl Target {
 }
 
 impl S3Client {
-    async fn exec(&self, op: &Op) -> anyhow::Result<Outcome> {
+    async fn exec(&self, op: &Op) -> crate::error::Result<Outcome> {
         let (method, key, query, body, range) = match op {
             Op::Put { key, body } => ("PUT", key.as_str(), String::new(), body.clone(), None),
             Op::Get { key, range } => ("GET", key.as_str(), String::new(), Bytes::new(), *range),
@@ -198,7 +198,7 @@ impl S3Client {
                 "",
                 format!(
                     "list-type=2&max-keys=1000&prefix={}{}",
-                    crate::admin::percent_encode(prefix),
+                    urlencoding::encode(prefix),
                     if *delimiter { "&delimiter=%2F" } else { "" }
                 ),
                 Bytes::new(),
@@ -213,10 +213,7 @@ impl S3Client {
             } => (
                 "PUT",
                 key.as_str(),
-                format!(
-                    "partNumber={part}&uploadId={}",
-                    crate::admin::percent_encode(upload)
-                ),
+                format!("partNumber={part}&uploadId={}", urlencoding::encode(upload)),
                 body.clone(),
                 None,
             ),
@@ -238,13 +235,13 @@ impl S3Client {
         &self,
         prefix: &str,
         token: Option<&str>,
-    ) -> anyhow::Result<(bool, Bytes)> {
+    ) -> crate::error::Result<(bool, Bytes)> {
         let mut q = format!(
             "list-type=2&max-keys=1000&prefix={}",
-            crate::admin::percent_encode(prefix)
+            urlencoding::encode(prefix)
         );
         if let Some(t) = token {
-            q += &format!("&continuation-token={}", crate::admin::percent_encode(t));
+            q += &format!("&continuation-token={}", urlencoding::encode(t));
         }
         let (st, _, body) = self.call("GET", "", &q, Bytes::new()).await?;
         Ok((st == 200, body))
@@ -256,7 +253,7 @@ impl S3Client {
         key: &str,
         query: &str,
         body: Bytes,
-    ) -> anyhow::Result<(u16, Option<String>, Bytes)> {
+    ) -> crate::error::Result<(u16, Option<String>, Bytes)> {
         self.call_range(method, key, query, body, None).await
     }
 
@@ -268,10 +265,10 @@ impl S3Client {
         query: &str,
         body: Bytes,
         range: Option<(u64, u64)>,
-    ) -> anyhow::Result<(u16, Option<String>, Bytes)> {
+    ) -> crate::error::Result<(u16, Option<String>, Bytes)> {
         let path: String = key
             .split('/')
-            .map(crate::admin::percent_encode)
+            .map(urlencoding::encode)
             .collect::<Vec<_>>()
             .join("/");
         let mut uri = format!("{}/{}", self.endpoint, self.bucket);
@@ -292,7 +289,8 @@ impl S3Client {
             .name("s3")
             .time(SystemTime::now())
             .settings(settings)
-            .build()?
+            .build()
+            .context("signing parameters")?
             .into();
         let len = body.len().to_string();
         let range_h = range.map(|(o, n)| format!("bytes={o}-{}", o + n - 1));
@@ -308,8 +306,11 @@ impl S3Client {
             &uri,
             headers.iter().copied(),
             SignableBody::UnsignedPayload,
-        )?;
-        let (instr, _) = sign(signable, &params)?.into_parts();
+        )
+        .context("signing a request")?;
+        let (instr, _) = sign(signable, &params)
+            .context("signing a request")?
+            .into_parts();
         let mut req = http::Request::builder().method(method).uri(&uri);
         for (k, v) in &headers {
             req = req.header(*k, *v);
@@ -328,7 +329,7 @@ impl S3Client {
     }
 }
 
-fn posix_exec(root: &Path, op: &Op) -> anyhow::Result<Outcome> {
+fn posix_exec(root: &Path, op: &Op) -> crate::error::Result<Outcome> {
     let done = |bytes: usize| Outcome {
         ok: true,
         bytes,

@@ -26,12 +26,24 @@ struct Tree {
     nodes: Vec<Node>,
     names: HashMap<(u64, String), u64>,
     started: SystemTime,
+    negotiate: fn(&mut KernelConfig),
+}
+
+/// What the Lode mount asks of the kernel, done the same way by the ceiling so that the two
+/// compare fairly. The binary passes the POSIX door's own functions.
+#[derive(Debug, Clone, Copy)]
+pub struct FuseTuning {
+    /// Sets the FUSE init options (request sizes, read-ahead, async reads).
+    pub negotiate: fn(&mut KernelConfig),
+    /// Raises the mount's bdi read-ahead (needs root; a no-op otherwise).
+    pub raise_readahead: fn(&Path),
 }
 
 impl Tree {
     /// Loads `dir` (recursively) into memory; inode 1 is `dir`.
-    fn load(dir: &Path) -> std::io::Result<Self> {
+    fn load(dir: &Path, negotiate: fn(&mut KernelConfig)) -> std::io::Result<Self> {
         let mut t = Tree {
+            negotiate,
             nodes: vec![Node::Dir(vec![]), Node::Dir(vec![])],
             names: HashMap::new(),
             started: SystemTime::now(),
@@ -85,7 +97,7 @@ impl Tree {
 
 impl Filesystem for Tree {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        crate::posix::fs::negotiate(config);
+        (self.negotiate)(config);
         Ok(())
     }
 
@@ -210,10 +222,17 @@ impl Filesystem for Tree {
     }
 }
 
-/// Loads `source` into memory and mounts it read-only at `mount` until SIGINT/SIGTERM.
-pub async fn serve(source: &Path, mount: &Path, threads: usize) -> anyhow::Result<()> {
+/// Loads `source` into memory and mounts it read-only at `mount` until `shutdown` completes
+/// (the binary passes SIGINT/SIGTERM).
+pub async fn serve(
+    source: &Path,
+    mount: &Path,
+    threads: usize,
+    tuning: FuseTuning,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> crate::error::Result<()> {
     let t0 = std::time::Instant::now();
-    let tree = Tree::load(source)?;
+    let tree = Tree::load(source, tuning.negotiate)?;
     let files = tree
         .nodes
         .iter()
@@ -230,14 +249,14 @@ pub async fn serve(source: &Path, mount: &Path, threads: usize) -> anyhow::Resul
     fc.clone_fd = true;
     let session = fuser::Session::new(tree, mount, &fc)?;
     let bg = session.spawn()?;
-    crate::posix::raise_readahead(mount);
+    (tuning.raise_readahead)(mount);
     println!(
         "bench-ceiling: {files} files of {} in memory ({:.1} s), FUSE on {} ({threads} threads)",
         source.display(),
         t0.elapsed().as_secs_f64(),
         mount.display()
     );
-    crate::server::shutdown_signal().await;
+    shutdown.await;
     bg.umount_and_join()?;
     Ok(())
 }

@@ -38,7 +38,7 @@ fn range(h: &http::HeaderMap, len: usize) -> Option<(usize, usize)> {
 async fn handle(
     store: Store,
     req: http::Request<hyper::body::Incoming>,
-) -> anyhow::Result<http::Response<Full<Bytes>>> {
+) -> crate::error::Result<http::Response<Full<Bytes>>> {
     let path = req.uri().path().to_owned();
     let query = req.uri().query().unwrap_or("").to_owned();
     let is_key = path.trim_start_matches('/').contains('/');
@@ -122,7 +122,7 @@ async fn handle(
     })
 }
 
-pub async fn serve(listen: SocketAddr) -> anyhow::Result<()> {
+pub async fn serve(listen: SocketAddr) -> crate::error::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     println!(
         "bench-ceiling: in-memory S3 handler on http://{}",
