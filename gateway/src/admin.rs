@@ -106,11 +106,7 @@ fn metrics(svc: &ObjectService, s: &ScrubStats, profile: &Profile) -> String {
             s.last_pass_end_ms.load(Relaxed) as f64 / 1000.0,
         ),
     ];
-    let mut out = String::new();
-    for (name, help, kind, v) in rows {
-        out += &format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}\n");
-    }
-    out + &profile.prometheus()
+    prometheus_rows(rows) + &profile.prometheus()
 }
 
 /// The lifecycle worker's counters (`lode_lifecycle_*`).
@@ -154,6 +150,11 @@ fn lifecycle_metrics(s: &lode_objects::lifecycle::LifecycleStats) -> String {
             s.last_pass_end_ms.load(Relaxed) as f64 / 1000.0,
         ),
     ];
+    prometheus_rows(rows)
+}
+
+/// Prometheus text for (name, help, kind, value) rows.
+fn prometheus_rows(rows: &[(&str, &str, &str, f64)]) -> String {
     let mut out = String::new();
     for (name, help, kind, v) in rows {
         out += &format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}\n");
