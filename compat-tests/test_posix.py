@@ -360,6 +360,41 @@ def test_mount_writes_and_renames_keep_tags_a_replacement_drops_them(pb, ps3):
     assert tags("u.txt") == []
 
 
+@pytest.mark.skipif(CLUSTER_MODE, reason="versioning is not built in cluster mode (test_versioning.py)")
+def test_versioned_bucket_on_the_mount(pb, ps3):
+    """SEMANTICS.md P22: the mount shows each key's current version; a write there makes a new
+    version, an unlink a delete marker; a rename is EXDEV, so mv copies and deletes (the old
+    name keeps its history under a delete marker)."""
+    b, d = pb
+    ps3.put_bucket_versioning(Bucket=b, VersioningConfiguration={"Status": "Enabled"})
+    try:
+        f = os.path.join(d, "v.txt")
+        with open(f, "wb") as h:
+            h.write(b"one")
+        with open(f, "wb") as h:
+            h.write(b"two")
+        r = ps3.list_object_versions(Bucket=b, Prefix="v.txt")
+        assert [v["IsLatest"] for v in r["Versions"]] == [True, False]
+        old = r["Versions"][1]["VersionId"]
+        assert ps3.get_object(Bucket=b, Key="v.txt", VersionId=old)["Body"].read() == b"one"
+        with open(f, "rb") as h:
+            assert h.read() == b"two"
+        expect_errno(errno.EXDEV, os.rename, f, os.path.join(d, "w.txt"))
+        subprocess.run(["mv", f, os.path.join(d, "w.txt")], check=True)
+        assert get(ps3, b, "w.txt") == b"two"
+        assert not os.path.exists(f)
+        r = ps3.list_object_versions(Bucket=b, Prefix="v.txt")
+        assert r["DeleteMarkers"][0]["IsLatest"] and len(r["Versions"]) == 2
+        # The marker removed through S3: the file is back on the mount.
+        ps3.delete_object(Bucket=b, Key="v.txt", VersionId=r["DeleteMarkers"][0]["VersionId"])
+        with open(f, "rb") as h:
+            assert h.read() == b"two"
+    finally:
+        for page in ps3.get_paginator("list_object_versions").paginate(Bucket=b):
+            for v in page.get("Versions", []) + page.get("DeleteMarkers", []):
+                ps3.delete_object(Bucket=b, Key=v["Key"], VersionId=v["VersionId"])
+
+
 # ---------------------------------------------------------------- name rules (SEMANTICS.md)
 
 

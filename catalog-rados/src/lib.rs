@@ -688,12 +688,25 @@ impl Inner {
     }
 }
 
+/// Versioned buckets are not built on this backend yet: a versioned write is refused, never
+/// applied as an unversioned one.
+fn unversioned(cond: &Cond) -> Result<()> {
+    if cond.versioning != lode_catalog::Versioning::Off {
+        return Err(CatalogError::NotSupported("rados", "versioned buckets"));
+    }
+    Ok(())
+}
+
 fn commit(previous: Option<ObjectRecord>) -> Commit {
     let released = previous
         .as_ref()
         .map(|p| chunks_of(&p.segments).collect())
         .unwrap_or_default();
-    Commit { previous, released }
+    Commit {
+        previous,
+        released,
+        ..Default::default()
+    }
 }
 
 fn key_of(k: &[u8]) -> Result<String> {
@@ -809,6 +822,7 @@ impl Catalog for RadosCatalog {
         cond: &Cond,
         _refs: Refs,
     ) -> Result<Commit> {
+        unversioned(cond)?;
         let (prev, _) = self
             .commit_key(bucket, key, false, |cur| {
                 cond.check(cur)?;
@@ -819,6 +833,7 @@ impl Catalog for RadosCatalog {
     }
 
     async fn delete(&self, bucket: &str, key: &str, cond: &Cond) -> Result<Commit> {
+        unversioned(cond)?;
         let (prev, _) = self
             .commit_key(bucket, key, false, |cur| {
                 cond.check(cur)?;
@@ -1352,6 +1367,7 @@ impl Catalog for RadosCatalog {
         cond: &Cond,
         f: CompleteFn,
     ) -> Result<(ObjectRecord, Commit)> {
+        unversioned(cond)?;
         let (uk, ok, dk, pp) = (ukey(key, id), okey(key), dkey(key), pprefix(key, id));
         for _ in 0..RETRIES {
             let Some((s, keys)) = self
@@ -1416,6 +1432,7 @@ impl Catalog for RadosCatalog {
                     Commit {
                         previous: current,
                         released,
+                        ..Default::default()
                     },
                 ));
             }

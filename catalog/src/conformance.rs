@@ -12,6 +12,7 @@ use crate::{
     ObjectMeta, ObjectRecord, PartRecord, PartSummary, Refs, Segment, UploadQuery, UploadRecord,
     replace_check,
 };
+use crate::{VersionQuery, Versioning};
 
 static NEXT_CHUNK: AtomicU64 = AtomicU64::new(1);
 
@@ -41,6 +42,8 @@ pub fn record(etag: &str, chunks: &[ChunkLoc]) -> ObjectRecord {
         },
         parts: vec![],
         upload_id: None,
+        version_id: None,
+        delete_marker: false,
     }
 }
 
@@ -1516,6 +1519,314 @@ pub async fn tags_and_bucket_updates(c: Arc<dyn Catalog>) {
     c.delete_bucket("tagb").await.unwrap();
 }
 
+fn vq(
+    prefix: &str,
+    delimiter: Option<&str>,
+    marker: Option<(&str, Option<&str>)>,
+    max: usize,
+) -> VersionQuery {
+    VersionQuery {
+        prefix: prefix.into(),
+        delimiter: delimiter.map(Into::into),
+        key_marker: marker.map(|(k, _)| k.into()),
+        version_marker: marker.and_then(|(_, v)| v.map(Into::into)),
+        max,
+    }
+}
+
+/// (key, etag or "DM" for a delete marker, is_latest) of a version listing.
+async fn listed(c: &dyn Catalog, b: &str, q: &VersionQuery) -> Vec<(String, String, bool)> {
+    c.list_versions(b, q)
+        .await
+        .unwrap()
+        .entries
+        .into_iter()
+        .map(|e| {
+            let what = if e.record.delete_marker {
+                "DM".to_owned()
+            } else {
+                e.record.etag
+            };
+            (e.key, what, e.is_latest)
+        })
+        .collect()
+}
+
+fn row(k: &str, what: &str, latest: bool) -> (String, String, bool) {
+    (k.to_owned(), what.to_owned(), latest)
+}
+
+/// Versioned buckets: writes keep what they replace (Enabled) or replace the `null` version
+/// (Suspended); deletes add delete markers; a version is read, rewritten and removed by id,
+/// and removing the current one makes the previous one current; listings of versions merge
+/// current and noncurrent ones in S3 order, paged and with common prefixes; chunks are
+/// released only when the last version holding them goes. A backend without versions
+/// refuses a versioned write instead of ignoring it.
+pub async fn versions(c: Arc<dyn Catalog>) {
+    new_bucket(&*c, "ver").await;
+    let en = Cond {
+        versioning: Versioning::Enabled,
+        ..Default::default()
+    };
+    let su = Cond {
+        versioning: Versioning::Suspended,
+        ..Default::default()
+    };
+    if !c.supports_versions() {
+        assert!(matches!(
+            c.put("ver", "k", record("a", &[]), &en, Refs::Fresh).await,
+            Err(CatalogError::NotSupported(..))
+        ));
+        assert!(matches!(
+            c.delete("ver", "k", &su).await,
+            Err(CatalogError::NotSupported(..))
+        ));
+        assert!(c.get("ver", "k").await.unwrap().is_none());
+        c.delete_bucket("ver").await.unwrap();
+        return;
+    }
+    let (n0c, v1c) = (chunk(), chunk());
+    c.put(
+        "ver",
+        "k",
+        record("n0", &[n0c]),
+        &Cond::default(),
+        Refs::Fresh,
+    )
+    .await
+    .unwrap();
+    let d1 = c
+        .put("ver", "k", record("v1", &[v1c]), &en, Refs::Fresh)
+        .await
+        .unwrap();
+    assert!(d1.released.is_empty(), "the null version is kept");
+    let id1 = d1.version_id.clone().unwrap();
+    assert!(crate::is_version_id(&id1), "{id1}");
+    let d2 = c
+        .put("ver", "k", record("v2", &[]), &en, Refs::Fresh)
+        .await
+        .unwrap();
+    let id2 = d2.version_id.clone().unwrap();
+    assert_ne!(id1, id2);
+    let cur = c.get("ver", "k").await.unwrap().unwrap();
+    assert_eq!(
+        (cur.etag.as_str(), cur.version_id.as_deref()),
+        ("v2", Some(id2.as_str()))
+    );
+    assert_eq!(
+        c.get_version("ver", "k", &id1).await.unwrap().unwrap().etag,
+        "v1"
+    );
+    assert_eq!(
+        c.get_version("ver", "k", "null")
+            .await
+            .unwrap()
+            .unwrap()
+            .etag,
+        "n0"
+    );
+    assert_eq!(
+        c.get_version("ver", "k", &id2)
+            .await
+            .unwrap()
+            .unwrap()
+            .segments,
+        record("v2", &[]).segments
+    );
+    assert!(
+        c.get_version("ver", "k", "00000000000000000000ff")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let all = vq("", None, None, 100);
+    assert_eq!(
+        listed(&*c, "ver", &all).await,
+        vec![
+            row("k", "v2", true),
+            row("k", "v1", false),
+            row("k", "n0", false)
+        ]
+    );
+    // A delete adds a marker on top; the key reads as absent.
+    let dm = c.delete("ver", "k", &en).await.unwrap();
+    assert!(dm.delete_marker && dm.released.is_empty());
+    let mid = dm.version_id.clone().unwrap();
+    assert!(c.get("ver", "k").await.unwrap().is_none());
+    assert!(
+        c.newest_version("ver", "k")
+            .await
+            .unwrap()
+            .unwrap()
+            .delete_marker
+    );
+    assert_eq!(
+        listed(&*c, "ver", &all).await,
+        vec![
+            row("k", "DM", true),
+            row("k", "v2", false),
+            row("k", "v1", false),
+            row("k", "n0", false)
+        ]
+    );
+    // Removing the marker brings v2 back; removing v2 (current) makes v1 current.
+    let gone = c.delete_version("ver", "k", &mid).await.unwrap();
+    assert!(gone.delete_marker);
+    assert_eq!(c.get("ver", "k").await.unwrap().unwrap().etag, "v2");
+    c.delete_version("ver", "k", &id2).await.unwrap();
+    let cur = c.get("ver", "k").await.unwrap().unwrap();
+    assert_eq!(
+        (cur.etag.as_str(), cur.version_id.as_deref()),
+        ("v1", Some(id1.as_str()))
+    );
+    // A version's tags are rewritten in place, current or not.
+    let tag: crate::RecordFn = Arc::new(|r: &ObjectRecord| {
+        let mut r = r.clone();
+        r.meta.tags = vec![("t".into(), "1".into())];
+        Ok(r)
+    });
+    c.update_version("ver", "k", "null", tag).await.unwrap();
+    assert_eq!(
+        c.get_version("ver", "k", "null")
+            .await
+            .unwrap()
+            .unwrap()
+            .meta
+            .tags
+            .len(),
+        1
+    );
+    // Suspended: the write is the null version, and the old null version's chunk goes.
+    let s1 = c
+        .put("ver", "k", record("s1", &[]), &su, Refs::Fresh)
+        .await
+        .unwrap();
+    assert_eq!(s1.version_id, None);
+    assert_eq!(set(&s1.released), set(&[n0c]));
+    assert_eq!(
+        listed(&*c, "ver", &all).await,
+        vec![row("k", "s1", true), row("k", "v1", false)]
+    );
+    let s2 = c
+        .put("ver", "k", record("s2", &[]), &su, Refs::Fresh)
+        .await
+        .unwrap();
+    assert_eq!(
+        s2.previous.unwrap().etag,
+        "s1",
+        "the current null version is replaced"
+    );
+    let sm = c.delete("ver", "k", &su).await.unwrap();
+    assert!(sm.delete_marker && sm.version_id.is_none());
+    assert_eq!(
+        listed(&*c, "ver", &all).await,
+        vec![row("k", "DM", true), row("k", "v1", false)]
+    );
+    assert!(matches!(
+        c.delete_bucket("ver").await,
+        Err(CatalogError::BucketNotEmpty)
+    ));
+    // Only the last version holding a chunk releases it.
+    assert_eq!(
+        set(&c.delete_version("ver", "k", &id1).await.unwrap().released),
+        set(&[v1c])
+    );
+    c.delete_version("ver", "k", "null").await.unwrap();
+    assert!(c.newest_version("ver", "k").await.unwrap().is_none());
+    assert!(
+        c.delete_version("ver", "k", "null")
+            .await
+            .unwrap()
+            .previous
+            .is_none()
+    );
+    // Paging and common prefixes over several keys.
+    for k in ["a", "d/1", "d/2", "e"] {
+        for i in 0..3 {
+            c.put("ver", k, record(&format!("{k}{i}"), &[]), &en, Refs::Fresh)
+                .await
+                .unwrap();
+        }
+    }
+    c.delete("ver", "e", &en).await.unwrap();
+    let full = listed(&*c, "ver", &all).await;
+    assert_eq!(full.len(), 13);
+    assert_eq!(full[0], row("a", "a2", true));
+    assert_eq!(full[9], row("e", "DM", true));
+    assert_eq!(full[10], row("e", "e2", false));
+    let mut paged = vec![];
+    let mut marker: Option<(String, Option<String>)> = None;
+    for n in 0.. {
+        assert!(n < 20);
+        let q = vq(
+            "",
+            None,
+            marker.as_ref().map(|(k, v)| (k.as_str(), v.as_deref())),
+            2,
+        );
+        let page = c.list_versions("ver", &q).await.unwrap();
+        paged.extend(page.entries.into_iter().map(|e| {
+            (
+                e.key,
+                if e.record.delete_marker {
+                    "DM".into()
+                } else {
+                    e.record.etag
+                },
+                e.is_latest,
+            )
+        }));
+        if !page.truncated {
+            break;
+        }
+        marker = page.next;
+    }
+    assert_eq!(paged, full);
+    let page = c
+        .list_versions("ver", &vq("", Some("/"), None, 100))
+        .await
+        .unwrap();
+    assert_eq!(page.prefixes, vec!["d/".to_owned()]);
+    assert_eq!(page.entries.len(), 7);
+    let page = c
+        .list_versions("ver", &vq("d/", None, Some(("d/1", None)), 100))
+        .await
+        .unwrap();
+    assert!(page.entries.iter().all(|e| e.key == "d/2"));
+    // A Complete in a versioned bucket makes a version too.
+    c.create_upload("ver", "a", "vu", upload_rec())
+        .await
+        .unwrap();
+    let pc = chunk();
+    c.put_part("ver", "a", "vu", 1, part("p1", &[pc]))
+        .await
+        .unwrap();
+    let f: crate::CompleteFn = Arc::new(|s| {
+        let mut rec = record("mp-1", &[]);
+        rec.segments = s.parts[&1].segments.clone();
+        Ok(Completion {
+            record: rec,
+            used_parts: vec![1],
+        })
+    });
+    let (rec, done) = c.complete("ver", "a", "vu", &en, f).await.unwrap();
+    assert!(rec.version_id.is_some() && done.version_id == rec.version_id);
+    assert!(done.released.is_empty());
+    assert_eq!(listed(&*c, "ver", &vq("a", None, None, 100)).await.len(), 4);
+    // Emptied version by version, the bucket can go.
+    loop {
+        let page = c.list_versions("ver", &all).await.unwrap();
+        if page.entries.is_empty() {
+            break;
+        }
+        for e in page.entries {
+            let id = e.record.version_id.unwrap_or_else(|| "null".into());
+            c.delete_version("ver", &e.key, &id).await.unwrap();
+        }
+    }
+    c.delete_bucket("ver").await.unwrap();
+}
+
 /// Every test above but the renames (which a partitioned backend refuses across partitions,
 /// [`CatalogError::CrossPartition`]), in sequence, on one catalog.
 pub async fn run_all_but_renames(c: Arc<dyn Catalog>) {
@@ -1529,6 +1840,7 @@ pub async fn run_all_but_renames(c: Arc<dyn Catalog>) {
     upload_listing(&*c).await;
     system_keys(&*c).await;
     tags_and_bucket_updates(Arc::clone(&c)).await;
+    versions(Arc::clone(&c)).await;
     appends(Arc::clone(&c)).await;
     racing_conditional_delete(Arc::clone(&c)).await;
     racing_conditional_puts(c).await;

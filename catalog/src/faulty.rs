@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use crate::{
     Aborted, AppendFn, BucketFn, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit, CompleteFn,
     Cond, ListPage, ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, RenameCheck, Result,
-    SysFn, UploadPage, UploadQuery, UploadRecord,
+    SysFn, UploadPage, UploadQuery, UploadRecord, VersionPage, VersionQuery,
 };
 
 /// What happens to the next commit.
@@ -118,6 +118,37 @@ impl Catalog for FaultyCatalog {
     }
     async fn update(&self, bucket: &str, key: &str, f: RecordFn) -> Result<ObjectRecord> {
         self.commit(self.inner.update(bucket, key, f)).await
+    }
+    async fn get_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: &str,
+    ) -> Result<Option<ObjectRecord>> {
+        self.inner.get_version(bucket, key, version_id).await
+    }
+    async fn newest_version(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
+        self.inner.newest_version(bucket, key).await
+    }
+    async fn delete_version(&self, bucket: &str, key: &str, version_id: &str) -> Result<Commit> {
+        self.commit(self.inner.delete_version(bucket, key, version_id))
+            .await
+    }
+    async fn update_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: &str,
+        f: RecordFn,
+    ) -> Result<ObjectRecord> {
+        self.commit(self.inner.update_version(bucket, key, version_id, f))
+            .await
+    }
+    async fn list_versions(&self, bucket: &str, q: &VersionQuery) -> Result<VersionPage> {
+        self.inner.list_versions(bucket, q).await
+    }
+    fn supports_versions(&self) -> bool {
+        self.inner.supports_versions()
     }
     async fn list(&self, bucket: &str, q: &ListQuery<'_>) -> Result<ListPage> {
         self.inner.list(bucket, q).await

@@ -21,6 +21,10 @@ use crate::{
     Segment, SysFn, UploadPage, UploadQuery, UploadRecord, UploadState, appended_segments,
     check_bucket_update, join_record, split_record,
 };
+use crate::{
+    VersionEntry, VersionPage, VersionQuery, Versioning, delete_marker, new_version_id,
+    seq_of_suffix, version_seq, version_suffix,
+};
 
 /// How long an aborted upload is remembered for a retried abort.
 const ABORTED_MEMORY_MS: i64 = 24 * 3600 * 1000;
@@ -237,6 +241,287 @@ fn drop_refs(
     Ok(())
 }
 
+/// The noncurrent versions of `b/k`, newest first: (suffix, value as stored).
+fn versions_of(m: &dyn MetadataStore, b: &str, k: &str) -> Result<Vec<(String, Vec<u8>)>> {
+    let prefix = keys::version_prefix(b, k);
+    let end = keys::prefix_successor(&prefix);
+    m.scan(Table::Versions, &prefix, end.as_deref(), usize::MAX)?
+        .into_iter()
+        .map(|(vk, v)| {
+            let suffix = String::from_utf8(vk[prefix.len()..].to_vec())
+                .map_err(|e| CatalogError::Corrupt(e.to_string()))?;
+            Ok((suffix, v))
+        })
+        .collect()
+}
+
+/// The suffix of the `null` version among `versions` ([`versions_of`]), if one is there.
+fn null_suffix(versions: &[(String, Vec<u8>)]) -> Option<&str> {
+    versions
+        .iter()
+        .map(|(s, _)| s.as_str())
+        .find(|s| s.ends_with("null"))
+}
+
+/// Under `v`, retires the current record of `b/k` (`old`, as stored) before a new current
+/// version or a delete marker takes its place, and says which version the commit makes
+/// (its sequence number and id; `None`: the `null` version). `Off`: the old record is
+/// released. Otherwise it is kept whole as a noncurrent version (inline bytes inside), unless
+/// the bucket is `Suspended` and it is the `null` version, which is released; in `Suspended`
+/// a noncurrent `null` version goes too (a key has one `null` version).
+#[allow(clippy::too_many_arguments)]
+fn retire_current(
+    m: &dyn MetadataStore,
+    t: &mut dyn Transaction,
+    b: &str,
+    k: &str,
+    okey: &[u8],
+    old: Option<&ObjectRecord>,
+    v: Versioning,
+    released: &mut Vec<ChunkLoc>,
+) -> Result<(u64, Option<String>)> {
+    if v == Versioning::Off {
+        if let Some(old) = old {
+            drop_refs(t, &old.segments, released)?;
+        }
+        return Ok((0, None));
+    }
+    let versions = versions_of(m, b, k)?;
+    let mut floor = versions
+        .first()
+        .and_then(|(s, _)| seq_of_suffix(s))
+        .unwrap_or(0);
+    if let Some(old) = old {
+        let seq = version_seq(old, None).max(floor.saturating_add(1));
+        floor = floor.max(seq);
+        if v == Versioning::Enabled || old.version_id.is_some() {
+            let payload = if old.has_detached() {
+                t.get_for_update(Table::Inline, okey)?
+            } else {
+                None
+            };
+            let whole = with_payload(old.clone(), payload)?;
+            let vkey = keys::version(b, k, &version_suffix(seq, old.version_id.as_deref()));
+            t.put(Table::Versions, &vkey, &records::encode(&whole))?;
+        } else {
+            drop_refs(t, &old.segments, released)?;
+        }
+    }
+    if v == Versioning::Suspended
+        && let Some(suffix) = null_suffix(&versions)
+    {
+        let vkey = keys::version(b, k, suffix);
+        if let Some(val) = t.get_for_update(Table::Versions, &vkey)? {
+            let rec: ObjectRecord = records::decode(&val)?;
+            drop_refs(t, &rec.segments, released)?;
+            t.delete(Table::Versions, &vkey)?;
+        }
+    }
+    let (seq, id) = new_version_id(floor);
+    Ok(match v {
+        Versioning::Enabled => (seq, Some(id)),
+        _ => (seq, None),
+    })
+}
+
+/// The version `id` of `b/k` among the noncurrent ones: its key in `Versions` and record.
+fn find_noncurrent(
+    m: &dyn MetadataStore,
+    t: &mut dyn Transaction,
+    b: &str,
+    k: &str,
+    id: &str,
+) -> Result<Option<(Vec<u8>, ObjectRecord)>> {
+    let vkey = if id == "null" {
+        match null_suffix(&versions_of(m, b, k)?) {
+            Some(s) => keys::version(b, k, s),
+            None => return Ok(None),
+        }
+    } else {
+        keys::version(b, k, id)
+    };
+    match t.get_for_update(Table::Versions, &vkey)? {
+        Some(v) => Ok(Some((vkey, records::decode(&v)?))),
+        None => Ok(None),
+    }
+}
+
+/// Whether the current record is version `id` (`null`: the one without an id).
+fn is_version(rec: &ObjectRecord, id: &str) -> bool {
+    match &rec.version_id {
+        Some(v) => v == id,
+        None => id == "null",
+    }
+}
+
+/// After a version of `b/k` went: with no current record left, the newest noncurrent one
+/// becomes current unless it is a delete marker (its chunks keep their references).
+fn promote_newest(
+    m: &dyn MetadataStore,
+    t: &mut dyn Transaction,
+    b: &str,
+    k: &str,
+    okey: &[u8],
+    gone: &[u8],
+) -> Result<()> {
+    if get_obj(t, okey)?.is_some() {
+        return Ok(());
+    }
+    let versions = versions_of(m, b, k)?;
+    let Some((suffix, _)) = versions
+        .iter()
+        .find(|(s, _)| keys::version(b, k, s) != gone)
+    else {
+        return Ok(());
+    };
+    let vkey = keys::version(b, k, suffix);
+    let Some(val) = t.get_for_update(Table::Versions, &vkey)? else {
+        return Ok(());
+    };
+    let rec: ObjectRecord = records::decode(&val)?;
+    if rec.delete_marker {
+        return Ok(());
+    }
+    t.delete(Table::Versions, &vkey)?;
+    put_obj(t, okey, &split(&rec)?, false)
+}
+
+/// One page of ListObjectVersions: the `Objects` (current) and `Versions` (noncurrent) tables
+/// merged in one pass of two cursors: keys in order, each key's current version first, then
+/// its noncurrent ones newest first; a common prefix is skipped with one seek of each.
+fn list_versions_page(m: &dyn MetadataStore, b: &str, q: &VersionQuery) -> Result<VersionPage> {
+    let base = keys::bucket_prefix(b);
+    let mut full_prefix = base.clone();
+    full_prefix.extend_from_slice(q.prefix.as_bytes());
+    let delim = q
+        .delimiter
+        .as_deref()
+        .filter(|d| !d.is_empty())
+        .map(str::as_bytes);
+    let km = q.key_marker.as_deref().map(str::as_bytes);
+    // Where the previous page ended: (key, rank); rank None is the current version.
+    let marker: Option<(Vec<u8>, Option<Vec<u8>>)> = match (km, q.version_marker.as_deref()) {
+        (Some(k), Some(v)) => {
+            let key = String::from_utf8_lossy(k).into_owned();
+            let cur = get_obj_stored(m, &keys::object(b, &key))?;
+            let rank = match cur {
+                Some(c) if is_version(&c, v) => None,
+                _ if v == "null" => {
+                    null_suffix(&versions_of(m, b, &key)?).map(|s| s.as_bytes().to_vec())
+                }
+                _ => Some(v.as_bytes().to_vec()),
+            };
+            Some((k.to_vec(), rank))
+        }
+        _ => None,
+    };
+    let start = match km {
+        Some(k) if k > q.prefix.as_bytes() => [&base[..], k].concat(),
+        _ => full_prefix.clone(),
+    };
+    let mut objs = m.cursor(Table::Objects)?;
+    let mut vers = m.cursor(Table::Versions)?;
+    objs.seek(&start);
+    vers.seek(&start);
+    let mut page = VersionPage::default();
+    let mut latest_done: Option<Vec<u8>> = marker.as_ref().map(|(k, _)| k.clone());
+    loop {
+        let o = objs
+            .current()
+            .filter(|(k, _)| k.starts_with(&full_prefix))
+            .map(|(k, v)| (k[base.len()..].to_vec(), None::<Vec<u8>>, v.to_vec()));
+        let v = vers
+            .current()
+            .filter(|(k, _)| k.starts_with(&full_prefix))
+            .map(|(k, v)| {
+                let rest = &k[base.len()..];
+                let nul = rest.iter().position(|&c| c == 0).unwrap_or(rest.len());
+                let suffix = rest.get(nul + 1..).unwrap_or_default().to_vec();
+                (rest[..nul].to_vec(), Some(suffix), v.to_vec())
+            });
+        let (from_objs, (key, rank, value)) = match (o, v) {
+            (None, None) => break,
+            (Some(o), None) => (true, o),
+            (None, Some(v)) => (false, v),
+            (Some(o), Some(v)) => {
+                if (&o.0, &o.1) <= (&v.0, &v.1) {
+                    (true, o)
+                } else {
+                    (false, v)
+                }
+            }
+        };
+        let advance = |objs: &mut Box<dyn lode_metadata::Cursor + '_>,
+                       vers: &mut Box<dyn lode_metadata::Cursor + '_>| {
+            if from_objs { objs.next() } else { vers.next() }
+        };
+        let skip = match (&marker, km) {
+            (Some((mk, mr)), _) => (&key, &rank) <= (mk, mr),
+            (None, Some(k)) => key.as_slice() <= k,
+            (None, None) => false,
+        };
+        if skip {
+            advance(&mut objs, &mut vers);
+            continue;
+        }
+        let cp_end = delim.and_then(|d| {
+            let rest = &key[q.prefix.len()..];
+            rest.windows(d.len())
+                .position(|w| w == d)
+                .map(|i| q.prefix.len() + i + d.len())
+        });
+        if let Some(end) = cp_end {
+            let cp = key[..end].to_vec();
+            if km.is_none_or(|k| cp.as_slice() > k) {
+                if page.entries.len() + page.prefixes.len() >= q.max {
+                    page.truncated = true;
+                    break;
+                }
+                let cp = String::from_utf8(cp.clone())
+                    .map_err(|e| CatalogError::Corrupt(e.to_string()))?;
+                page.next = Some((cp.clone(), None));
+                page.prefixes.push(cp);
+            }
+            let Some(succ) = keys::prefix_successor(&cp) else {
+                break;
+            };
+            let next = [&base[..], &succ].concat();
+            objs.seek(&next);
+            vers.seek(&next);
+            continue;
+        }
+        if page.entries.len() + page.prefixes.len() >= q.max {
+            page.truncated = true;
+            break;
+        }
+        let record = records::decode::<ObjectRecord>(&value)?.into_head();
+        let is_latest = latest_done.as_deref() != Some(key.as_slice());
+        latest_done = Some(key.clone());
+        let key = String::from_utf8(key).map_err(|e| CatalogError::Corrupt(e.to_string()))?;
+        let id = record.version_id.clone().unwrap_or_else(|| "null".into());
+        page.next = Some((key.clone(), Some(id)));
+        page.entries.push(VersionEntry {
+            key,
+            record,
+            is_latest,
+        });
+        advance(&mut objs, &mut vers);
+    }
+    objs.status()?;
+    vers.status()?;
+    if !page.truncated {
+        page.next = None;
+    }
+    Ok(page)
+}
+
+/// The record at `okey` as stored, read outside a transaction.
+fn get_obj_stored(m: &dyn MetadataStore, okey: &[u8]) -> Result<Option<ObjectRecord>> {
+    Ok(m.get(Table::Objects, okey)?
+        .map(|v| records::decode(&v))
+        .transpose()?)
+}
+
 fn part_number(pk: &[u8]) -> Result<u32> {
     pk.len()
         .checked_sub(4)
@@ -426,6 +711,9 @@ impl Catalog for KvCatalog {
                 if !m
                     .scan(Table::Objects, &prefix, end.as_deref(), 1)?
                     .is_empty()
+                    || !m
+                        .scan(Table::Versions, &prefix, end.as_deref(), 1)?
+                        .is_empty()
                 {
                     return Err(CatalogError::BucketNotEmpty);
                 }
@@ -509,13 +797,28 @@ impl Catalog for KvCatalog {
                 cond.check(old.as_ref())?;
                 add_refs(t, &rec.segments, refs)?;
                 let mut released = vec![];
-                if let Some(old) = &old {
-                    drop_refs(t, &old.segments, &mut released)?;
+                let (_, version_id) = retire_current(
+                    m,
+                    t,
+                    &b,
+                    &k,
+                    &okey,
+                    old.as_ref(),
+                    cond.versioning,
+                    &mut released,
+                )?;
+                if version_id.is_some() {
+                    let mut rec = rec.clone();
+                    rec.version_id = version_id.clone();
+                    put_obj(t, &okey, &split(&rec)?, has_payload(old.as_ref()))?;
+                } else {
+                    put_obj(t, &okey, &value, has_payload(old.as_ref()))?;
                 }
-                put_obj(t, &okey, &value, has_payload(old.as_ref()))?;
                 Ok(Commit {
                     previous: old.map(ObjectRecord::into_head),
                     released,
+                    version_id,
+                    delete_marker: false,
                 })
             })
         })
@@ -531,13 +834,30 @@ impl Catalog for KvCatalog {
                 let mut released = vec![];
                 let old = get_obj(t, &okey)?;
                 cond.check(old.as_ref())?;
+                let (seq, version_id) = retire_current(
+                    m,
+                    t,
+                    &b,
+                    &k,
+                    &okey,
+                    old.as_ref(),
+                    cond.versioning,
+                    &mut released,
+                )?;
                 if let Some(old) = &old {
-                    drop_refs(t, &old.segments, &mut released)?;
                     delete_obj(t, &okey, old)?;
+                }
+                let marker = cond.versioning != Versioning::Off;
+                if marker {
+                    let vkey = keys::version(&b, &k, &version_suffix(seq, version_id.as_deref()));
+                    let rec = delete_marker(version_id.clone());
+                    t.put(Table::Versions, &vkey, &records::encode(&rec))?;
                 }
                 Ok(Commit {
                     previous: old.map(ObjectRecord::into_head),
                     released,
+                    version_id,
+                    delete_marker: marker,
                 })
             })
         })
@@ -596,9 +916,145 @@ impl Catalog for KvCatalog {
                     Commit {
                         previous: old.map(ObjectRecord::into_head),
                         released,
+                        ..Default::default()
                     },
                 ))
             })
+        })
+        .await
+    }
+
+    fn supports_versions(&self) -> bool {
+        true
+    }
+
+    async fn get_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: &str,
+    ) -> Result<Option<ObjectRecord>> {
+        let (b, k, id) = (bucket.to_owned(), key.to_owned(), version_id.to_owned());
+        self.blocking(move |m, _| {
+            has_bucket(m, &b)?;
+            let okey = keys::object(&b, &k);
+            Self::transact(m, |t| {
+                if let Some(cur) = get_obj_full(t, &okey)?
+                    && is_version(&cur, &id)
+                {
+                    return Ok(Some(cur));
+                }
+                Ok(find_noncurrent(m, t, &b, &k, &id)?.map(|(_, r)| r))
+            })
+        })
+        .await
+    }
+
+    async fn newest_version(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
+        let (b, k) = (bucket.to_owned(), key.to_owned());
+        self.blocking(move |m, _| {
+            has_bucket(m, &b)?;
+            if let Some(cur) = get_obj_stored(m, &keys::object(&b, &k))? {
+                return Ok(Some(cur.into_head()));
+            }
+            match versions_of(m, &b, &k)?.first() {
+                Some((_, v)) => Ok(Some(records::decode::<ObjectRecord>(v)?.into_head())),
+                None => Ok(None),
+            }
+        })
+        .await
+    }
+
+    async fn delete_version(&self, bucket: &str, key: &str, version_id: &str) -> Result<Commit> {
+        let (b, k, id) = (bucket.to_owned(), key.to_owned(), version_id.to_owned());
+        self.blocking(move |m, gate| {
+            let _shared = gate.read().expect("bucket gate");
+            let okey = keys::object(&b, &k);
+            Self::transact(m, |t| {
+                has_bucket(m, &b)?;
+                let mut released = vec![];
+                let (gone_key, removed) = match get_obj(t, &okey)? {
+                    Some(cur) if is_version(&cur, &id) => {
+                        drop_refs(t, &cur.segments, &mut released)?;
+                        delete_obj(t, &okey, &cur)?;
+                        (vec![], cur)
+                    }
+                    _ => match find_noncurrent(m, t, &b, &k, &id)? {
+                        Some((vkey, rec)) => {
+                            drop_refs(t, &rec.segments, &mut released)?;
+                            t.delete(Table::Versions, &vkey)?;
+                            (vkey, rec)
+                        }
+                        None => return Ok(Commit::default()),
+                    },
+                };
+                promote_newest(m, t, &b, &k, &okey, &gone_key)?;
+                Ok(Commit {
+                    version_id: removed.version_id.clone(),
+                    delete_marker: removed.delete_marker,
+                    previous: Some(removed.into_head()),
+                    released,
+                })
+            })
+        })
+        .await
+    }
+
+    async fn update_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: &str,
+        f: RecordFn,
+    ) -> Result<ObjectRecord> {
+        let (b, k, id) = (bucket.to_owned(), key.to_owned(), version_id.to_owned());
+        self.blocking(move |m, _| {
+            has_bucket(m, &b)?;
+            let okey = keys::object(&b, &k);
+            Self::transact(m, |t| {
+                if let Some(cur) = get_obj(t, &okey)?
+                    && is_version(&cur, &id)
+                {
+                    let had_payload = cur.has_detached();
+                    let payload = if had_payload {
+                        t.get_for_update(Table::Inline, &okey)?
+                    } else {
+                        None
+                    };
+                    let whole = with_payload(cur, payload)?;
+                    let new = f(&whole)?;
+                    if new.segments != whole.segments || new.delete_marker {
+                        return Err(CatalogError::Corrupt(
+                            "update may not change an object's content".into(),
+                        ));
+                    }
+                    put_obj(t, &okey, &split(&new)?, had_payload)?;
+                    return Ok(new);
+                }
+                let Some((vkey, rec)) = find_noncurrent(m, t, &b, &k, &id)? else {
+                    return Err(CatalogError::NoSuchKey);
+                };
+                if rec.delete_marker {
+                    return Err(CatalogError::NoSuchKey);
+                }
+                let new = f(&rec)?;
+                if new.segments != rec.segments {
+                    return Err(CatalogError::Corrupt(
+                        "update may not change an object's content".into(),
+                    ));
+                }
+                t.put(Table::Versions, &vkey, &records::encode(&new))?;
+                Ok(new)
+            })
+        })
+        .await
+    }
+
+    async fn list_versions(&self, bucket: &str, q: &VersionQuery) -> Result<VersionPage> {
+        let (b, q) = (bucket.to_owned(), q.clone());
+        self.blocking(move |m, _| {
+            has_bucket(m, &b)?;
+            list_versions_page(m, &b, &q)
         })
         .await
     }
@@ -696,6 +1152,7 @@ impl Catalog for KvCatalog {
                 Ok(Commit {
                     previous: old.map(ObjectRecord::into_head),
                     released,
+                    ..Default::default()
                 })
             })
         })
@@ -1033,16 +1490,32 @@ impl Catalog for KvCatalog {
                     }
                     t.delete(Table::Parts, &keys::part(&id, *n))?;
                 }
-                if let Some(old) = &old {
-                    drop_refs(t, &old.segments, &mut released)?;
-                }
+                let stored = get_obj(t, &okey)?;
+                let (_, version_id) = retire_current(
+                    m,
+                    t,
+                    &b,
+                    &k,
+                    &okey,
+                    stored.as_ref(),
+                    cond.versioning,
+                    &mut released,
+                )?;
                 t.delete(Table::Uploads, &uk)?;
-                put_obj(t, &okey, &value, had_payload)?;
+                let mut record = done.record;
+                if version_id.is_some() {
+                    record.version_id = version_id.clone();
+                    put_obj(t, &okey, &split(&record)?, had_payload)?;
+                } else {
+                    put_obj(t, &okey, &value, had_payload)?;
+                }
                 Ok((
-                    done.record,
+                    record,
                     Commit {
                         previous: old,
                         released,
+                        version_id,
+                        delete_marker: false,
                     },
                 ))
             })

@@ -94,6 +94,9 @@ pub enum CatalogError {
     Corrupt(String),
     #[error("catalog backend error: {0}")]
     Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The backend does not carry this yet (versioned buckets on a cluster).
+    #[error("not supported by the {0} catalog: {1}")]
+    NotSupported(&'static str, &'static str),
 }
 
 pub type Result<T> = std::result::Result<T, CatalogError>;
@@ -159,6 +162,129 @@ pub struct Cond {
     /// passes, unless `if_match` asks for one). Not an S3 header: the service's own exact
     /// check (lifecycle expiry removes only the object it judged).
     pub if_match_modified_ms: Option<i64>,
+    /// How the bucket keeps what the write replaces or the delete removes (not a condition:
+    /// the bucket's versioning state, carried with the write's conditions into its commit).
+    pub versioning: Versioning,
+}
+
+/// How a bucket keeps what a write replaces ([`Cond::versioning`]). Versions other than the
+/// current one are noncurrent versions and delete markers, kept beside the key and read with
+/// the `*_version` methods; listings, `get` and `head` see current records only.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum Versioning {
+    /// Never versioned: a write replaces, a delete removes.
+    #[default]
+    Off,
+    /// A write makes a new version with an id of its own and keeps what it replaces as a
+    /// noncurrent version; a delete keeps the current version and adds a delete marker.
+    Enabled,
+    /// A write makes the `null` version: the current version is kept unless it is the `null`
+    /// one, and an older `null` version goes; a delete adds a `null` delete marker likewise.
+    Suspended,
+}
+
+/// For backends: a version's place among its key's versions (larger: newer).
+pub fn version_seq(rec: &ObjectRecord, suffix: Option<&str>) -> u64 {
+    suffix
+        .or(rec.version_id.as_deref())
+        .and_then(seq_of_suffix)
+        .unwrap_or_else(|| {
+            u64::try_from(rec.last_modified_ms)
+                .unwrap_or(0)
+                .saturating_mul(1000)
+        })
+}
+
+/// For backends: the order encoded at the front of a version suffix or id (16 hex digits of
+/// the inverted sequence number).
+pub fn seq_of_suffix(s: &str) -> Option<u64> {
+    let inv = u64::from_str_radix(s.get(..16)?, 16).ok()?;
+    Some(u64::MAX - inv)
+}
+
+/// For backends: the suffix a noncurrent version is kept under: its key's versions sort
+/// newest first. A version's id is its suffix; the `null` version's suffix ends in `null`.
+pub fn version_suffix(seq: u64, version_id: Option<&str>) -> String {
+    match version_id {
+        Some(id) => id.to_owned(),
+        None => format!("{:016x}null", u64::MAX - seq),
+    }
+}
+
+/// For backends: a new version id, newer than `floor` (the newest version of the key) and
+/// than now: 16 hex digits of the inverted sequence number (microseconds), 6 random ones.
+pub fn new_version_id(floor: u64) -> (u64, String) {
+    let now_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64);
+    let seq = now_us.max(floor.saturating_add(1));
+    let tail = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos())
+        ^ (seq as u32).rotate_left(13))
+        & 0xff_ffff;
+    (seq, format!("{:016x}{tail:06x}", u64::MAX - seq))
+}
+
+/// Whether `id` has the form of a version id this catalog makes (or is `null`).
+pub fn is_version_id(id: &str) -> bool {
+    id == "null"
+        || (id.len() == 22
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()))
+}
+
+/// For backends: a delete marker made now with this version id (`None`: the `null` one).
+pub fn delete_marker(version_id: Option<String>) -> ObjectRecord {
+    ObjectRecord {
+        size: 0,
+        etag: String::new(),
+        last_modified_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64),
+        meta: ObjectMeta::default(),
+        checksums: Checksums::default(),
+        segments: vec![],
+        parts: vec![],
+        upload_id: None,
+        version_id,
+        delete_marker: true,
+    }
+}
+
+/// What ListObjectVersions asks.
+#[derive(Debug, Default, Clone)]
+pub struct VersionQuery {
+    pub prefix: String,
+    pub delimiter: Option<String>,
+    /// Start after this key (all its versions), or, with `version_marker`, after that version
+    /// of it.
+    pub key_marker: Option<String>,
+    pub version_marker: Option<String>,
+    pub max: usize,
+}
+
+/// One entry of a version listing.
+#[derive(Debug, Clone)]
+pub struct VersionEntry {
+    pub key: String,
+    /// Head form; `version_id` `None` is the `null` version; `delete_marker` says which kind.
+    pub record: ObjectRecord,
+    /// The newest version of its key (the current one, or the newest delete marker of a key
+    /// with no current version).
+    pub is_latest: bool,
+}
+
+/// One page of ListObjectVersions: versions in key order, each key's newest first.
+#[derive(Debug, Default)]
+pub struct VersionPage {
+    pub entries: Vec<VersionEntry>,
+    pub prefixes: Vec<String>,
+    pub truncated: bool,
+    /// The key marker and version id marker to continue after (the version marker is `None`
+    /// after a common prefix).
+    pub next: Option<(String, Option<String>)>,
 }
 
 impl Cond {
@@ -224,6 +350,11 @@ pub struct Commit {
     pub previous: Option<ObjectRecord>,
     /// Chunks whose last reference went with this commit.
     pub released: Vec<ChunkLoc>,
+    /// In a versioned bucket: the id of the version the commit made (the new record's, or the
+    /// delete marker's; `None`: the `null` version).
+    pub version_id: Option<String>,
+    /// The commit made a delete marker (a delete in a versioned bucket), or removed one.
+    pub delete_marker: bool,
 }
 
 /// A multipart upload as a Complete sees it, inside the commit.
@@ -459,6 +590,60 @@ pub trait Catalog: Send + Sync + 'static {
     /// Removes the marker `prefix` of an empty directory: `DirectoryNotEmpty` if another key
     /// lies under it, `NoSuchKey` if nothing does.
     async fn remove_dir(&self, bucket: &str, prefix: &str) -> Result<Vec<ChunkLoc>>;
+
+    // ------------------------------------------------------------------ versions
+
+    /// One version of `bucket/key` by id (`"null"`: the `null` version), current or not, whole
+    /// (delete markers too); `Ok(None)`: no such version.
+    async fn get_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: &str,
+    ) -> Result<Option<ObjectRecord>> {
+        let _ = (bucket, key, version_id);
+        Err(CatalogError::NotSupported(self.backend_name(), "versions"))
+    }
+
+    /// The newest version of `bucket/key`, in head form: the current record, or the newest
+    /// noncurrent entry (a delete marker, when the key reads as deleted).
+    async fn newest_version(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
+        let _ = (bucket, key);
+        Err(CatalogError::NotSupported(self.backend_name(), "versions"))
+    }
+
+    /// Removes one version for good (a delete marker too), releasing what only it held. When
+    /// the key then has no current version and its newest remaining one is not a delete
+    /// marker, that one becomes current (S3: deleting the current version makes the previous
+    /// one current). An absent version changes nothing. The removed record (head form) is
+    /// [`Commit::previous`].
+    async fn delete_version(&self, bucket: &str, key: &str, version_id: &str) -> Result<Commit> {
+        let _ = (bucket, key, version_id);
+        Err(CatalogError::NotSupported(self.backend_name(), "versions"))
+    }
+
+    /// [`Catalog::update`] of one version (its tags), current or not; `NoSuchKey` if absent.
+    async fn update_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: &str,
+        f: RecordFn,
+    ) -> Result<ObjectRecord> {
+        let _ = (bucket, key, version_id, f);
+        Err(CatalogError::NotSupported(self.backend_name(), "versions"))
+    }
+
+    /// One page of ListObjectVersions, O(page) plus the versions of the marker's key.
+    async fn list_versions(&self, bucket: &str, q: &VersionQuery) -> Result<VersionPage> {
+        let _ = (bucket, q);
+        Err(CatalogError::NotSupported(self.backend_name(), "versions"))
+    }
+
+    /// Whether the backend keeps versions ([`Versioning`] other than `Off`).
+    fn supports_versions(&self) -> bool {
+        false
+    }
 
     // ------------------------------------------------------------------ multipart
 

@@ -31,14 +31,15 @@ impl ToErrno for ObjError {
             ObjError::NoSuchBucket
             | ObjError::NoSuchKey
             | ObjError::NoSuchUpload
-            | ObjError::NoSuchTagSet => ENOENT,
+            | ObjError::NoSuchTagSet
+            | ObjError::NoSuchVersion => ENOENT,
             ObjError::BucketAlreadyOwnedByYou
             | ObjError::BucketAlreadyExists
             | ObjError::PreconditionFailed => EEXIST,
             ObjError::BucketNotEmpty | ObjError::DirectoryNotEmpty => ENOTEMPTY,
             ObjError::KeyTooLong => ENAMETOOLONG,
             // What rename(2) answers across file systems: `mv` then copies and unlinks.
-            ObjError::CrossPartition => EXDEV,
+            ObjError::CrossPartition | ObjError::VersionedRename => EXDEV,
             ObjError::InvalidBucketName(_)
             | ObjError::InvalidArgument(_)
             | ObjError::InvalidTag(_)
@@ -120,6 +121,25 @@ pub fn s3_error(e: ObjError) -> S3Error {
             );
         }
         ObjError::NoSuchTagSet => C::NoSuchTagSet,
+        ObjError::NoSuchVersion => C::NoSuchVersion,
+        ObjError::DeleteMarker(id) => {
+            let mut e = with_status(
+                C::MethodNotAllowed,
+                msg,
+                http::StatusCode::METHOD_NOT_ALLOWED,
+            );
+            let mut h = http::HeaderMap::new();
+            h.insert(
+                "x-amz-delete-marker",
+                http::HeaderValue::from_static("true"),
+            );
+            if let Ok(v) = http::HeaderValue::from_str(id.as_deref().unwrap_or("null")) {
+                h.insert("x-amz-version-id", v);
+            }
+            e.set_headers(h);
+            return e;
+        }
+        ObjError::VersionedRename => C::NotImplemented,
         ObjError::InvalidRequest(_) => C::InvalidRequest,
         ObjError::IncompleteBody => C::IncompleteBody,
         ObjError::NotImplemented(_) => C::NotImplemented,
@@ -235,6 +255,9 @@ mod tests {
             (ObjError::InvalidTag("x".into()), "InvalidTag", 400),
             (ObjError::BadRequest("x".into()), "BadRequest", 400),
             (ObjError::NoSuchTagSet, "NoSuchTagSet", 404),
+            (ObjError::NoSuchVersion, "NoSuchVersion", 404),
+            (ObjError::DeleteMarker(None), "MethodNotAllowed", 405),
+            (ObjError::VersionedRename, "NotImplemented", 501),
             (ObjError::NotImplemented("x".into()), "NotImplemented", 501),
             (
                 ObjError::Chunk(ChunkError::NoSpace),

@@ -70,11 +70,20 @@ pub async fn run(
     let mut to_verify: Vec<(String, ChunkRef)> = vec![];
     // Object key -> the length of the inline bytes its record says are stored beside it.
     let mut want_payload: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
-    for (table, is_obj) in [(Table::Objects, true), (Table::Parts, false)] {
+    // Noncurrent versions hold their chunks as current records do (their inline bytes are
+    // inside the value: no payload beside them).
+    for (table, is_obj) in [
+        (Table::Objects, true),
+        (Table::Parts, false),
+        (Table::Versions, false),
+    ] {
         let mut c = meta.cursor(table)?;
         c.seek(&[]);
         while let Some((k, v)) = c.current() {
-            let segs = if is_obj {
+            let segs = if table == Table::Versions {
+                rep.objects += 1;
+                records::decode::<ObjectRecord>(v)?.segments
+            } else if is_obj {
                 rep.objects += 1;
                 let r = records::decode::<ObjectRecord>(v)?;
                 let detached: u64 = r
@@ -267,6 +276,8 @@ mod tests {
                 .collect(),
             parts: vec![],
             upload_id: None,
+            version_id: None,
+            delete_marker: false,
         })
     }
 
@@ -340,6 +351,8 @@ mod tests {
             segments: vec![Segment::Inline(body.to_vec())],
             parts: vec![],
             upload_id: None,
+            version_id: None,
+            delete_marker: false,
         };
         let mut t = m.begin();
         for (key, body, payload) in [

@@ -255,6 +255,8 @@ mod tests {
             segments: vec![],
             parts: vec![],
             upload_id: None,
+            version_id: None,
+            delete_marker: false,
         }
     }
 

@@ -30,6 +30,53 @@ impl LodeS3 {
         Self { svc, users, region }
     }
 
+    /// Whether `bucket` is versioned (Enabled or Suspended), for the version headers.
+    async fn versioned(&self, bucket: &str) -> bool {
+        self.svc
+            .versioning_of(bucket)
+            .await
+            .is_ok_and(|v| v != lode_catalog::Versioning::Off)
+    }
+
+    /// The object (or one version of it) to read. A key whose newest version is a delete
+    /// marker answers `404 NoSuchKey` with `x-amz-delete-marker: true` and the marker's id.
+    async fn open_for_read(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+    ) -> S3Result<lode_objects::ObjectHandle> {
+        let r = match version_id {
+            Some(v) => self.svc.open_object_version(bucket, key, v).await,
+            None => self.svc.open_object(bucket, key).await,
+        };
+        match r {
+            Err(ObjError::NoSuchKey) => Err(self.absent(bucket, key).await),
+            r => r.s3(),
+        }
+    }
+
+    /// `404 NoSuchKey`, with the delete marker's headers when one hides the key.
+    async fn absent(&self, bucket: &str, key: &str) -> s3s::S3Error {
+        let mut e = obj_s3(ObjError::NoSuchKey);
+        if let Ok(Some(newest)) = self.svc.newest_version(bucket, key).await
+            && newest.delete_marker
+        {
+            let mut h = http::HeaderMap::new();
+            h.insert(
+                "x-amz-delete-marker",
+                http::HeaderValue::from_static("true"),
+            );
+            if let Ok(v) =
+                http::HeaderValue::from_str(newest.version_id.as_deref().unwrap_or("null"))
+            {
+                h.insert("x-amz-version-id", v);
+            }
+            e.set_headers(h);
+        }
+        e
+    }
+
     /// The user name behind the request's access key.
     fn user(&self, creds: Option<&s3s::auth::Credentials>) -> String {
         creds
@@ -132,18 +179,22 @@ fn object_meta(
     }
 }
 
+/// The version id a delete answers with (`null` for the `null` version).
+fn version_out(d: &lode_objects::Deleted) -> Option<String> {
+    d.version_id
+        .clone()
+        .or_else(|| d.delete_marker.then(|| "null".to_owned()))
+}
+
+/// A record's version id as S3 answers it in a versioned bucket (`null` for the `null`
+/// version); `None` in a bucket that was never versioned (no header).
+fn version_header(rec_version: Option<&str>, versioned: bool) -> Option<String> {
+    versioned.then(|| rec_version.unwrap_or("null").to_owned())
+}
+
 /// `x-amz-tagging` (PutObject, CopyObject, CreateMultipartUpload) as a tag set (absent: none).
 fn header_tags(h: Option<&str>) -> S3Result<TagSet> {
     h.map_or(Ok(vec![]), lode_objects::tags::parse_header).s3()
-}
-
-/// A tagging subresource's version: none, or `null` (the one version of an object in a bucket
-/// that was never versioned).
-fn unversioned(version_id: Option<&str>) -> S3Result<()> {
-    if version_id.is_some_and(|v| v != "null") {
-        return Err(s3_error!(InvalidArgument, "Invalid version id specified"));
-    }
-    Ok(())
 }
 
 /// A `Tagging` document's tags: every `Tag` needs its `Key` and `Value` (else MalformedXML).
@@ -388,6 +439,20 @@ fn source_object<'a>(c: &'a CopySource, op: &str) -> S3Result<(&'a str, &'a str)
         _ => Err(obj_s3(ObjError::NotImplemented(format!(
             "{op} from an access point"
         )))),
+    }
+}
+
+/// The bucket, key and version (if named) of CopyObject's `x-amz-copy-source`.
+fn source_version(c: &CopySource) -> S3Result<(&str, &str, Option<&str>)> {
+    match c {
+        CopySource::Bucket {
+            bucket,
+            key,
+            version_id,
+        } => Ok((bucket, key, version_id.as_deref())),
+        _ => Err(obj_s3(ObjError::NotImplemented(
+            "CopyObject from an access point".into(),
+        ))),
     }
 }
 
@@ -783,7 +848,9 @@ impl S3 for LodeS3 {
         };
         self.svc.notify_changed(&i.bucket, &i.key, false);
         let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) = checksum_fields(&r.checksums);
+        let versioned = self.versioned(&i.bucket).await;
         Ok(S3Response::new(PutObjectOutput {
+            version_id: version_header(r.version_id.as_deref(), versioned),
             e_tag: Some(etag(&r.etag)),
             size: Some(r.size as i64),
             checksum_crc32: crc32,
@@ -802,8 +869,11 @@ impl S3 for LodeS3 {
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let i = req.input;
-        let h = self.svc.open_object(&i.bucket, &i.key).await.s3()?;
+        let h = self
+            .open_for_read(&i.bucket, &i.key, i.version_id.as_deref())
+            .await?;
         let rec = h.record.clone();
+        let version_id = version_header(rec.version_id.as_deref(), self.versioned(&i.bucket).await);
         read_conditions(
             &rec,
             i.if_match.as_ref(),
@@ -848,6 +918,7 @@ impl S3 for LodeS3 {
             checksum_sha256: sha256,
             checksum_type: ctype,
             tag_count: (!m.tags.is_empty()).then_some(m.tags.len() as i32),
+            version_id,
             ..Default::default()
         };
         let mut resp = S3Response::new(out);
@@ -863,7 +934,18 @@ impl S3 for LodeS3 {
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let i = req.input;
-        let rec = &self.svc.head_object(&i.bucket, &i.key).await.s3()?;
+        let rec = &match i.version_id.as_deref() {
+            Some(v) => self
+                .open_for_read(&i.bucket, &i.key, Some(v))
+                .await?
+                .record
+                .into_head(),
+            None => match self.svc.head_object(&i.bucket, &i.key).await {
+                Err(ObjError::NoSuchKey) => return Err(self.absent(&i.bucket, &i.key).await),
+                r => r.s3()?,
+            },
+        };
+        let version_id = version_header(rec.version_id.as_deref(), self.versioned(&i.bucket).await);
         read_conditions(
             rec,
             i.if_match.as_ref(),
@@ -895,6 +977,7 @@ impl S3 for LodeS3 {
             checksum_sha1: sha1,
             checksum_sha256: sha256,
             checksum_type: ctype,
+            version_id,
             ..Default::default()
         };
         let mut resp = S3Response::new(out);
@@ -1029,13 +1112,25 @@ impl S3 for LodeS3 {
             i.if_match_size,
             i.if_match_last_modified_time.as_ref(),
         )?;
-        self.svc
-            .delete_object_if(&i.bucket, &i.key, &cond)
-            .await
-            .s3()?;
+        let done = match i.version_id.as_deref() {
+            Some(v) => self
+                .svc
+                .delete_object_version(&i.bucket, &i.key, v)
+                .await
+                .s3()?,
+            None => self
+                .svc
+                .delete_object_if(&i.bucket, &i.key, &cond)
+                .await
+                .s3()?,
+        };
         self.svc
             .notify_changed(&req.input.bucket, &req.input.key, true);
-        Ok(S3Response::new(DeleteObjectOutput::default()))
+        Ok(S3Response::new(DeleteObjectOutput {
+            delete_marker: done.delete_marker.then_some(true),
+            version_id: version_out(&done),
+            ..Default::default()
+        }))
     }
 
     #[instrument(skip_all, fields(bucket = %req.input.bucket))]
@@ -1060,19 +1155,25 @@ impl S3 for LodeS3 {
                 o.size,
                 o.last_modified_time.as_ref(),
             );
-            let done = match cond {
-                Ok(cond) => self.svc.delete_object_if(&i.bucket, &o.key, &cond).await,
-                Err(e) => Err(lode_objects::ObjError::InvalidArgument(
+            let done = match (cond, o.version_id.as_deref()) {
+                (Ok(_), Some(v)) => self.svc.delete_object_version(&i.bucket, &o.key, v).await,
+                (Ok(cond), None) => self.svc.delete_object_if(&i.bucket, &o.key, &cond).await,
+                (Err(e), _) => Err(lode_objects::ObjError::InvalidArgument(
                     e.message().unwrap_or("invalid condition").to_owned(),
                 )),
             };
             match done {
-                Ok(()) => {
+                Ok(d) => {
                     self.svc.notify_changed(&i.bucket, &o.key, true);
                     if !quiet {
+                        // S3: a simple delete in a versioned bucket names the marker it made;
+                        // a delete of a version names it (and its marker id if it was one).
+                        let marker_id = d.delete_marker.then(|| version_out(&d)).flatten();
                         deleted.push(DeletedObject {
                             key: Some(o.key),
-                            ..Default::default()
+                            version_id: o.version_id.clone(),
+                            delete_marker: d.delete_marker.then_some(true),
+                            delete_marker_version_id: marker_id,
                         })
                     }
                 }
@@ -1082,7 +1183,7 @@ impl S3 for LodeS3 {
                         code: Some(s3e.code().as_str().to_owned()),
                         key: Some(o.key),
                         message: s3e.message().map(str::to_owned),
-                        version_id: None,
+                        version_id: o.version_id.clone(),
                     });
                 }
             }
@@ -1100,7 +1201,7 @@ impl S3 for LodeS3 {
         req: S3Request<CopyObjectInput>,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
         let i = req.input;
-        let (sb, sk) = source_object(&i.copy_source, "CopyObject")?;
+        let (sb, sk, src_version) = source_version(&i.copy_source)?;
         let replace = i
             .metadata_directive
             .as_ref()
@@ -1130,12 +1231,22 @@ impl S3 for LodeS3 {
         let check = move |rec: &ObjectRecord| conds.check(rec);
         let rec = self
             .svc
-            .copy_object((sb, sk), (&i.bucket, &i.key), new_meta, new_tags, check)
+            .copy_object(
+                (sb, sk),
+                src_version,
+                (&i.bucket, &i.key),
+                new_meta,
+                new_tags,
+                check,
+            )
             .await
             .s3()?;
+        let versioned = self.versioned(&i.bucket).await;
         self.svc.notify_changed(&i.bucket, &i.key, false);
         let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) = checksum_fields(&rec.checksums);
         Ok(S3Response::new(CopyObjectOutput {
+            version_id: version_header(rec.version_id.as_deref(), versioned),
+            copy_source_version_id: src_version.map(str::to_owned),
             copy_object_result: Some(CopyObjectResult {
                 e_tag: Some(etag(&rec.etag)),
                 last_modified: Some(ts(rec.last_modified_ms)),
@@ -1156,11 +1267,14 @@ impl S3 for LodeS3 {
         req: S3Request<GetObjectTaggingInput>,
     ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
         let i = req.input;
-        unversioned(i.version_id.as_deref())?;
-        let tags = self.svc.object_tags(&i.bucket, &i.key).await.s3()?;
+        let tags = self
+            .svc
+            .object_tags(&i.bucket, &i.key, i.version_id.as_deref())
+            .await
+            .s3()?;
         Ok(S3Response::new(GetObjectTaggingOutput {
             tag_set: tag_set(tags),
-            version_id: None,
+            version_id: i.version_id,
         }))
     }
 
@@ -1170,13 +1284,14 @@ impl S3 for LodeS3 {
         req: S3Request<PutObjectTaggingInput>,
     ) -> S3Result<S3Response<PutObjectTaggingOutput>> {
         let i = req.input;
-        unversioned(i.version_id.as_deref())?;
         let tags = doc_tags(i.tagging)?;
         self.svc
-            .set_object_tags(&i.bucket, &i.key, tags)
+            .set_object_tags(&i.bucket, &i.key, i.version_id.as_deref(), tags)
             .await
             .s3()?;
-        Ok(S3Response::new(PutObjectTaggingOutput::default()))
+        Ok(S3Response::new(PutObjectTaggingOutput {
+            version_id: i.version_id,
+        }))
     }
 
     #[instrument(skip_all, fields(bucket = %req.input.bucket, key = %req.input.key))]
@@ -1185,12 +1300,13 @@ impl S3 for LodeS3 {
         req: S3Request<DeleteObjectTaggingInput>,
     ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
         let i = req.input;
-        unversioned(i.version_id.as_deref())?;
         self.svc
-            .set_object_tags(&i.bucket, &i.key, vec![])
+            .set_object_tags(&i.bucket, &i.key, i.version_id.as_deref(), vec![])
             .await
             .s3()?;
-        Ok(S3Response::new(DeleteObjectTaggingOutput::default()))
+        Ok(S3Response::new(DeleteObjectTaggingOutput {
+            version_id: i.version_id,
+        }))
     }
 
     #[instrument(skip_all, fields(bucket = %req.input.bucket))]
@@ -1282,6 +1398,142 @@ impl S3 for LodeS3 {
             .await
             .s3()?;
         Ok(S3Response::new(DeleteBucketLifecycleOutput::default()))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn put_bucket_versioning(
+        &self,
+        req: S3Request<PutBucketVersioningInput>,
+    ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
+        let i = req.input;
+        let c = i.versioning_configuration;
+        if c.mfa_delete
+            .as_ref()
+            .is_some_and(|m| m.as_str() == MFADelete::ENABLED)
+        {
+            return Err(obj_s3(ObjError::NotImplemented("MFA delete".into())));
+        }
+        let v = match c.status.as_ref().map(|s| s.as_str()) {
+            Some(BucketVersioningStatus::ENABLED) => lode_catalog::Versioning::Enabled,
+            Some(BucketVersioningStatus::SUSPENDED) => lode_catalog::Versioning::Suspended,
+            Some(_) => {
+                return Err(s3_error!(
+                    MalformedXML,
+                    "The XML you provided was not well-formed or did not validate against our published schema"
+                ));
+            }
+            // No status: nothing to change.
+            None => {
+                self.svc.bucket(&i.bucket).await.s3()?;
+                return Ok(S3Response::new(PutBucketVersioningOutput::default()));
+            }
+        };
+        self.svc.set_bucket_versioning(&i.bucket, v).await.s3()?;
+        Ok(S3Response::new(PutBucketVersioningOutput::default()))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn get_bucket_versioning(
+        &self,
+        req: S3Request<GetBucketVersioningInput>,
+    ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
+        let v = self.svc.bucket_versioning(&req.input.bucket).await.s3()?;
+        let status = match v {
+            lode_catalog::Versioning::Off => None,
+            lode_catalog::Versioning::Enabled => Some(BucketVersioningStatus::ENABLED),
+            lode_catalog::Versioning::Suspended => Some(BucketVersioningStatus::SUSPENDED),
+        };
+        Ok(S3Response::new(GetBucketVersioningOutput {
+            status: status.map(BucketVersioningStatus::from_static),
+            mfa_delete: None,
+        }))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn list_object_versions(
+        &self,
+        req: S3Request<ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        let i = req.input;
+        let max = max_keys(i.max_keys)?;
+        let enc = url_encoding(i.encoding_type.as_ref())?;
+        let version_marker = i.version_id_marker.clone().filter(|v| !v.is_empty());
+        if let Some(v) = &version_marker {
+            if i.key_marker.as_deref().is_none_or(str::is_empty) {
+                return Err(s3_error!(
+                    InvalidArgument,
+                    "A version-id marker cannot be specified without a key marker."
+                ));
+            }
+            if !lode_catalog::is_version_id(v) {
+                return Err(s3_error!(InvalidArgument, "Invalid version id specified"));
+            }
+        }
+        let q = lode_catalog::VersionQuery {
+            prefix: i.prefix.clone().unwrap_or_default(),
+            delimiter: i.delimiter.clone().filter(|d| !d.is_empty()),
+            key_marker: i.key_marker.clone().filter(|k| !k.is_empty()),
+            version_marker,
+            max,
+        };
+        let page = self.svc.list_object_versions(&i.bucket, q).await.s3()?;
+        let me = owner_of(req.credentials.as_ref());
+        let e = |s: &str| if enc { url_encode(s) } else { s.to_owned() };
+        let id =
+            |r: &lode_objects::ObjectRecord| r.version_id.clone().unwrap_or_else(|| "null".into());
+        let mut versions = vec![];
+        let mut markers = vec![];
+        for v in page.entries {
+            if v.record.delete_marker {
+                markers.push(DeleteMarkerEntry {
+                    is_latest: Some(v.is_latest),
+                    key: Some(e(&v.key)),
+                    last_modified: Some(ts(v.record.last_modified_ms)),
+                    owner: Some(owner(&me)),
+                    version_id: Some(id(&v.record)),
+                });
+            } else {
+                versions.push(ObjectVersion {
+                    e_tag: Some(etag(&v.record.etag)),
+                    is_latest: Some(v.is_latest),
+                    key: Some(e(&v.key)),
+                    last_modified: Some(ts(v.record.last_modified_ms)),
+                    owner: Some(owner(&me)),
+                    size: Some(v.record.size as i64),
+                    storage_class: Some(ObjectVersionStorageClass::from_static(
+                        ObjectVersionStorageClass::STANDARD,
+                    )),
+                    version_id: Some(id(&v.record)),
+                    ..Default::default()
+                });
+            }
+        }
+        let (next_key, next_version) = match page.next {
+            Some((k, v)) => (Some(e(&k)), v),
+            None => (None, None),
+        };
+        let en = |s: Option<String>| if enc { s.map(|s| url_encode(&s)) } else { s };
+        Ok(S3Response::new(ListObjectVersionsOutput {
+            name: Some(i.bucket),
+            prefix: Some(en(i.prefix).unwrap_or_default()),
+            delimiter: en(i.delimiter.filter(|d| !d.is_empty())),
+            key_marker: Some(en(i.key_marker).unwrap_or_default()),
+            version_id_marker: Some(i.version_id_marker.unwrap_or_default()),
+            max_keys: Some(max as i32),
+            is_truncated: Some(page.truncated),
+            next_key_marker: next_key,
+            next_version_id_marker: next_version,
+            versions: Some(versions),
+            delete_markers: Some(markers),
+            common_prefixes: Some(
+                page.prefixes
+                    .iter()
+                    .map(|p| CommonPrefix { prefix: Some(e(p)) })
+                    .collect(),
+            ),
+            encoding_type: i.encoding_type,
+            ..Default::default()
+        }))
     }
 
     #[instrument(skip_all, fields(bucket = %req.input.bucket))]
@@ -1696,7 +1948,9 @@ impl S3 for LodeS3 {
             .s3()?;
         self.svc.notify_changed(&i.bucket, &i.key, false);
         let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) = checksum_fields(&rec.checksums);
+        let versioned = self.versioned(&i.bucket).await;
         Ok(S3Response::new(CompleteMultipartUploadOutput {
+            version_id: version_header(rec.version_id.as_deref(), versioned),
             bucket: Some(i.bucket.clone()),
             key: Some(i.key.clone()),
             e_tag: Some(etag(&rec.etag)),

@@ -94,7 +94,7 @@ async fn overwrite_delete_and_copy_account_for_every_extent() {
     // Copies share extents: deleting the source keeps the copy whole.
     put(&svc, "bk1", "src", &d1).await.unwrap();
     let used = empty - free(&svc);
-    svc.copy_object(("bk1", "src"), ("bk1", "dst"), None, None, |_| Ok(()))
+    svc.copy_object(("bk1", "src"), None, ("bk1", "dst"), None, None, |_| Ok(()))
         .await
         .unwrap();
     assert_eq!(empty - free(&svc), used, "a copy allocates nothing");
@@ -364,7 +364,7 @@ async fn reopen_rebuilds_the_allocator_from_metadata() {
         svc.create_bucket("bk1", "me").await.unwrap();
         let d = data(2 << 20, 7);
         put(&svc, "bk1", "k", &d).await.unwrap();
-        svc.copy_object(("bk1", "k"), ("bk1", "k2"), None, None, |_| Ok(()))
+        svc.copy_object(("bk1", "k"), None, ("bk1", "k2"), None, None, |_| Ok(()))
             .await
             .unwrap();
         (free(&svc), d)

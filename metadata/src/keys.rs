@@ -14,6 +14,22 @@ pub fn object(bucket: &str, key: &str) -> Vec<u8> {
     k
 }
 
+/// A noncurrent version's key in [`crate::Table::Versions`]: the object's key, NUL, and the
+/// version's suffix (which orders a key's versions newest first). Keys hold no NUL, so a key's
+/// versions sort together and before any longer key's.
+pub fn version(bucket: &str, key: &str, suffix: &str) -> Vec<u8> {
+    let mut k = version_prefix(bucket, key);
+    k.extend_from_slice(suffix.as_bytes());
+    k
+}
+
+/// The prefix of every version of `bucket/key` in [`crate::Table::Versions`].
+pub fn version_prefix(bucket: &str, key: &str) -> Vec<u8> {
+    let mut k = object(bucket, key);
+    k.push(SEP);
+    k
+}
+
 /// The prefix shared by every object (or upload) key of a bucket.
 pub fn bucket_prefix(bucket: &str) -> Vec<u8> {
     object(bucket, "")

@@ -42,12 +42,16 @@ pub enum Table {
     /// them ([`records::split_inline`]). Only records in format 3 with inline segments have
     /// one.
     Inline,
+    /// bucket \0 key \0 version suffix ([`keys::version`]) -> [`records::ObjectRecord`]: the
+    /// noncurrent versions and delete markers of a versioned bucket, newest first per key, each
+    /// whole (inline bytes inside the value). The current version stays in `Objects`.
+    Versions,
 }
 
 impl Table {
     /// Every table. RocksDB creates the column families missing from an older data dir
     /// (`inline`) when it opens it.
-    pub const ALL: [Table; 7] = [
+    pub const ALL: [Table; 8] = [
         Table::Buckets,
         Table::Objects,
         Table::Uploads,
@@ -55,6 +59,7 @@ impl Table {
         Table::Extents,
         Table::System,
         Table::Inline,
+        Table::Versions,
     ];
 
     pub fn name(self) -> &'static str {
@@ -66,6 +71,7 @@ impl Table {
             Table::Extents => "extents",
             Table::System => "system",
             Table::Inline => "inline",
+            Table::Versions => "versions",
         }
     }
 }

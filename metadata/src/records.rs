@@ -169,6 +169,12 @@ pub struct ObjectRecord {
     /// The multipart upload this object was completed from (a retried Complete of that upload
     /// answers with this object instead of `NoSuchUpload`).
     pub upload_id: Option<String>,
+    /// The version's id in a versioned bucket (`None`: the `null` version, which is every
+    /// object of a bucket that was never versioned).
+    pub version_id: Option<String>,
+    /// A delete marker (a version that says the key was deleted: no content). Only ever a
+    /// noncurrent entry of a versioned bucket, never the current record at a key.
+    pub delete_marker: bool,
 }
 
 impl ObjectRecord {
@@ -220,6 +226,8 @@ pub fn split_inline(rec: &ObjectRecord) -> (Vec<u8>, Option<Vec<u8>>) {
         segments,
         parts: rec.parts.clone(),
         upload_id: rec.upload_id.clone(),
+        version_id: rec.version_id.clone(),
+        delete_marker: rec.delete_marker,
     };
     (encode(&head), payload)
 }
@@ -385,6 +393,8 @@ mod v3 {
                 segments: r.segments,
                 parts: r.parts,
                 upload_id: r.upload_id,
+                version_id: None,
+                delete_marker: false,
             }
         }
     }
@@ -491,6 +501,8 @@ mod v1 {
                     })
                     .collect(),
                 upload_id: None,
+                version_id: None,
+                delete_marker: false,
             }
         }
     }
@@ -538,6 +550,8 @@ mod tests {
             segments: vec![Segment::Inline(b"xyz".to_vec())],
             parts: vec![],
             upload_id: Some("u1".into()),
+            version_id: None,
+            delete_marker: false,
         };
         let b = encode(&r);
         assert_eq!(b[0], FORMAT_V4);
@@ -649,6 +663,8 @@ mod tests {
                 checksums: Checksums::default(),
             }],
             upload_id: Some("u1".into()),
+            version_id: None,
+            delete_marker: false,
         }
     }
 

@@ -190,6 +190,8 @@ mod tests {
             segments: vec![Segment::Inline(b"xyz".to_vec())],
             parts: vec![],
             upload_id: None,
+            version_id: None,
+            delete_marker: false,
         };
         {
             let mut opts = Options::default();

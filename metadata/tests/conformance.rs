@@ -218,6 +218,8 @@ fn rec(size: u64) -> Vec<u8> {
         segments: vec![],
         parts: vec![],
         upload_id: None,
+        version_id: None,
+        delete_marker: false,
     })
 }
 

@@ -69,6 +69,15 @@ pub enum ObjError {
     BadRequest(String),
     #[error("The TagSet does not exist")]
     NoSuchTagSet,
+    #[error("The specified version does not exist.")]
+    NoSuchVersion,
+    /// The version asked for is a delete marker (S3: `405 MethodNotAllowed`); its id.
+    #[error("The specified method is not allowed against this resource.")]
+    DeleteMarker(Option<String>),
+    /// A rename in a versioned bucket (what it would do to the versions of both keys is not
+    /// built): S3 `501`, and `EXDEV` on the mount, so `mv` copies and deletes instead.
+    #[error("Renames in a versioned bucket are not implemented by Lode; copy and delete instead")]
+    VersionedRename,
     #[error("{0}")]
     InvalidRequest(String),
     #[error("You did not provide the number of bytes specified by the Content-Length HTTP header.")]
@@ -121,6 +130,9 @@ impl From<lode_catalog::CatalogError> for ObjError {
             C::CrossPartition => ObjError::CrossPartition,
             C::Contended => ObjError::Contended,
             C::Unavailable(m) => ObjError::Unavailable(m),
+            C::NotSupported(backend, what) => {
+                ObjError::NotImplemented(format!("{what} on the {backend} catalog"))
+            }
             // The service's own error, passed through a commit.
             C::Refused(b) => match b.downcast::<ObjError>() {
                 Ok(e) => *e,

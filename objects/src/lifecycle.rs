@@ -277,7 +277,7 @@ async fn expire_under(
                 ..Default::default()
             };
             match svc.delete_object_if(bucket, key, &cond).await {
-                Ok(()) => {
+                Ok(_) => {
                     stats.expired.fetch_add(1, Ordering::Relaxed);
                     svc.notify_changed(bucket, key, true);
                     tracing::info!(bucket, key, rule, "lifecycle: expired object removed");
@@ -423,6 +423,8 @@ mod tests {
             segments: vec![Segment::Inline(vec![])],
             parts: vec![],
             upload_id: None,
+            version_id: None,
+            delete_marker: false,
         }
     }
 

@@ -224,6 +224,9 @@ impl ObjectService {
     ) -> ObjResult<()> {
         check_key(from)?;
         check_key(to)?;
+        if self.versioning_of(bucket).await? != lode_catalog::Versioning::Off {
+            return Err(ObjError::VersionedRename);
+        }
         let done = self.catalog.rename(bucket, from, to, check).await?;
         self.release_chunks(done.released);
         Ok(())
@@ -236,6 +239,9 @@ impl ObjectService {
         debug_assert!(from.ends_with('/') && to.ends_with('/'));
         if from == to {
             return Ok(0);
+        }
+        if self.versioning_of(bucket).await? != lode_catalog::Versioning::Off {
+            return Err(ObjError::VersionedRename);
         }
         let (n, released) = self
             .catalog

@@ -17,7 +17,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
-use lode_catalog::{Aborted, Catalog, CatalogError, Completion, Refs, UploadQuery, UploadState};
+use lode_catalog::{
+    Aborted, Catalog, CatalogError, Completion, Refs, UploadQuery, UploadState, VersionPage,
+    VersionQuery, Versioning,
+};
 use lode_catalog::{
     BucketRecord, Checksums, ChunkLoc, ObjectMeta, ObjectRecord, PartRecord, PartSummary, Segment,
     UploadRecord,
@@ -68,6 +71,26 @@ pub struct ObjectService {
     pub(crate) catalog: Arc<dyn Catalog>,
     /// Told about every change made through the S3 door (see `crate::notify`).
     pub(crate) listeners: crate::notify::Listeners,
+    /// Buckets' versioning states as read lately ([`ObjectService::versioning_of`]).
+    versioning:
+        std::sync::Mutex<std::collections::HashMap<String, (Versioning, std::time::Instant)>>,
+}
+
+/// How long a bucket's versioning state is taken as read before it is read again. A change
+/// made through this gateway is seen at once; through another, within this time (S3 asks for
+/// minutes after enabling versioning before writes rely on it).
+const VERSIONING_TTL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The bucket setting that holds its versioning state (`Enabled` or `Suspended`).
+const VERSIONING_SETTING: &str = "versioning";
+
+/// What a delete did in a versioned bucket.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Deleted {
+    /// The delete marker's id (a delete in a versioned bucket), or the removed version's.
+    pub version_id: Option<String>,
+    /// A delete marker was made, or the removed version was one.
+    pub delete_marker: bool,
 }
 
 pub fn now_ms() -> i64 {
@@ -223,6 +246,8 @@ pub struct PutResult {
     pub size: u64,
     pub checksums: Checksums,
     pub last_modified_ms: i64,
+    /// The new version's id in a versioned bucket (`None`: the `null` version).
+    pub version_id: Option<String>,
 }
 
 fn chunk_loc(c: &ChunkRef) -> ChunkLoc {
@@ -278,6 +303,32 @@ fn keep_if_maybe_applied(
     e.into()
 }
 
+/// A version id as the catalog makes them (or `null`): anything else is `InvalidArgument`, as
+/// S3 answers.
+fn check_version_id(id: &str) -> ObjResult<()> {
+    if lode_catalog::is_version_id(id) {
+        Ok(())
+    } else {
+        Err(ObjError::InvalidArgument(
+            "Invalid version id specified".into(),
+        ))
+    }
+}
+
+/// A bucket record's versioning state.
+fn versioning_setting(b: &BucketRecord) -> Versioning {
+    match b
+        .settings
+        .iter()
+        .find(|(n, _)| n == VERSIONING_SETTING)
+        .map(|(_, v)| v.as_str())
+    {
+        Some("Enabled") => Versioning::Enabled,
+        Some("Suspended") => Versioning::Suspended,
+        _ => Versioning::Off,
+    }
+}
+
 /// A copy's metadata: the source's or the REPLACE directive's, with the source's tags or the
 /// tagging directive's.
 fn copied_meta(src: &ObjectMeta, meta: &Option<ObjectMeta>, tags: &Option<TagSet>) -> ObjectMeta {
@@ -308,6 +359,7 @@ impl ObjectService {
             blobs,
             cfg,
             listeners: Default::default(),
+            versioning: Default::default(),
         })
     }
 
@@ -448,6 +500,67 @@ impl ObjectService {
             Ok(b)
         });
         self.catalog.update_bucket(name, f).await?;
+        Ok(())
+    }
+
+    /// The bucket's versioning state for a write (cached for [`VERSIONING_TTL`]): `Off` for a
+    /// bucket that was never versioned, or one that is not there (its commit then says so).
+    pub async fn versioning_of(&self, bucket: &str) -> ObjResult<Versioning> {
+        if !self.catalog.supports_versions() {
+            return Ok(Versioning::Off);
+        }
+        if let Some((v, at)) = self.versioning.lock().expect("versioning").get(bucket)
+            && at.elapsed() < VERSIONING_TTL
+        {
+            return Ok(*v);
+        }
+        let v = match self.catalog.bucket(bucket).await? {
+            Some(b) => versioning_setting(&b),
+            None => Versioning::Off,
+        };
+        self.versioning
+            .lock()
+            .expect("versioning")
+            .insert(bucket.to_owned(), (v, std::time::Instant::now()));
+        Ok(v)
+    }
+
+    /// GetBucketVersioning: `Off` for a bucket that was never versioned.
+    pub async fn bucket_versioning(&self, bucket: &str) -> ObjResult<Versioning> {
+        Ok(versioning_setting(&self.bucket(bucket).await?))
+    }
+
+    /// PutBucketVersioning (`Enabled` or `Suspended`; a versioned bucket never goes back to
+    /// `Off`). `NotImplemented` on a catalog that keeps no versions (cluster mode).
+    pub async fn set_bucket_versioning(&self, bucket: &str, v: Versioning) -> ObjResult<()> {
+        if !self.catalog.supports_versions() {
+            return Err(ObjError::NotImplemented(format!(
+                "Versioning on the {} catalog",
+                self.catalog.backend_name()
+            )));
+        }
+        let value = match v {
+            Versioning::Enabled => "Enabled",
+            Versioning::Suspended => "Suspended",
+            Versioning::Off => {
+                return Err(ObjError::InvalidArgument(
+                    "A versioned bucket can only be Enabled or Suspended".into(),
+                ));
+            }
+        };
+        let f: lode_catalog::BucketFn = Arc::new(move |b: &BucketRecord| {
+            let mut b = b.clone();
+            b.settings.retain(|(n, _)| n != VERSIONING_SETTING);
+            b.settings
+                .push((VERSIONING_SETTING.to_owned(), value.to_owned()));
+            b.settings.sort();
+            Ok(b)
+        });
+        self.catalog.update_bucket(bucket, f).await?;
+        self.versioning
+            .lock()
+            .expect("versioning")
+            .insert(bucket.to_owned(), (v, std::time::Instant::now()));
         Ok(())
     }
 
@@ -656,14 +769,18 @@ impl ObjectService {
             segments: ing.segments,
             parts: vec![],
             upload_id: None,
+            version_id: None,
+            delete_marker: false,
         };
-        let result = PutResult {
+        let mut result = PutResult {
             etag,
             size: ing.size,
             checksums: ing.checksums,
             last_modified_ms: record.last_modified_ms,
+            version_id: None,
         };
-        self.commit_object(bucket, key, record, ing.alloc, cond, true)
+        result.version_id = self
+            .commit_object(bucket, key, record, ing.alloc, cond, true)
             .await?;
         self.cfg.failpoints.hit("put.after_commit");
         Ok(result)
@@ -694,6 +811,11 @@ impl ObjectService {
         E: std::fmt::Display,
     {
         check_key(key)?;
+        if self.versioning_of(bucket).await? != Versioning::Off {
+            return Err(ObjError::NotImplemented(
+                "Appends to an object of a versioned bucket".into(),
+            ));
+        }
         self.bucket(bucket).await?;
         let room = self.cfg.max_object_size.saturating_sub(offset);
         let fits_inline = content_length.is_some_and(|l| {
@@ -726,6 +848,8 @@ impl ObjectService {
                     segments: segments.clone(),
                     parts: vec![],
                     upload_id: None,
+                    version_id: None,
+                    delete_marker: false,
                 });
             };
             let mut parts = cur.parts.clone();
@@ -758,6 +882,8 @@ impl ObjectService {
                 segments: all,
                 parts,
                 upload_id: None,
+                version_id: None,
+                delete_marker: false,
             })
         });
         let rec = match self.catalog.append(bucket, key, f).await {
@@ -772,6 +898,7 @@ impl ObjectService {
             size: rec.size,
             checksums: rec.checksums,
             last_modified_ms: rec.last_modified_ms,
+            version_id: None,
         })
     }
 
@@ -784,10 +911,12 @@ impl ObjectService {
         key: &str,
         record: ObjectRecord,
         alloc: Option<Box<dyn PendingBlobs>>,
-        cond: WriteCond,
+        mut cond: WriteCond,
         fresh: bool,
-    ) -> ObjResult<()> {
+    ) -> ObjResult<Option<String>> {
         let refs = if fresh { Refs::Fresh } else { Refs::Shared };
+        // Nothing was committed if this fails: the new chunks go with `alloc`.
+        cond.versioning = self.versioning_of(bucket).await?;
         let done = match self.catalog.put(bucket, key, record, &cond, refs).await {
             Ok(d) => d,
             Err(e) => return Err(keep_if_maybe_applied(e, alloc)),
@@ -796,7 +925,7 @@ impl ObjectService {
             a.commit();
         }
         self.release_chunks(done.released);
-        Ok(())
+        Ok(done.version_id)
     }
 
     /// Looks an object up for reading. The returned handle keeps its extents from being reused.
@@ -867,7 +996,7 @@ impl ObjectService {
             .filter(|r| futures::future::ready(!matches!(r, Ok(b) if b.is_empty())))
     }
 
-    pub async fn delete_object(&self, bucket: &str, key: &str) -> ObjResult<()> {
+    pub async fn delete_object(&self, bucket: &str, key: &str) -> ObjResult<Deleted> {
         self.delete_object_if(bucket, key, &WriteCond::default())
             .await
     }
@@ -879,33 +1008,181 @@ impl ObjectService {
         bucket: &str,
         key: &str,
         cond: &WriteCond,
-    ) -> ObjResult<()> {
+    ) -> ObjResult<Deleted> {
         check_key(key)?;
-        let done = self.catalog.delete(bucket, key, cond).await?;
+        let mut cond = cond.clone();
+        cond.versioning = self.versioning_of(bucket).await?;
+        let done = self.catalog.delete(bucket, key, &cond).await?;
         self.release_chunks(done.released);
-        Ok(())
+        Ok(Deleted {
+            version_id: done.version_id,
+            delete_marker: done.delete_marker,
+        })
     }
 
-    /// The object's tag set (GetObjectTagging; empty: none).
-    pub async fn object_tags(&self, bucket: &str, key: &str) -> ObjResult<TagSet> {
-        Ok(self.head_object(bucket, key).await?.meta.tags)
+    /// DeleteObject with a `versionId`: removes that version for good (a delete marker too);
+    /// if it was the current one, the previous version becomes current. An absent version is
+    /// no error (`NoSuchVersion` is not S3's answer to a delete).
+    pub async fn delete_object_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: &str,
+    ) -> ObjResult<Deleted> {
+        check_key(key)?;
+        check_version_id(version_id)?;
+        if !self.catalog.supports_versions() {
+            // The only version there is: the `null` one.
+            return if version_id == "null" {
+                self.delete_object(bucket, key).await.map(|_| Deleted {
+                    version_id: Some("null".into()),
+                    delete_marker: false,
+                })
+            } else {
+                self.bucket(bucket).await.map(|_| Deleted::default())
+            };
+        }
+        let done = self.catalog.delete_version(bucket, key, version_id).await?;
+        self.release_chunks(done.released);
+        Ok(Deleted {
+            version_id: Some(version_id.to_owned()),
+            delete_marker: done.delete_marker,
+        })
     }
 
-    /// Replaces the object's tag set in place (PutObjectTagging; empty: DeleteObjectTagging),
-    /// after checking it against AWS's rules: content, ETag and last-modified time stay.
-    pub async fn set_object_tags(&self, bucket: &str, key: &str, tags: TagSet) -> ObjResult<()> {
-        let tags = crate::tags::check(tags, crate::tags::Owner::Object)?;
-        self.update_meta(bucket, key, move |m| m.tags = tags.clone())
+    /// A version of an object for reading (`"null"`: the `null` version): `NoSuchVersion` if
+    /// absent, `DeleteMarker` if it is one. The handle keeps its extents from being reused.
+    pub async fn open_object_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: &str,
+    ) -> ObjResult<ObjectHandle> {
+        check_key(key)?;
+        check_version_id(version_id)?;
+        let guard = self.blobs.read_guard();
+        let found = if self.catalog.supports_versions() {
+            self.catalog.get_version(bucket, key, version_id).await?
+        } else {
+            self.catalog
+                .get(bucket, key)
+                .await?
+                .filter(|_| version_id == "null")
+        };
+        let record = found.ok_or(ObjError::NoSuchVersion)?;
+        if record.delete_marker {
+            return Err(ObjError::DeleteMarker(record.version_id));
+        }
+        Ok(ObjectHandle { record, guard })
+    }
+
+    /// The newest version of a key (head form): the current one, or the delete marker that
+    /// hides it (`None`: neither; always `None` where versions are not kept).
+    pub async fn newest_version(&self, bucket: &str, key: &str) -> ObjResult<Option<ObjectRecord>> {
+        if !self.catalog.supports_versions() {
+            return Ok(None);
+        }
+        Ok(self.catalog.newest_version(bucket, key).await?)
+    }
+
+    /// ListObjectVersions. Where versions are not kept, every object is its `null` version.
+    pub async fn list_object_versions(
+        &self,
+        bucket: &str,
+        q: VersionQuery,
+    ) -> ObjResult<VersionPage> {
+        if self.catalog.supports_versions() {
+            return Ok(self.catalog.list_versions(bucket, &q).await?);
+        }
+        // Every object is its only (`null`) version: the object listing, resumed after the key.
+        let after = q
+            .key_marker
+            .clone()
+            .filter(|k| k.as_str() > q.prefix.as_str());
+        let page = self
+            .list_objects(bucket, q.prefix, q.delimiter, after, q.max)
             .await?;
+        Ok(VersionPage {
+            next: page
+                .truncated
+                .then(|| page.last.clone().map(|l| (l, None)))
+                .flatten(),
+            truncated: page.truncated,
+            prefixes: page.common_prefixes,
+            entries: page
+                .objects
+                .into_iter()
+                .map(|(key, record)| lode_catalog::VersionEntry {
+                    key,
+                    record,
+                    is_latest: true,
+                })
+                .collect(),
+        })
+    }
+
+    /// The tag set of an object or one of its versions (GetObjectTagging; empty: none).
+    pub async fn object_tags(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+    ) -> ObjResult<TagSet> {
+        match version_id {
+            Some(v) => Ok(self
+                .open_object_version(bucket, key, v)
+                .await?
+                .record
+                .meta
+                .tags),
+            None => Ok(self.head_object(bucket, key).await?.meta.tags),
+        }
+    }
+
+    /// Replaces the tag set of an object or of one of its versions in place
+    /// (PutObjectTagging; empty: DeleteObjectTagging), after checking it against AWS's rules:
+    /// content, ETag and last-modified time stay.
+    pub async fn set_object_tags(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        tags: TagSet,
+    ) -> ObjResult<()> {
+        let tags = crate::tags::check(tags, crate::tags::Owner::Object)?;
+        match version_id {
+            Some(v) if self.catalog.supports_versions() => {
+                check_version_id(v)?;
+                let f: lode_catalog::RecordFn = Arc::new(move |r: &ObjectRecord| {
+                    let mut r = r.clone();
+                    r.meta.tags = tags.clone();
+                    Ok(r)
+                });
+                match self.catalog.update_version(bucket, key, v, f).await {
+                    Err(CatalogError::NoSuchKey) => return Err(ObjError::NoSuchVersion),
+                    r => r?,
+                };
+            }
+            Some(v) if v != "null" => {
+                check_version_id(v)?;
+                return Err(ObjError::NoSuchVersion);
+            }
+            _ => {
+                self.update_meta(bucket, key, move |m| m.tags = tags.clone())
+                    .await?;
+            }
+        }
         Ok(())
     }
 
     /// CopyObject: a metadata operation; the destination shares the source's extents.
     /// `new_meta`: the metadata directive REPLACE's metadata (`None`: the source's);
     /// `new_tags`: the tagging directive REPLACE's tags (`None`: the source's).
+    #[allow(clippy::too_many_arguments)]
     pub async fn copy_object(
         &self,
         src: (&str, &str),
+        src_version: Option<&str>,
         dst: (&str, &str),
         new_meta: Option<ObjectMeta>,
         new_tags: Option<TagSet>,
@@ -913,14 +1190,19 @@ impl ObjectService {
     ) -> ObjResult<ObjectRecord> {
         check_key(src.1)?;
         check_key(dst.1)?;
-        if src == dst && new_meta.is_none() {
+        if src == dst && new_meta.is_none() && src_version.is_none() {
             return Err(ObjError::InvalidRequest(
                 "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes.".into(),
             ));
         }
-        if !self.catalog.counts_references() {
+        // The catalog's copy shares chunks between current records; a version as the source,
+        // or a versioned destination (whose commit keeps what it replaces), copies the bytes.
+        if !self.catalog.counts_references()
+            || src_version.is_some()
+            || self.versioning_of(dst.0).await? != Versioning::Off
+        {
             return self
-                .copy_bytes(src, dst, new_meta, new_tags, src_check)
+                .copy_bytes(src, src_version, dst, new_meta, new_tags, src_check)
                 .await;
         }
         let make = Arc::new(move |src: &ObjectRecord| {
@@ -941,13 +1223,17 @@ impl ObjectService {
     async fn copy_bytes(
         &self,
         src: (&str, &str),
+        src_version: Option<&str>,
         dst: (&str, &str),
         new_meta: Option<ObjectMeta>,
         new_tags: Option<TagSet>,
         src_check: impl Fn(&ObjectRecord) -> ObjResult<()>,
     ) -> ObjResult<ObjectRecord> {
         self.bucket(dst.0).await?;
-        let h = self.open_object(src.0, src.1).await?;
+        let h = match src_version {
+            Some(v) => self.open_object_version(src.0, src.1, v).await?,
+            None => self.open_object(src.0, src.1).await?,
+        };
         src_check(&h.record)?;
         let source = h.record.clone();
         let stream = Box::pin(self.read_range(h, 0, source.size));
@@ -973,17 +1259,14 @@ impl ObjectService {
             segments: ing.segments,
             parts: source.parts,
             upload_id: None,
+            version_id: None,
+            delete_marker: false,
         };
-        self.commit_object(
-            dst.0,
-            dst.1,
-            record.clone(),
-            ing.alloc,
-            WriteCond::default(),
-            true,
-        )
-        .await?;
-        Ok(record)
+        let mut out = record.clone();
+        out.version_id = self
+            .commit_object(dst.0, dst.1, record, ing.alloc, WriteCond::default(), true)
+            .await?;
+        Ok(out)
     }
 
     pub async fn list_objects(
@@ -1179,6 +1462,8 @@ impl ObjectService {
                 return Err(ObjError::InvalidPartOrder);
             }
         }
+        let mut cond = cond;
+        cond.versioning = self.versioning_of(bucket).await?;
         let asked = Arc::new(parts);
         let id = upload_id.to_owned();
         let f = {
@@ -1259,6 +1544,8 @@ fn build_completion(
             .flat_map(|(_, p)| p.segments.iter().cloned())
             .collect(),
         upload_id: Some(upload_id.to_owned()),
+        version_id: None,
+        delete_marker: false,
         parts: chosen
             .iter()
             .map(|(n, p)| PartSummary {

@@ -1,0 +1,227 @@
+"""Versioned buckets with boto3: Put/GetBucketVersioning, version ids on every write, reads,
+deletes and copies by version, delete markers, ListObjectVersions (paged, with prefixes), the
+Suspended state's null versions, tagging of a version, and the errors S3 answers. In cluster
+mode versioning is not built yet: PutBucketVersioning is 501 and every object lists as its
+null version."""
+
+import os
+
+import pytest
+from botocore.exceptions import ClientError
+
+from conftest import CLUSTER_MODE
+
+cluster_refuses = pytest.mark.skipif(CLUSTER_MODE, reason="versioning is not built in cluster mode (501, see test_cluster_mode_says_not_implemented)")
+
+
+def err(e):
+    r = e.value.response
+    return r["Error"]["Code"], r["ResponseMetadata"]["HTTPStatusCode"]
+
+
+def headers(e):
+    return e.value.response["ResponseMetadata"]["HTTPHeaders"]
+
+
+@pytest.fixture
+def vbucket(s3, bucket):
+    if not CLUSTER_MODE:
+        s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    yield bucket
+    empty(s3, bucket)
+
+
+def empty(s3, bucket):
+    """What tools do to empty a versioned bucket: every version and marker, by id."""
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
+        objs = [{"Key": v["Key"], "VersionId": v["VersionId"]}
+                for v in page.get("Versions", []) + page.get("DeleteMarkers", [])]
+        if objs:
+            r = s3.delete_objects(Bucket=bucket, Delete={"Objects": objs})
+            assert not r.get("Errors"), r["Errors"]
+
+
+def versions(s3, bucket, **kw):
+    r = s3.list_object_versions(Bucket=bucket, **kw)
+    out = [(v["Key"], v["VersionId"], v["IsLatest"], "V") for v in r.get("Versions", [])]
+    out += [(m["Key"], m["VersionId"], m["IsLatest"], "DM") for m in r.get("DeleteMarkers", [])]
+    return sorted(out, key=lambda x: x[0]), r
+
+
+def test_cluster_mode_says_not_implemented(s3, bucket):
+    if not CLUSTER_MODE:
+        pytest.skip("cluster mode only")
+    with pytest.raises(ClientError) as e:
+        s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    assert err(e) == ("NotImplemented", 501)
+    assert "Status" not in s3.get_bucket_versioning(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="k", Body=b"x")
+    vs, _ = versions(s3, bucket)
+    assert vs == [("k", "null", True, "V")]
+
+
+@cluster_refuses
+def test_bucket_versioning_states(s3, bucket):
+    assert "Status" not in s3.get_bucket_versioning(Bucket=bucket)
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Enabled"
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Suspended"})
+    assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Suspended"
+    with pytest.raises(ClientError) as e:
+        s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Bogus"})
+    assert err(e) == ("MalformedXML", 400)
+    with pytest.raises(ClientError) as e:
+        s3.put_bucket_versioning(Bucket=bucket + "-none", VersioningConfiguration={"Status": "Enabled"})
+    assert err(e) == ("NoSuchBucket", 404)
+
+
+@cluster_refuses
+def test_writes_make_versions_and_old_ones_read_back(s3, vbucket):
+    b = vbucket
+    big = os.urandom(6 * 1024 * 1024)
+    v1 = s3.put_object(Bucket=b, Key="k", Body=b"one")["VersionId"]
+    v2 = s3.put_object(Bucket=b, Key="k", Body=big)["VersionId"]
+    up = s3.create_multipart_upload(Bucket=b, Key="k")["UploadId"]
+    p = s3.upload_part(Bucket=b, Key="k", UploadId=up, PartNumber=1, Body=b"three")
+    v3 = s3.complete_multipart_upload(Bucket=b, Key="k", UploadId=up,
+                                      MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": p["ETag"]}]})["VersionId"]
+    assert len({v1, v2, v3}) == 3 and "null" not in {v1, v2, v3}
+    g = s3.get_object(Bucket=b, Key="k")
+    assert g["Body"].read() == b"three" and g["VersionId"] == v3
+    assert s3.get_object(Bucket=b, Key="k", VersionId=v1)["Body"].read() == b"one"
+    assert s3.get_object(Bucket=b, Key="k", VersionId=v2, Range="bytes=5-9")["Body"].read() == big[5:10]
+    h = s3.head_object(Bucket=b, Key="k", VersionId=v2)
+    assert h["ContentLength"] == len(big) and h["VersionId"] == v2
+    _, r = versions(s3, b)
+    assert [(x["VersionId"], x["IsLatest"]) for x in r["Versions"]] == [(v3, True), (v2, False), (v1, False)]
+    # Listings and the object's own reads show only the current version.
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=b)["Contents"]] == ["k"]
+
+
+@cluster_refuses
+def test_delete_markers_hide_and_removing_them_restores(s3, vbucket):
+    b = vbucket
+    v1 = s3.put_object(Bucket=b, Key="k", Body=b"one")["VersionId"]
+    d = s3.delete_object(Bucket=b, Key="k")
+    assert d["DeleteMarker"] is True and d["VersionId"] not in (v1, "null")
+    marker = d["VersionId"]
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=b, Key="k")
+    assert err(e) == ("NoSuchKey", 404)
+    assert headers(e)["x-amz-delete-marker"] == "true" and headers(e)["x-amz-version-id"] == marker
+    with pytest.raises(ClientError) as e:
+        s3.head_object(Bucket=b, Key="k")
+    assert err(e)[1] == 404
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=b, Key="k", VersionId=marker)
+    assert err(e) == ("MethodNotAllowed", 405)
+    assert headers(e)["x-amz-delete-marker"] == "true"
+    assert s3.list_objects_v2(Bucket=b).get("KeyCount") == 0
+    vs, r = versions(s3, b)
+    assert r["DeleteMarkers"][0]["IsLatest"] and r["DeleteMarkers"][0]["VersionId"] == marker
+    assert not r["Versions"][0]["IsLatest"]
+    # Removing the marker brings the object back.
+    d = s3.delete_object(Bucket=b, Key="k", VersionId=marker)
+    assert d["DeleteMarker"] is True and d["VersionId"] == marker
+    assert s3.get_object(Bucket=b, Key="k")["Body"].read() == b"one"
+    # Removing the current version makes the previous one current.
+    v2 = s3.put_object(Bucket=b, Key="k", Body=b"two")["VersionId"]
+    s3.delete_object(Bucket=b, Key="k", VersionId=v2)
+    g = s3.get_object(Bucket=b, Key="k")
+    assert g["Body"].read() == b"one" and g["VersionId"] == v1
+    # A bucket whose objects are all deleted still holds versions: not empty.
+    s3.delete_object(Bucket=b, Key="k")
+    with pytest.raises(ClientError) as e:
+        s3.delete_bucket(Bucket=b)
+    assert err(e) == ("BucketNotEmpty", 409)
+
+
+@cluster_refuses
+def test_suspended_writes_the_null_version(s3, bucket):
+    b = bucket
+    s3.put_object(Bucket=b, Key="k", Body=b"before")  # unversioned: the null version
+    s3.put_bucket_versioning(Bucket=b, VersioningConfiguration={"Status": "Enabled"})
+    v1 = s3.put_object(Bucket=b, Key="k", Body=b"v1")["VersionId"]
+    assert s3.get_object(Bucket=b, Key="k", VersionId="null")["Body"].read() == b"before"
+    s3.put_bucket_versioning(Bucket=b, VersioningConfiguration={"Status": "Suspended"})
+    r = s3.put_object(Bucket=b, Key="k", Body=b"s1")
+    assert r.get("VersionId") == "null"
+    vs, _ = versions(s3, b)
+    assert [(v[1], v[2]) for v in vs] == [("null", True), (v1, False)], "the old null version was replaced"
+    assert s3.get_object(Bucket=b, Key="k", VersionId="null")["Body"].read() == b"s1"
+    d = s3.delete_object(Bucket=b, Key="k")
+    assert d["DeleteMarker"] is True and d["VersionId"] == "null"
+    vs, _ = versions(s3, b)
+    assert sorted((v[1], v[3]) for v in vs) == sorted([("null", "DM"), (v1, "V")])
+    empty(s3, b)
+
+
+@cluster_refuses
+def test_list_object_versions_pages_and_prefixes(s3, vbucket):
+    b = vbucket
+    want = []
+    for k in ["a", "d/1", "d/2", "e"]:
+        for i in range(3):
+            want.append((k, s3.put_object(Bucket=b, Key=k, Body=f"{k}{i}".encode())["VersionId"]))
+    s3.delete_object(Bucket=b, Key="e")
+    got = []
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=b, PaginationConfig={"PageSize": 2}):
+        got += [(v["Key"], v["VersionId"]) for v in page.get("Versions", [])]
+    assert sorted(got) == sorted(want)
+    r = s3.list_object_versions(Bucket=b, Delimiter="/")
+    assert [p["Prefix"] for p in r["CommonPrefixes"]] == ["d/"]
+    assert {v["Key"] for v in r["Versions"]} == {"a", "e"}
+    r = s3.list_object_versions(Bucket=b, Prefix="d/", KeyMarker="d/1")
+    assert {v["Key"] for v in r["Versions"]} == {"d/2"}
+    # After one version of a key: the rest of that key, newest first.
+    a_ids = [v for k, v in want if k == "a"][::-1]
+    r = s3.list_object_versions(Bucket=b, Prefix="a", KeyMarker="a", VersionIdMarker=a_ids[0])
+    assert [v["VersionId"] for v in r["Versions"]] == a_ids[1:]
+    with pytest.raises(ClientError) as e:
+        s3.list_object_versions(Bucket=b, VersionIdMarker=a_ids[0])
+    assert err(e) == ("InvalidArgument", 400)
+
+
+@cluster_refuses
+def test_copy_from_a_version_and_tag_a_version(s3, vbucket):
+    b = vbucket
+    v1 = s3.put_object(Bucket=b, Key="k", Body=b"old", Tagging="gen=1")["VersionId"]
+    s3.put_object(Bucket=b, Key="k", Body=b"new")
+    r = s3.copy_object(Bucket=b, Key="k", CopySource={"Bucket": b, "Key": "k", "VersionId": v1})
+    assert r["CopySourceVersionId"] == v1 and r["VersionId"] not in (v1, "null")
+    assert s3.get_object(Bucket=b, Key="k")["Body"].read() == b"old", "a version restored by copying it"
+    s3.put_object_tagging(Bucket=b, Key="k", VersionId=v1, Tagging={"TagSet": [{"Key": "gen", "Value": "0"}]})
+    assert s3.get_object_tagging(Bucket=b, Key="k", VersionId=v1)["TagSet"] == [{"Key": "gen", "Value": "0"}]
+    assert s3.get_object_tagging(Bucket=b, Key="k")["TagSet"] == [{"Key": "gen", "Value": "1"}], \
+        "the copy kept the source version's tags; the current version's are its own"
+
+
+@cluster_refuses
+def test_version_errors_and_unbuilt_combinations(s3, vbucket):
+    b = vbucket
+    s3.put_object(Bucket=b, Key="k", Body=b"x")
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=b, Key="k", VersionId="not-a-version")
+    assert err(e) == ("InvalidArgument", 400)
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=b, Key="k", VersionId="0000000000000000000000")
+    assert err(e) == ("NoSuchVersion", 404)
+    # Appends and renames in a versioned bucket are not built: a clear 501.
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket=b, Key="k", Body=b"y", WriteOffsetBytes=1)
+    assert err(e) == ("NotImplemented", 501)
+    with pytest.raises(ClientError) as e:
+        s3.rename_object(Bucket=b, Key="k2", RenameSource=f"{b}/k")
+    assert err(e) == ("NotImplemented", 501)
+    assert s3.get_object(Bucket=b, Key="k")["Body"].read() == b"x"
+
+
+def test_unversioned_bucket_lists_null_versions(s3, bucket):
+    s3.put_object(Bucket=bucket, Key="a", Body=b"1")
+    s3.put_object(Bucket=bucket, Key="b/c", Body=b"2")
+    r = s3.list_object_versions(Bucket=bucket)
+    assert [(v["Key"], v["VersionId"], v["IsLatest"]) for v in r["Versions"]] == [("a", "null", True), ("b/c", "null", True)]
+    assert "x-amz-version-id" not in s3.put_object(Bucket=bucket, Key="a", Body=b"3")["ResponseMetadata"]["HTTPHeaders"]
+    d = s3.delete_object(Bucket=bucket, Key="a", VersionId="null")
+    assert d["ResponseMetadata"]["HTTPStatusCode"] == 204
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]] == ["b/c"]
