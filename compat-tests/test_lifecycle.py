@@ -12,6 +12,8 @@ import pytest
 import requests
 from botocore.exceptions import ClientError
 
+from conftest import CLUSTER_MODE
+
 
 def err(e):
     r = e.value.response
@@ -195,3 +197,38 @@ def test_incomplete_uploads_are_aborted_by_prefix(s3, bucket, lode_servers):
         s3.list_parts(Bucket=bucket, Key="up/a", UploadId=a)
     assert err(e) == ("NoSuchUpload", 404)
     assert metric(lode_servers, "lode_lifecycle_aborted_uploads_total") - before >= 1
+
+
+@pytest.mark.skipif(CLUSTER_MODE, reason="versioning is not built in cluster mode")
+def test_noncurrent_versions_and_lone_delete_markers(s3, bucket, lode_servers):
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    ids = [s3.put_object(Bucket=bucket, Key="nc/k", Body=f"v{i}".encode())["VersionId"] for i in range(4)]
+    s3.put_object(Bucket=bucket, Key="dm/k", Body=b"x")
+    s3.delete_object(Bucket=bucket, Key="dm/k")
+    s3.put_object(Bucket=bucket, Key="dm/kept", Body=b"y")
+    s3.delete_object(Bucket=bucket, Key="dm/kept")
+    only = s3.list_object_versions(Bucket=bucket, Prefix="dm/k")["Versions"]
+    s3.delete_object(Bucket=bucket, Key="dm/k", VersionId=[v for v in only if v["Key"] == "dm/k"][0]["VersionId"])
+    put(s3, bucket,
+        {"ID": "nc", "Status": "Enabled", "Filter": {"Prefix": "nc/"},
+         "NoncurrentVersionExpiration": {"NoncurrentDays": 1, "NewerNoncurrentVersions": 1}},
+        {"ID": "dm", "Status": "Enabled", "Filter": {"Prefix": "dm/"}, "Expiration": {"ExpiredObjectDeleteMarker": True}})
+
+    def nc_left():
+        return [v["VersionId"] for v in s3.list_object_versions(Bucket=bucket, Prefix="nc/").get("Versions", [])]
+
+    # The current version and the newest noncurrent one stay; the older two go.
+    wait_for("old noncurrent versions removed", lambda: nc_left() == [ids[3], ids[2]])
+    # dm/k's marker was its only version left: removed; dm/kept's marker guards a version.
+    def dm():
+        r = s3.list_object_versions(Bucket=bucket, Prefix="dm/")
+        return sorted((x["Key"], "DM") for x in r.get("DeleteMarkers", [])) + \
+            sorted((x["Key"], "V") for x in r.get("Versions", []))
+    wait_for("lone marker removed", lambda: dm() == [("dm/kept", "DM"), ("dm/kept", "V")])
+    assert s3.get_object(Bucket=bucket, Key="nc/k")["Body"].read() == b"v3"
+    assert metric(lode_servers, "lode_lifecycle_noncurrent_versions_expired_total") >= 2
+    assert metric(lode_servers, "lode_lifecycle_delete_markers_removed_total") >= 1
+    s3.delete_bucket_lifecycle(Bucket=bucket)
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
+        for v in page.get("Versions", []) + page.get("DeleteMarkers", []):
+            s3.delete_object(Bucket=bucket, Key=v["Key"], VersionId=v["VersionId"])

@@ -132,6 +132,18 @@ fn lifecycle_metrics(s: &lode_objects::lifecycle::LifecycleStats) -> String {
             s.expired.load(Relaxed) as f64,
         ),
         (
+            "lode_lifecycle_noncurrent_versions_expired_total",
+            "Noncurrent versions removed by a NoncurrentVersionExpiration rule.",
+            "counter",
+            s.noncurrent_expired.load(Relaxed) as f64,
+        ),
+        (
+            "lode_lifecycle_delete_markers_removed_total",
+            "Delete markers removed once they were the only version of their key.",
+            "counter",
+            s.markers_removed.load(Relaxed) as f64,
+        ),
+        (
             "lode_lifecycle_aborted_uploads_total",
             "Incomplete multipart uploads aborted by a rule.",
             "counter",

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use lode_catalog::{CatalogError, Cond, ObjectRecord};
+use lode_catalog::{CatalogError, Cond, ObjectRecord, VersionEntry, VersionQuery, Versioning};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ObjError, ObjResult};
@@ -171,6 +171,76 @@ impl Lifecycle {
             .iter()
             .any(|r| r.enabled && r.abort_days.is_some())
     }
+
+    /// Whether a rule acts on noncurrent versions or delete markers (in a versioned bucket).
+    fn acts_on_versions(&self) -> bool {
+        self.rules.iter().any(|r| {
+            r.enabled
+                && (r.noncurrent_days.is_some()
+                    || r.expired_object_delete_marker == Some(true)
+                    || r.expiration_days.is_some())
+        })
+    }
+
+    /// The prefixes a pass must scan for versions, without any another one covers.
+    fn version_prefixes(&self) -> Vec<&str> {
+        let mut p: Vec<&str> = self
+            .rules
+            .iter()
+            .filter(|r| r.enabled)
+            .map(|r| r.filter.prefix.as_str())
+            .collect();
+        p.sort_unstable();
+        p.dedup();
+        let mut out: Vec<&str> = Vec::new();
+        for x in p {
+            if !out.iter().any(|o| x.starts_with(o)) {
+                out.push(x);
+            }
+        }
+        out
+    }
+
+    /// When noncurrent version `rec` of `key` goes, and by which rule: it became noncurrent at
+    /// `since_ms` (its successor's creation) and has `newer` noncurrent versions newer than
+    /// it; a rule keeps the `NewerNoncurrentVersions` newest and the rest `NoncurrentDays`
+    /// after they became noncurrent (S3: both must be exceeded).
+    pub fn noncurrent_due(
+        &self,
+        key: &str,
+        rec: &ObjectRecord,
+        since_ms: i64,
+        newer: u32,
+        day_ms: i64,
+    ) -> Option<(i64, &str)> {
+        self.rules
+            .iter()
+            .filter(|r| r.enabled && r.filter.matches(key, rec))
+            .filter(|r| r.newer_noncurrent_versions.is_none_or(|n| newer >= n))
+            .filter_map(|r| Some((due_ms(since_ms, r.noncurrent_days?, day_ms), r.id.as_str())))
+            .min()
+    }
+
+    /// Whether the delete marker `rec`, the only version left of `key`, goes now, and by which
+    /// rule: `ExpiredObjectDeleteMarker`, or an `Expiration` by days once the marker is that
+    /// old (S3 cleans such markers up with the age rule).
+    pub fn lone_marker_goes(
+        &self,
+        key: &str,
+        rec: &ObjectRecord,
+        now_ms: i64,
+        day_ms: i64,
+    ) -> Option<&str> {
+        self.rules
+            .iter()
+            .filter(|r| r.enabled && key.starts_with(&r.filter.prefix))
+            .find(|r| {
+                r.expired_object_delete_marker == Some(true)
+                    || r.expiration_days
+                        .is_some_and(|d| due_ms(rec.last_modified_ms, d, day_ms) <= now_ms)
+            })
+            .map(|r| r.id.as_str())
+    }
 }
 
 /// Running totals, exported as metrics.
@@ -180,6 +250,10 @@ pub struct LifecycleStats {
     pub scanned: AtomicU64,
     pub expired: AtomicU64,
     pub aborted: AtomicU64,
+    /// Noncurrent versions removed by `NoncurrentVersionExpiration`.
+    pub noncurrent_expired: AtomicU64,
+    /// Delete markers removed once they were the only version left.
+    pub markers_removed: AtomicU64,
     pub errors: AtomicU64,
     pub last_pass_end_ms: AtomicI64,
 }
@@ -232,6 +306,11 @@ pub async fn pass(svc: &ObjectService, cfg: &RunConfig, stats: &LifecycleStats) 
         }
         if lc.aborts() {
             abort_uploads(svc, cfg, stats, &mut pace, &bucket, &lc).await?;
+        }
+        if lc.acts_on_versions() && svc.versioning_of(&bucket).await? != Versioning::Off {
+            for prefix in lc.version_prefixes() {
+                expire_versions_under(svc, cfg, stats, &mut pace, &bucket, &lc, prefix).await?;
+            }
         }
     }
     stats.passes.fetch_add(1, Ordering::Relaxed);
@@ -297,6 +376,129 @@ async fn expire_under(
         }
         after = page.last;
     }
+}
+
+/// A key's versions as a pass met them (newest first), waiting for the key's end.
+#[derive(Default)]
+struct KeyVersions {
+    key: String,
+    entries: Vec<VersionEntry>,
+}
+
+async fn expire_versions_under(
+    svc: &ObjectService,
+    cfg: &RunConfig,
+    stats: &LifecycleStats,
+    pace: &mut Pacer,
+    bucket: &str,
+    lc: &Lifecycle,
+    prefix: &str,
+) -> ObjResult<()> {
+    let mut q = VersionQuery {
+        prefix: prefix.to_owned(),
+        max: 1000,
+        ..Default::default()
+    };
+    let mut group = KeyVersions::default();
+    loop {
+        let page = match svc.list_object_versions(bucket, q.clone()).await {
+            Err(e) if gone(&e) => return Ok(()),
+            r => r?,
+        };
+        for e in page.entries {
+            if e.key != group.key && !group.entries.is_empty() {
+                let g = std::mem::take(&mut group);
+                judge_versions(svc, cfg, stats, pace, bucket, lc, g).await?;
+            }
+            group.key.clone_from(&e.key);
+            group.entries.push(e);
+        }
+        if !page.truncated {
+            break;
+        }
+        let Some((k, v)) = page.next else {
+            break;
+        };
+        (q.key_marker, q.version_marker) = (Some(k), v);
+    }
+    if !group.entries.is_empty() {
+        judge_versions(svc, cfg, stats, pace, bucket, lc, group).await?;
+    }
+    Ok(())
+}
+
+/// Applies the version rules to one key's versions (newest first).
+async fn judge_versions(
+    svc: &ObjectService,
+    cfg: &RunConfig,
+    stats: &LifecycleStats,
+    pace: &mut Pacer,
+    bucket: &str,
+    lc: &Lifecycle,
+    g: KeyVersions,
+) -> ObjResult<()> {
+    let now = now_ms();
+    let key = g.key.as_str();
+    let id = |r: &ObjectRecord| r.version_id.clone().unwrap_or_else(|| "null".into());
+    if let [only] = g.entries.as_slice()
+        && only.record.delete_marker
+    {
+        if let Some(rule) = lc.lone_marker_goes(key, &only.record, now, cfg.day_ms) {
+            remove_version(svc, stats, pace, bucket, key, &id(&only.record), rule, true).await?;
+        }
+        return Ok(());
+    }
+    let mut newer_noncurrent = 0u32;
+    for pair in g.entries.windows(2) {
+        let (successor, v) = (&pair[0], &pair[1]);
+        if !v.record.delete_marker
+            && let Some((due, rule)) = lc.noncurrent_due(
+                key,
+                &v.record,
+                successor.record.last_modified_ms,
+                newer_noncurrent,
+                cfg.day_ms,
+            )
+            && due <= now
+        {
+            remove_version(svc, stats, pace, bucket, key, &id(&v.record), rule, false).await?;
+            continue;
+        }
+        newer_noncurrent += 1;
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn remove_version(
+    svc: &ObjectService,
+    stats: &LifecycleStats,
+    pace: &mut Pacer,
+    bucket: &str,
+    key: &str,
+    version_id: &str,
+    rule: &str,
+    marker: bool,
+) -> ObjResult<()> {
+    match svc.delete_object_version(bucket, key, version_id).await {
+        Ok(_) => {
+            let (counter, what) = if marker {
+                (&stats.markers_removed, "expired delete marker removed")
+            } else {
+                (&stats.noncurrent_expired, "noncurrent version removed")
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            svc.notify_changed(bucket, key, false);
+            tracing::info!(bucket, key, version = version_id, rule, "lifecycle: {what}");
+        }
+        Err(e) if gone(&e) => {}
+        Err(e) => {
+            stats.errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(bucket, key, error = %e, "lifecycle: version removal failed");
+        }
+    }
+    pace.one().await;
+    Ok(())
 }
 
 async fn abort_uploads(
@@ -503,6 +705,60 @@ mod tests {
     }
 
     #[test]
+    fn noncurrent_versions_and_lone_markers() {
+        let mut nc = rule(
+            "nc",
+            Filter {
+                prefix: "nc/".into(),
+                ..Default::default()
+            },
+        );
+        nc.noncurrent_days = Some(2);
+        nc.newer_noncurrent_versions = Some(1);
+        let mut dm = rule(
+            "dm",
+            Filter {
+                prefix: "dm/".into(),
+                ..Default::default()
+            },
+        );
+        dm.expired_object_delete_marker = Some(true);
+        let mut age = rule(
+            "age",
+            Filter {
+                prefix: "age/".into(),
+                ..Default::default()
+            },
+        );
+        age.expiration_days = Some(3);
+        let lc = Lifecycle {
+            rules: vec![nc, dm, age],
+            transition_min_size: None,
+        };
+        assert!(lc.acts_on_versions());
+        let v = obj(10, 0, &[]);
+        // The newest noncurrent version is kept whatever its age; older ones go two days
+        // after they became noncurrent (rounded up to a day).
+        assert_eq!(lc.noncurrent_due("nc/k", &v, DAY / 2, 0, DAY), None);
+        assert_eq!(
+            lc.noncurrent_due("nc/k", &v, DAY / 2, 1, DAY),
+            Some((3 * DAY, "nc"))
+        );
+        assert_eq!(lc.noncurrent_due("other", &v, 0, 5, DAY), None);
+        let marker = obj(0, 10 * DAY, &[]);
+        assert_eq!(
+            lc.lone_marker_goes("dm/k", &marker, 10 * DAY, DAY),
+            Some("dm")
+        );
+        assert_eq!(lc.lone_marker_goes("age/k", &marker, 12 * DAY, DAY), None);
+        assert_eq!(
+            lc.lone_marker_goes("age/k", &marker, 13 * DAY, DAY),
+            Some("age")
+        );
+        assert_eq!(lc.lone_marker_goes("nc/k", &marker, 99 * DAY, DAY), None);
+    }
+
+    #[test]
     fn aborts_and_prefix_cover() {
         let mut a = rule(
             "mpu",
@@ -530,6 +786,7 @@ mod tests {
         assert_eq!(lc.abort_due("other", 0, DAY), None);
         assert!(lc.aborts());
         assert_eq!(lc.expiry_prefixes(), vec![""]);
+        assert_eq!(lc.version_prefixes(), vec![""]);
         let json = lc.encode();
         assert_eq!(Lifecycle::decode(&json).unwrap(), lc);
     }
