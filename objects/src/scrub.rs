@@ -1,7 +1,8 @@
 //! Scrub: re-reads every stored chunk at a bounded rate and checks its crc32c, so silent
 //! corruption is found before a reader meets it.
 //!
-//! A pass walks the objects table in key order, a batch at a time. Each object is opened like a
+//! A pass walks every bucket's versions in key order (current ones, and noncurrent ones of a
+//! versioned bucket), a batch at a time. Each object is opened like a
 //! GET (a fresh record under a read guard, so a chunk freed and reused meanwhile is never read
 //! as if it were still the object's), its chunks are read through the datapath (which verifies
 //! the crc32c), and the bytes read are paced to the configured rate. A bad chunk is logged with
@@ -85,44 +86,58 @@ pub async fn pass(svc: &ObjectService, rate: u64, stats: &ScrubStats) -> ObjResu
         start: t0,
         done: 0,
     };
-    // Every bucket's keys, a page at a time, through the catalog (one node or a cluster).
-    let mut work: Vec<(String, String)> = vec![];
+    // Every bucket's versions (current and noncurrent; in a bucket never versioned, its
+    // objects), a page at a time, through the catalog (one node or a cluster).
+    let mut work: Vec<(String, String, String)> = vec![];
     let buckets = svc.list_buckets().await?;
     let mut next_bucket = buckets.into_iter().map(|(b, _)| b);
-    let mut current: Option<(String, Option<String>)> = None;
+    let mut current: Option<(String, lode_catalog::VersionQuery)> = None;
     loop {
         if work.is_empty() {
-            let Some((bucket, after)) = current
-                .take()
-                .or_else(|| next_bucket.next().map(|b| (b, None)))
-            else {
+            let Some((bucket, q)) = current.take().or_else(|| {
+                next_bucket.next().map(|b| {
+                    let q = lode_catalog::VersionQuery {
+                        max: 256,
+                        ..Default::default()
+                    };
+                    (b, q)
+                })
+            }) else {
                 break;
             };
-            let page = match svc
-                .list_objects(&bucket, String::new(), None, after, 256)
-                .await
-            {
+            let page = match svc.list_object_versions(&bucket, q.clone()).await {
                 Ok(p) => p,
                 Err(ObjError::NoSuchBucket) => continue, // deleted meanwhile
                 Err(e) => return Err(e),
             };
-            if page.truncated {
-                current = Some((bucket.clone(), page.last.clone()));
+            if page.truncated
+                && let Some((k, v)) = page.next.clone()
+            {
+                let mut q = q;
+                (q.key_marker, q.version_marker) = (Some(k), v);
+                current = Some((bucket.clone(), q));
             }
             work = page
-                .objects
+                .entries
                 .into_iter()
                 .rev()
-                .map(|(k, _)| (bucket.clone(), k))
+                .filter(|e| !e.record.delete_marker)
+                .map(|e| {
+                    let id = e.record.version_id.unwrap_or_else(|| "null".into());
+                    (bucket.clone(), e.key, id)
+                })
                 .collect();
             continue;
         }
-        let (bucket, key) = work.pop().expect("work");
+        let (bucket, key, version) = work.pop().expect("work");
         {
             // Fresh record under a guard, as a GET would read it.
-            let h = match svc.open_object(&bucket, &key).await {
+            let h = match svc.open_object_version(&bucket, &key, &version).await {
                 Ok(h) => h,
-                Err(ObjError::NoSuchKey | ObjError::NoSuchBucket) => continue, // gone meanwhile
+                // Gone meanwhile.
+                Err(ObjError::NoSuchVersion | ObjError::NoSuchKey | ObjError::NoSuchBucket) => {
+                    continue;
+                }
                 Err(e) => return Err(e),
             };
             rep.objects += 1;
@@ -203,6 +218,60 @@ mod tests {
     use lode_datapath::{Datapath, MemChunkStore};
 
     use crate::service::{Integrity, ServiceConfig, WriteCond};
+
+    /// A noncurrent version's chunks are read too, and a bad one is named by its key.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_pass_reads_noncurrent_versions() {
+        let store = Arc::new(MemChunkStore::new(&[64 << 20]));
+        let dp = Arc::new(Datapath::new(store.clone(), true));
+        let cfg = ServiceConfig {
+            chunk_size: 1 << 20,
+            ..Default::default()
+        };
+        let svc = crate::test_service(dp, cfg);
+        svc.create_bucket("vbk", "me").await.unwrap();
+        svc.set_bucket_versioning("vbk", lode_catalog::Versioning::Enabled)
+            .await
+            .unwrap();
+        let mut ids = vec![];
+        for byte in [1u8, 2] {
+            let body =
+                futures::stream::iter(vec![Ok::<_, std::io::Error>(Bytes::from(vec![
+                    byte;
+                    2 << 20
+                ]))]);
+            let r = svc
+                .put_object(
+                    "vbk",
+                    "k",
+                    ObjectMeta::default(),
+                    body,
+                    Some(2 << 20),
+                    Integrity::default(),
+                    WriteCond::default(),
+                )
+                .await
+                .unwrap();
+            ids.push(r.version_id.unwrap());
+        }
+        svc.delete_object("vbk", "k").await.unwrap();
+        let stats = ScrubStats::default();
+        let rep = pass(&svc, 0, &stats).await.unwrap();
+        assert_eq!(
+            (rep.objects, rep.chunks),
+            (2, 4),
+            "both versions, no marker"
+        );
+        let h = svc.open_object_version("vbk", "k", &ids[0]).await.unwrap();
+        let Segment::Chunk(loc) = h.record.segments[1].clone() else {
+            panic!("chunked")
+        };
+        drop(h);
+        store.corrupt(loc.dev, loc.offset + 7);
+        let rep = pass(&svc, 0, &stats).await.unwrap();
+        assert_eq!(rep.bad.len(), 1);
+        assert_eq!(rep.bad[0].key, "k");
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_pass_reads_every_chunk_and_names_the_corrupt_object() {
