@@ -235,8 +235,7 @@ mod tests {
             .unwrap();
         let mut ids = vec![];
         for byte in [1u8, 2] {
-            let body =
-                futures::stream::iter(vec![Ok::<_, std::io::Error>(Bytes::from(vec![
+            let body = futures::stream::iter(vec![Ok::<_, std::io::Error>(Bytes::from(vec![
                     byte;
                     2 << 20
                 ]))]);

@@ -337,8 +337,7 @@ impl LodeFs {
 
     fn file_state(&self, ino: u64) -> Arc<OpenFile> {
         let started = self.started;
-        let of = self
-            .inodes
+        self.inodes
             .open_file(ino, || {
                 Arc::new(OpenFile::new(
                     false,
@@ -349,9 +348,7 @@ impl LodeFs {
                     },
                 ))
             })
-            .expect("node exists");
-        of.handles.fetch_add(1, Ordering::AcqRel);
-        of
+            .expect("node exists")
     }
 
     /// Drops one holder of `of`; the last one commits what is left and frees the staging copy.
@@ -776,7 +773,7 @@ impl LodeFs {
             .inodes
             .open_file(ino, || Arc::clone(&fresh))
             .ok_or(libc::ENOENT)?;
-        of.handles.fetch_add(1, Ordering::AcqRel);
+
         {
             let mut d = self.rt.block_on(of.data.lock());
             if Arc::ptr_eq(&of, &fresh) {

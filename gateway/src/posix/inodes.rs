@@ -222,7 +222,8 @@ impl Inodes {
         g.names.insert((new_parent, new_name.to_owned()), ino);
     }
 
-    /// The open-file state of `ino`, made by `make` if there is none.
+    /// The open-file state of `ino` (made by `make` if there is none), with one more hold on
+    /// it (`handles`), which the caller gives back through its last-holder path.
     pub fn open_file(
         &self,
         ino: u64,
@@ -230,7 +231,12 @@ impl Inodes {
     ) -> Option<Arc<OpenFile>> {
         let mut g = self.inner.lock().expect("inodes");
         let n = g.nodes.get_mut(&ino)?;
-        Some(Arc::clone(n.open.get_or_insert_with(make)))
+        let of = Arc::clone(n.open.get_or_insert_with(make));
+        // The caller's hold is taken under the lock that `close_file` checks it under, so a
+        // state being dropped by its last holder is never handed out, and one handed out is
+        // never dropped.
+        of.handles.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Some(of)
     }
 
     /// The open-file state of `ino`, if any.
@@ -239,11 +245,13 @@ impl Inodes {
         g.nodes.get(&ino).and_then(|n| n.open.clone())
     }
 
-    /// Drops the open-file state once nothing holds it.
+    /// Drops the open-file state once nothing holds it (checked under the lock
+    /// [`Inodes::open_file`] takes holds under: a holder that came in meanwhile keeps it).
     pub fn close_file(&self, ino: u64, of: &Arc<OpenFile>) {
         let mut g = self.inner.lock().expect("inodes");
         if let Some(n) = g.nodes.get_mut(&ino)
             && n.open.as_ref().is_some_and(|o| Arc::ptr_eq(o, of))
+            && of.handles.load(std::sync::atomic::Ordering::Acquire) == 0
         {
             n.open = None;
         }
@@ -296,6 +304,46 @@ impl Inodes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The last holder of a file's open state drops it only if nobody took a hold meanwhile:
+    /// a new open racing the release of the previous handle must get the state that is still
+    /// registered, or a fresh one after it is gone, never one that is being dropped (a later
+    /// truncate then found no other holder and committed an empty object at once).
+    #[test]
+    fn an_open_state_held_again_is_not_dropped() {
+        use std::sync::atomic::Ordering;
+        let t = Inodes::default();
+        let b = t.lookup(ROOT, "bkt", Kind::Bucket);
+        let f = t.lookup(b, "f", Kind::File);
+        let make = || {
+            Arc::new(OpenFile::new(
+                false,
+                super::super::open::Snapshot {
+                    size: 0,
+                    mtime: std::time::SystemTime::UNIX_EPOCH,
+                    attrs: Default::default(),
+                },
+            ))
+        };
+        let a = t.open_file(f, make).unwrap();
+        assert_eq!(
+            a.handles.load(Ordering::Acquire),
+            1,
+            "the hold is taken with the state"
+        );
+        // The last holder lets go; before it drops the state, a new opener takes it.
+        a.handles.fetch_sub(1, Ordering::AcqRel);
+        let again = t.open_file(f, make).unwrap();
+        assert!(Arc::ptr_eq(&a, &again));
+        t.close_file(f, &a);
+        assert!(
+            t.opened(f).is_some_and(|o| Arc::ptr_eq(&o, &a)),
+            "a state with a holder stays registered"
+        );
+        again.handles.fetch_sub(1, Ordering::AcqRel);
+        t.close_file(f, &again);
+        assert!(t.opened(f).is_none());
+    }
 
     #[test]
     fn paths_follow_renames_and_forget_drops() {
