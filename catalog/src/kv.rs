@@ -324,6 +324,32 @@ fn retire_current(
     })
 }
 
+/// Rewrites the current record at `okey` (`cur`, as stored) in place with `f`, its payload
+/// read and written with it: the content (segments) must stay, and a current record is never
+/// a delete marker (else `Corrupt`).
+fn rewrite_current(
+    t: &mut dyn Transaction,
+    okey: &[u8],
+    cur: ObjectRecord,
+    f: &RecordFn,
+) -> Result<ObjectRecord> {
+    let had_payload = cur.has_detached();
+    let payload = if had_payload {
+        t.get_for_update(Table::Inline, okey)?
+    } else {
+        None
+    };
+    let whole = with_payload(cur, payload)?;
+    let new = f(&whole)?;
+    if new.segments != whole.segments || new.delete_marker {
+        return Err(CatalogError::Corrupt(
+            "update may not change an object's content".into(),
+        ));
+    }
+    put_obj(t, okey, &split(&new)?, had_payload)?;
+    Ok(new)
+}
+
 /// The version `id` of `b/k` among the noncurrent ones: its key in `Versions` and record.
 fn find_noncurrent(
     m: &dyn MetadataStore,
@@ -1015,21 +1041,7 @@ impl Catalog for KvCatalog {
                 if let Some(cur) = get_obj(t, &okey)?
                     && is_version(&cur, &id)
                 {
-                    let had_payload = cur.has_detached();
-                    let payload = if had_payload {
-                        t.get_for_update(Table::Inline, &okey)?
-                    } else {
-                        None
-                    };
-                    let whole = with_payload(cur, payload)?;
-                    let new = f(&whole)?;
-                    if new.segments != whole.segments || new.delete_marker {
-                        return Err(CatalogError::Corrupt(
-                            "update may not change an object's content".into(),
-                        ));
-                    }
-                    put_obj(t, &okey, &split(&new)?, had_payload)?;
-                    return Ok(new);
+                    return rewrite_current(t, &okey, cur, &f);
                 }
                 let Some((vkey, rec)) = find_noncurrent(m, t, &b, &k, &id)? else {
                     return Err(CatalogError::NoSuchKey);
@@ -1067,21 +1079,7 @@ impl Catalog for KvCatalog {
                 let Some(old) = get_obj(t, &okey)? else {
                     return Err(CatalogError::NoSuchKey);
                 };
-                let had_payload = old.has_detached();
-                let payload = if had_payload {
-                    t.get_for_update(Table::Inline, &okey)?
-                } else {
-                    None
-                };
-                let rec = with_payload(old, payload)?;
-                let new = f(&rec)?;
-                if new.segments != rec.segments {
-                    return Err(CatalogError::Corrupt(
-                        "update may not change an object's content".into(),
-                    ));
-                }
-                put_obj(t, &okey, &split(&new)?, had_payload)?;
-                Ok(new)
+                rewrite_current(t, &okey, old, &f)
             })
         })
         .await

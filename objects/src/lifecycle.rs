@@ -147,12 +147,16 @@ impl Lifecycle {
     /// The prefixes a pass must scan for expirations (none if no enabled rule expires
     /// objects), without any that another one covers.
     fn expiry_prefixes(&self) -> Vec<&str> {
+        self.prefixes_of(|r| r.expiration_days.is_some() || r.expiration_date_ms.is_some())
+    }
+
+    /// The prefixes of the enabled rules that `pick` chooses, without any that another one
+    /// covers (a pass scans each once).
+    fn prefixes_of(&self, pick: impl Fn(&Rule) -> bool) -> Vec<&str> {
         let mut p: Vec<&str> = self
             .rules
             .iter()
-            .filter(|r| {
-                r.enabled && (r.expiration_days.is_some() || r.expiration_date_ms.is_some())
-            })
+            .filter(|r| r.enabled && pick(r))
             .map(|r| r.filter.prefix.as_str())
             .collect();
         p.sort_unstable();
@@ -184,21 +188,7 @@ impl Lifecycle {
 
     /// The prefixes a pass must scan for versions, without any another one covers.
     fn version_prefixes(&self) -> Vec<&str> {
-        let mut p: Vec<&str> = self
-            .rules
-            .iter()
-            .filter(|r| r.enabled)
-            .map(|r| r.filter.prefix.as_str())
-            .collect();
-        p.sort_unstable();
-        p.dedup();
-        let mut out: Vec<&str> = Vec::new();
-        for x in p {
-            if !out.iter().any(|o| x.starts_with(o)) {
-                out.push(x);
-            }
-        }
-        out
+        self.prefixes_of(|_| true)
     }
 
     /// When noncurrent version `rec` of `key` goes, and by which rule: it became noncurrent at
