@@ -7,7 +7,6 @@ import uuid
 import pytest
 import requests
 
-from conftest import CLUSTER_MODE
 
 MiB = 1024 * 1024
 
@@ -141,7 +140,6 @@ def test_s3api_tagging(aws, cli_bucket, tmp_path):
     assert none.returncode != 0 and b"NoSuchTagSet" in none.stderr
 
 
-@pytest.mark.skipif(CLUSTER_MODE, reason="versioning is not built in cluster mode")
 def test_s3api_versioning(aws, cli_bucket, tmp_path):
     import json
     one, two = tmp_path / "1", tmp_path / "2"

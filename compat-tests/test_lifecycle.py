@@ -12,7 +12,6 @@ import pytest
 import requests
 from botocore.exceptions import ClientError
 
-from conftest import CLUSTER_MODE
 
 
 def err(e):
@@ -199,7 +198,6 @@ def test_incomplete_uploads_are_aborted_by_prefix(s3, bucket, lode_servers):
     assert metric(lode_servers, "lode_lifecycle_aborted_uploads_total") - before >= 1
 
 
-@pytest.mark.skipif(CLUSTER_MODE, reason="versioning is not built in cluster mode")
 def test_noncurrent_versions_and_lone_delete_markers(s3, bucket, lode_servers):
     s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
     ids = [s3.put_object(Bucket=bucket, Key="nc/k", Body=f"v{i}".encode())["VersionId"] for i in range(4)]

@@ -360,7 +360,6 @@ def test_mount_writes_and_renames_keep_tags_a_replacement_drops_them(pb, ps3):
     assert tags("u.txt") == []
 
 
-@pytest.mark.skipif(CLUSTER_MODE, reason="versioning is not built in cluster mode (test_versioning.py)")
 def test_versioned_bucket_on_the_mount(pb, ps3):
     """SEMANTICS.md P22: the mount shows each key's current version; a write there makes a new
     version, an unlink a delete marker; a rename is EXDEV, so mv copies and deletes (the old

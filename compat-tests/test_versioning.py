@@ -1,17 +1,15 @@
 """Versioned buckets with boto3: Put/GetBucketVersioning, version ids on every write, reads,
 deletes and copies by version, delete markers, ListObjectVersions (paged, with prefixes), the
 Suspended state's null versions, tagging of a version, and the errors S3 answers. In cluster
-mode versioning is not built yet: PutBucketVersioning is 501 and every object lists as its
-null version."""
+mode the client sends each request to the other gateway in turn, so every test here also
+checks that a version made through one gateway is read, listed and removed through the other,
+and that a versioning change through one holds for the very next write through the other."""
 
 import os
 
 import pytest
 from botocore.exceptions import ClientError
 
-from conftest import CLUSTER_MODE
-
-cluster_refuses = pytest.mark.skipif(CLUSTER_MODE, reason="versioning is not built in cluster mode (501, see test_cluster_mode_says_not_implemented)")
 
 
 def err(e):
@@ -25,8 +23,7 @@ def headers(e):
 
 @pytest.fixture
 def vbucket(s3, bucket):
-    if not CLUSTER_MODE:
-        s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
     yield bucket
     empty(s3, bucket)
 
@@ -48,19 +45,6 @@ def versions(s3, bucket, **kw):
     return sorted(out, key=lambda x: x[0]), r
 
 
-def test_cluster_mode_says_not_implemented(s3, bucket):
-    if not CLUSTER_MODE:
-        pytest.skip("cluster mode only")
-    with pytest.raises(ClientError) as e:
-        s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
-    assert err(e) == ("NotImplemented", 501)
-    assert "Status" not in s3.get_bucket_versioning(Bucket=bucket)
-    s3.put_object(Bucket=bucket, Key="k", Body=b"x")
-    vs, _ = versions(s3, bucket)
-    assert vs == [("k", "null", True, "V")]
-
-
-@cluster_refuses
 def test_bucket_versioning_states(s3, bucket):
     assert "Status" not in s3.get_bucket_versioning(Bucket=bucket)
     s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
@@ -75,7 +59,6 @@ def test_bucket_versioning_states(s3, bucket):
     assert err(e) == ("NoSuchBucket", 404)
 
 
-@cluster_refuses
 def test_writes_make_versions_and_old_ones_read_back(s3, vbucket):
     b = vbucket
     big = os.urandom(6 * 1024 * 1024)
@@ -98,7 +81,6 @@ def test_writes_make_versions_and_old_ones_read_back(s3, vbucket):
     assert [o["Key"] for o in s3.list_objects_v2(Bucket=b)["Contents"]] == ["k"]
 
 
-@cluster_refuses
 def test_delete_markers_hide_and_removing_them_restores(s3, vbucket):
     b = vbucket
     v1 = s3.put_object(Bucket=b, Key="k", Body=b"one")["VersionId"]
@@ -136,7 +118,6 @@ def test_delete_markers_hide_and_removing_them_restores(s3, vbucket):
     assert err(e) == ("BucketNotEmpty", 409)
 
 
-@cluster_refuses
 def test_suspended_writes_the_null_version(s3, bucket):
     b = bucket
     s3.put_object(Bucket=b, Key="k", Body=b"before")  # unversioned: the null version
@@ -156,7 +137,6 @@ def test_suspended_writes_the_null_version(s3, bucket):
     empty(s3, b)
 
 
-@cluster_refuses
 def test_list_object_versions_pages_and_prefixes(s3, vbucket):
     b = vbucket
     want = []
@@ -182,7 +162,6 @@ def test_list_object_versions_pages_and_prefixes(s3, vbucket):
     assert err(e) == ("InvalidArgument", 400)
 
 
-@cluster_refuses
 def test_copy_from_a_version_and_tag_a_version(s3, vbucket):
     b = vbucket
     v1 = s3.put_object(Bucket=b, Key="k", Body=b"old", Tagging="gen=1")["VersionId"]
@@ -196,7 +175,6 @@ def test_copy_from_a_version_and_tag_a_version(s3, vbucket):
         "the copy kept the source version's tags; the current version's are its own"
 
 
-@cluster_refuses
 def test_version_errors_and_unbuilt_combinations(s3, vbucket):
     b = vbucket
     s3.put_object(Bucket=b, Key="k", Body=b"x")

@@ -13,9 +13,10 @@
 //!   payload, the raw bytes of those inline segments (only for a record that has some), apart
 //!   so that HEADs and listings, which read only `o` values, never transfer them;
 //!   `u<key>␁␁<id>` an upload; `p<key>␁␁<id>␁␁<n:05>` a part (uploads and parts beside their
-//!   key, so a Complete is one op); `a<key>␁␁<id>` an aborted-upload tombstone; `l<omap key>`
-//!   the log of a split in progress. Records written in
-//!   format 2 keep their bytes inside the `o` value; they read as they are.
+//!   key, so a Complete is one op); `a<key>␁␁<id>` an aborted-upload tombstone; `v<key>␁␁<id>`
+//!   a noncurrent version or delete marker and `h<key>` the key's version head (versioned
+//!   buckets, see [`versions`]); `l<omap key>` the log of a split in progress. Records written
+//!   in format 2 keep their bytes inside the `o` value; they read as they are.
 //!
 //! The object's existence is the bucket's: a commit that finds no partition object answers
 //! `NoSuchBucket`, so a commit never needs a second object to know its bucket exists.
@@ -57,6 +58,7 @@
 
 mod batch;
 mod partition;
+mod versions;
 
 pub use partition::{PartitionConfig, SplitStop};
 
@@ -67,8 +69,8 @@ use bytes::Bytes;
 use lode_catalog::{
     Aborted, AppendFn, BucketFn, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit, CompleteFn,
     Cond, ListPage, ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, RenameCheck, Result,
-    Segment, SysFn, UploadPage, UploadQuery, UploadRecord, UploadState, appended_segments,
-    check_bucket_update, join_record, split_record,
+    Segment, SysFn, UploadPage, UploadQuery, UploadRecord, UploadState, VersionPage, VersionQuery,
+    appended_segments, check_bucket_update, join_record, split_record,
 };
 use lode_metadata::records::{self, AbortedUpload, Record};
 use lode_rados::{Cluster, CmpOp, IoCtx, RadosError, ReadOp, WriteOp};
@@ -688,13 +690,8 @@ impl Inner {
     }
 }
 
-/// Versioned buckets are not built on this backend yet: a versioned write is refused, never
-/// applied as an unversioned one.
-fn unversioned(cond: &Cond) -> Result<()> {
-    if cond.versioning != lode_catalog::Versioning::Off {
-        return Err(CatalogError::NotSupported("rados", "versioned buckets"));
-    }
-    Ok(())
+fn versioned(cond: &Cond) -> bool {
+    cond.versioning != lode_catalog::Versioning::Off
 }
 
 fn commit(previous: Option<ObjectRecord>) -> Commit {
@@ -822,7 +819,9 @@ impl Catalog for RadosCatalog {
         cond: &Cond,
         _refs: Refs,
     ) -> Result<Commit> {
-        unversioned(cond)?;
+        if versioned(cond) {
+            return self.commit_versioned(bucket, key, cond, Some(&rec)).await;
+        }
         let (prev, _) = self
             .commit_key(bucket, key, false, |cur| {
                 cond.check(cur)?;
@@ -833,7 +832,9 @@ impl Catalog for RadosCatalog {
     }
 
     async fn delete(&self, bucket: &str, key: &str, cond: &Cond) -> Result<Commit> {
-        unversioned(cond)?;
+        if versioned(cond) {
+            return self.commit_versioned(bucket, key, cond, None).await;
+        }
         let (prev, _) = self
             .commit_key(bucket, key, false, |cur| {
                 cond.check(cur)?;
@@ -888,6 +889,41 @@ impl Catalog for RadosCatalog {
             })
             .await?;
         new.ok_or(CatalogError::NoSuchKey)
+    }
+
+    fn supports_versions(&self) -> bool {
+        true
+    }
+
+    async fn get_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: &str,
+    ) -> Result<Option<ObjectRecord>> {
+        self.inner.get_version(bucket, key, version_id).await
+    }
+
+    async fn newest_version(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
+        self.inner.newest_version(bucket, key).await
+    }
+
+    async fn delete_version(&self, bucket: &str, key: &str, version_id: &str) -> Result<Commit> {
+        self.inner.delete_version(bucket, key, version_id).await
+    }
+
+    async fn update_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: &str,
+        f: RecordFn,
+    ) -> Result<ObjectRecord> {
+        self.inner.update_version(bucket, key, version_id, f).await
+    }
+
+    async fn list_versions(&self, bucket: &str, q: &VersionQuery) -> Result<VersionPage> {
+        self.inner.list_versions(bucket, q).await
     }
 
     async fn list(&self, bucket: &str, q: &ListQuery<'_>) -> Result<ListPage> {
@@ -1367,13 +1403,13 @@ impl Catalog for RadosCatalog {
         cond: &Cond,
         f: CompleteFn,
     ) -> Result<(ObjectRecord, Commit)> {
-        unversioned(cond)?;
         let (uk, ok, dk, pp) = (ukey(key, id), okey(key), dkey(key), pprefix(key, id));
+        let mut reads = vec![uk.clone(), ok.clone()];
+        if versioned(cond) {
+            reads.extend(Inner::complete_reads(key));
+        }
         for _ in 0..RETRIES {
-            let Some((s, keys)) = self
-                .read_upload(bucket, key, &pp, &[uk.clone(), ok.clone()])
-                .await?
-            else {
+            let Some((s, keys)) = self.read_upload(bucket, key, &pp, &reads).await? else {
                 continue;
             };
             let find = |k: &[u8]| {
@@ -1398,7 +1434,7 @@ impl Catalog for RadosCatalog {
                     .ok_or_else(|| CatalogError::Corrupt("bad part key".into()))?;
                 parts.insert(n, decode(v)?);
             }
-            let done = f(UploadState {
+            let mut done = f(UploadState {
                 upload: &up,
                 parts: &parts,
                 current: current.as_ref(),
@@ -1409,18 +1445,34 @@ impl Catalog for RadosCatalog {
                     released.extend(chunks_of(&p.segments));
                 }
             }
-            if let Some(c) = &current {
-                released.extend(chunks_of(&c.segments));
-            }
             let mut rm: Vec<Vec<u8>> = s.vals.iter().map(|(k, _)| k.clone()).collect();
             rm.push(uk.clone());
+            let mut set = vec![];
+            let mut version_id = None;
+            if versioned(cond) {
+                // The current version is retired (kept or released) in the same op.
+                let Some((extra, id)) = self
+                    .complete_versioned(bucket, key, &keys, &keys.vals, cond.versioning)
+                    .await?
+                else {
+                    continue;
+                };
+                set.extend(extra.set);
+                rm.extend(extra.rm);
+                released.extend(extra.released);
+                done.record.version_id = id.clone();
+                version_id = id;
+            } else if let Some(c) = &current {
+                released.extend(chunks_of(&c.segments));
+            }
             let (value, payload) = split_record(&done.record)?;
-            let mut set = vec![(ok.clone(), value)];
+            set.push((ok.clone(), value));
             match payload {
                 Some(p) => set.push((dk.clone(), p)),
                 None if had_payload => rm.push(dk.clone()),
                 None => {}
             }
+            rm.retain(|k| !set.iter().any(|(x, _)| x == k));
             let op = Inner::whole(&s, &set, &rm);
             if self.try_write(&s, op).await? {
                 if current.is_none() {
@@ -1432,7 +1484,8 @@ impl Catalog for RadosCatalog {
                     Commit {
                         previous: current,
                         released,
-                        ..Default::default()
+                        version_id,
+                        delete_marker: false,
                     },
                 ));
             }

@@ -74,7 +74,7 @@ pub(crate) const SPLIT: &str = "lode.split";
 /// A bucket deletion in progress closes the partitions after the first with this epoch prefix.
 const CLOSING: &str = "closing.";
 /// The tags of entries that live beside their object key (moved by a split), in order.
-const MOVED_TAGS: [u8; 5] = [b'a', b'd', b'o', b'p', b'u'];
+const MOVED_TAGS: [u8; 7] = [b'a', b'd', b'h', b'o', b'p', b'u', b'v'];
 /// Log entries of a split in progress.
 const LOG: u8 = b'l';
 /// Entries per copy write.
@@ -659,7 +659,7 @@ impl Inner {
             for (_, _, _, vals) in &parts {
                 for (k, v) in vals {
                     match k.first() {
-                        Some(b'o') => return Err(CatalogError::BucketNotEmpty),
+                        Some(b'o' | b'v') => return Err(CatalogError::BucketNotEmpty),
                         Some(b'p') => released.extend(crate::chunks_of(
                             &crate::decode::<lode_catalog::PartRecord>(v)?.segments,
                         )),
@@ -786,10 +786,20 @@ impl Inner {
         });
     }
 
-    /// The escaped object keys in a partition's range, in order (pages of keys only).
+    /// The escaped object keys in a partition's range, in order (pages of keys only), each
+    /// once per entry it has there: its current record, and each of its versions (so that a
+    /// partition full of versions of few keys splits too, between keys).
     async fn keys_in(&self, oid: &str, part: &Part) -> Result<Vec<Vec<u8>>> {
+        let mut keys = self.positions_in(oid, part, b'o').await?;
+        keys.extend(self.positions_in(oid, part, b'v').await?);
+        keys.sort();
+        Ok(keys)
+    }
+
+    /// The object-key positions of the `tag` entries in a partition's range, in order.
+    async fn positions_in(&self, oid: &str, part: &Part, tag: u8) -> Result<Vec<Vec<u8>>> {
         let mut keys = vec![];
-        let mut after = b"o".to_vec();
+        let mut after = vec![tag];
         loop {
             let r = self
                 .io
@@ -798,17 +808,20 @@ impl Inner {
                 .map_err(err)?;
             let page = r.omap_keys.unwrap_or_default();
             let mut done = !page.more || page.keys.is_empty();
-            for k in page.keys {
-                if k.first() != Some(&b'o') || !part.holds(pos_of(&k)) {
+            for k in &page.keys {
+                if k.first() != Some(&tag) || !part.holds(pos_of(k)) {
                     done = true;
                     break;
                 }
-                keys.push(k[1..].to_vec());
+                // A version's position is its key's: the part before the separator.
+                let p = pos_of(k);
+                let end = p.windows(2).position(|w| w == [1, 1]).unwrap_or(p.len());
+                keys.push(p[..end].to_vec());
             }
             if done {
                 return Ok(keys);
             }
-            after = [b"o".as_slice(), keys.last().expect("nonempty")].concat();
+            after = page.keys.last().expect("nonempty").clone();
         }
     }
 
@@ -851,7 +864,12 @@ impl Inner {
             monotonic,
             "splitting an index partition"
         );
-        self.split(bucket, oid, &keys[at.max(1)]).await
+        // Between keys: a key's entries (its versions) stay together, so a split point equal
+        // to the partition's first key moves up to the next key (none: no split).
+        let Some(at) = (at.max(1)..n).find(|&i| keys[i] != keys[0]) else {
+            return Ok(false);
+        };
+        self.split(bucket, oid, &keys[at]).await
     }
 
     /// Splits partition `oid` of `bucket` at escaped key `at` (see the module docs).

@@ -945,3 +945,120 @@ async fn a_view_of_a_deleted_bucket_never_admits_a_commit_into_its_successor() {
     assert_eq!(keys, ["a", "c", "g", "h", "p"]);
     assert!(b.get("r", "h").await.unwrap().is_some());
 }
+
+/// Versions live beside their key: a split moves a key's versions and head with it, never
+/// between them; versions count toward a split, and a partition full of one key's versions
+/// does not split (there is no point between keys); a bucket with versions left is not empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn versions_move_with_their_key_and_weigh_on_splits() {
+    let Some(c) = cluster().await else { return };
+    let ns = namespace("vsplit");
+    let cat = partitioned(&c, &ns, 16, Duration::from_secs(30)).await;
+    cat.create_bucket("v", bucket_rec()).await.unwrap();
+    let en = Cond {
+        versioning: lode_catalog::Versioning::Enabled,
+        ..Default::default()
+    };
+    // One key's versions only: 40 entries, nowhere to split.
+    for i in 0..40 {
+        cat.put(
+            "v",
+            "only",
+            conformance::record(&format!("o{i}"), &[]),
+            &en,
+            Refs::Fresh,
+        )
+        .await
+        .unwrap();
+    }
+    assert!(!cat.check_partition("v", "only").await.unwrap());
+    assert_eq!(settled(&cat, "v").await.len(), 1);
+    // Three more keys with 6 versions each (a delete marker among them): the 58 entries of
+    // 4 keys split between keys.
+    for k in ["a", "m", "z"] {
+        for i in 0..6 {
+            if i == 3 {
+                cat.delete("v", k, &en).await.unwrap();
+            } else {
+                cat.put(
+                    "v",
+                    k,
+                    conformance::record(&format!("{k}{i}"), &[]),
+                    &en,
+                    Refs::Fresh,
+                )
+                .await
+                .unwrap();
+            }
+        }
+    }
+    cat.check_partition("v", "a").await.unwrap();
+    let parts = settled(&cat, "v").await;
+    assert!(parts.len() >= 2, "{parts:?}");
+    assert_clean_partitions(&io_of(&c, &ns).await, &parts).await;
+    let q = lode_catalog::VersionQuery {
+        max: 1000,
+        ..Default::default()
+    };
+    let listed = cat.list_versions("v", &q).await.unwrap();
+    let mut counts = std::collections::BTreeMap::new();
+    for e in &listed.entries {
+        *counts.entry(e.key.as_str()).or_insert(0) += 1;
+    }
+    assert_eq!(
+        counts.into_iter().collect::<Vec<_>>(),
+        vec![("a", 6), ("m", 6), ("only", 40), ("z", 6)]
+    );
+    // Paged 7 at a time across the partitions: the same listing.
+    let mut paged = vec![];
+    let mut q = lode_catalog::VersionQuery {
+        max: 7,
+        ..Default::default()
+    };
+    loop {
+        let p = cat.list_versions("v", &q).await.unwrap();
+        paged.extend(
+            p.entries
+                .iter()
+                .map(|e| (e.key.clone(), e.record.version_id.clone())),
+        );
+        if !p.truncated {
+            break;
+        }
+        let (k, v) = p.next.unwrap();
+        (q.key_marker, q.version_marker) = (Some(k), v);
+    }
+    let whole: Vec<_> = listed
+        .entries
+        .iter()
+        .map(|e| (e.key.clone(), e.record.version_id.clone()))
+        .collect();
+    assert_eq!(paged, whole);
+    // Every key's current state survived the move.
+    assert!(cat.get("v", "a").await.unwrap().is_some());
+    assert_eq!(cat.get("v", "only").await.unwrap().unwrap().etag, "o39");
+    // Emptied of current objects, the bucket still holds versions.
+    for k in ["a", "m", "only", "z"] {
+        cat.delete("v", k, &Cond::default()).await.unwrap();
+    }
+    assert!(matches!(
+        cat.delete_bucket("v").await,
+        Err(CatalogError::BucketNotEmpty)
+    ));
+    for e in cat
+        .list_versions(
+            "v",
+            &lode_catalog::VersionQuery {
+                max: 1000,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap()
+        .entries
+    {
+        let id = e.record.version_id.unwrap_or_else(|| "null".into());
+        cat.delete_version("v", &e.key, &id).await.unwrap();
+    }
+    cat.delete_bucket("v").await.unwrap();
+}

@@ -22,7 +22,7 @@ use crate::{
     check_bucket_update, join_record, split_record,
 };
 use crate::{
-    VersionEntry, VersionPage, VersionQuery, Versioning, delete_marker, new_version_id,
+    VersionEntry, VersionPage, VersionQuery, Versioning, delete_marker, is_version, new_version_id,
     seq_of_suffix, version_seq, version_suffix,
 };
 
@@ -369,14 +369,6 @@ fn find_noncurrent(
     match t.get_for_update(Table::Versions, &vkey)? {
         Some(v) => Ok(Some((vkey, records::decode(&v)?))),
         None => Ok(None),
-    }
-}
-
-/// Whether the current record is version `id` (`null`: the one without an id).
-fn is_version(rec: &ObjectRecord, id: &str) -> bool {
-    match &rec.version_id {
-        Some(v) => v == id,
-        None => id == "null",
     }
 }
 

@@ -235,6 +235,14 @@ pub fn is_version_id(id: &str) -> bool {
                 .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()))
 }
 
+/// For backends: whether `rec` is version `id` (`null`: the one without an id).
+pub fn is_version(rec: &ObjectRecord, id: &str) -> bool {
+    match &rec.version_id {
+        Some(v) => v == id,
+        None => id == "null",
+    }
+}
+
 /// For backends: a delete marker made now with this version id (`None`: the `null` one).
 pub fn delete_marker(version_id: Option<String>) -> ObjectRecord {
     ObjectRecord {

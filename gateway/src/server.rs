@@ -234,6 +234,10 @@ pub async fn cluster_service(
     // Every gateway collects released chunks, those of gateways that are gone included.
     blobs.start_collector();
     let svc = ObjectService::open(Arc::new(catalog), Arc::new(blobs), service_cfg)?;
+    // A bucket's settings (its versioning state) changed through any gateway reach every
+    // gateway's cache before the change is acknowledged.
+    svc.set_announcer(Arc::new(crate::posix::feed::Announcer::new(index.clone())));
+    crate::posix::feed::watch_settings(index.clone(), svc.settings_listener());
     Ok((svc, index, data_cluster))
 }
 
@@ -263,6 +267,8 @@ fn rados_metrics(clusters: &[Arc<lode_rados::Cluster>]) -> String {
 pub struct ClusterFsckReport {
     pub buckets: u64,
     pub objects: u64,
+    /// Noncurrent versions (delete markers not counted).
+    pub noncurrent_versions: u64,
     pub parts: u64,
     pub chunks_referenced: u64,
     pub chunks_in_pool: u64,
@@ -281,14 +287,15 @@ impl ClusterFsckReport {
     }
 }
 
-/// `lode fsck` in cluster mode: reconciles every bucket's index (objects and multipart parts)
-/// against the chunk objects of the data pool, both ways; `repair` removes the orphans.
+/// `lode fsck` in cluster mode: reconciles every bucket's index (objects, their noncurrent
+/// versions and multipart parts) against the chunk objects of the data pool, both ways;
+/// `repair` removes the orphans.
 pub async fn fsck_cluster(
     cfg: &LodeConfig,
     repair: bool,
     min_age: Duration,
 ) -> anyhow::Result<ClusterFsckReport> {
-    use lode_catalog::{Catalog, ListQuery, UploadQuery};
+    use lode_catalog::{Catalog, UploadQuery, VersionQuery};
     let c = &cfg.cluster;
     let (catalog, data, gc) = open_cluster(c, false).await?;
     let mut rep = ClusterFsckReport::default();
@@ -304,23 +311,28 @@ pub async fn fsck_cluster(
     };
     for (bucket, _) in catalog.list_buckets().await? {
         rep.buckets += 1;
-        let mut after: Option<String> = None;
+        // Every version (current and noncurrent; delete markers hold nothing).
+        let mut q = VersionQuery {
+            max: 1000,
+            ..Default::default()
+        };
         loop {
-            let q = ListQuery {
-                prefix: "",
-                delimiter: None,
-                after: after.as_deref(),
-                max: 1000,
-            };
-            let page = catalog.list(&bucket, &q).await?;
-            for (_, r) in &page.objects {
-                rep.objects += 1;
-                note(&r.segments);
+            let page = catalog.list_versions(&bucket, &q).await?;
+            for e in &page.entries {
+                if e.record.delete_marker {
+                    continue;
+                }
+                if e.is_latest {
+                    rep.objects += 1;
+                } else {
+                    rep.noncurrent_versions += 1;
+                }
+                note(&e.record.segments);
             }
-            if !page.truncated {
-                break;
+            match page.next {
+                Some((k, v)) if page.truncated => (q.key_marker, q.version_marker) = (Some(k), v),
+                _ => break,
             }
-            after = page.last.clone();
         }
         let uploads = catalog
             .list_uploads(

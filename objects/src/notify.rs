@@ -13,6 +13,16 @@ pub trait ChangeListener: Send + Sync {
     fn bucket_changed(&self, bucket: &str);
 }
 
+/// Cluster mode: makes a change of a bucket's settings (its versioning state) known to every
+/// other gateway before the change is acknowledged, so that they drop what they cache of it
+/// (`ObjectService::settings_listener`).
+#[async_trait::async_trait]
+pub trait SettingsAnnouncer: Send + Sync {
+    /// Returns once every gateway that could be reached in time has dropped its cached
+    /// settings of `bucket`; one that could not reads them again within the cache's lifetime.
+    async fn announce(&self, bucket: &str);
+}
+
 /// The registered listeners.
 #[derive(Default)]
 pub(crate) struct Listeners(RwLock<Vec<Arc<dyn ChangeListener>>>);

@@ -72,13 +72,57 @@ pub struct ObjectService {
     /// Told about every change made through the S3 door (see `crate::notify`).
     pub(crate) listeners: crate::notify::Listeners,
     /// Buckets' versioning states as read lately ([`ObjectService::versioning_of`]).
-    versioning:
-        std::sync::Mutex<std::collections::HashMap<String, (Versioning, std::time::Instant)>>,
+    versioning: Arc<SettingsCache>,
+    /// Cluster mode: tells the other gateways of a settings change before it is acknowledged.
+    announcer: std::sync::OnceLock<Arc<dyn crate::SettingsAnnouncer>>,
+}
+
+/// Buckets' versioning states as this gateway read them lately. In cluster mode the other
+/// gateways' changes drop entries ([`ObjectService::settings_listener`]).
+#[derive(Default)]
+pub struct SettingsCache(
+    std::sync::Mutex<std::collections::HashMap<String, (Versioning, std::time::Instant)>>,
+);
+
+impl SettingsCache {
+    fn get(&self, bucket: &str) -> Option<Versioning> {
+        match self.0.lock().expect("settings").get(bucket) {
+            Some((v, at)) if at.elapsed() < VERSIONING_TTL => Some(*v),
+            _ => None,
+        }
+    }
+
+    fn put(&self, bucket: &str, v: Versioning) {
+        self.0
+            .lock()
+            .expect("settings")
+            .insert(bucket.to_owned(), (v, std::time::Instant::now()));
+    }
+
+    /// Drops what is cached of `bucket`.
+    pub fn forget(&self, bucket: &str) {
+        self.0.lock().expect("settings").remove(bucket);
+    }
+
+    /// Drops everything (changes may have been missed).
+    pub fn clear(&self) {
+        self.0.lock().expect("settings").clear();
+    }
+}
+
+impl crate::ChangeListener for SettingsCache {
+    fn object_changed(&self, _bucket: &str, _key: &str, _deleted: bool) {}
+
+    fn bucket_changed(&self, bucket: &str) {
+        self.forget(bucket);
+    }
 }
 
 /// How long a bucket's versioning state is taken as read before it is read again. A change
-/// made through this gateway is seen at once; through another, within this time (S3 asks for
-/// minutes after enabling versioning before writes rely on it).
+/// made through this gateway is seen at once; through another, once it is announced (cluster
+/// mode announces it to every gateway before acknowledging it), and within this time by a
+/// gateway the announcement did not reach (S3 asks for minutes after enabling versioning
+/// before writes rely on it).
 const VERSIONING_TTL: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The bucket setting that holds its versioning state (`Enabled` or `Suspended`).
@@ -360,6 +404,7 @@ impl ObjectService {
             cfg,
             listeners: Default::default(),
             versioning: Default::default(),
+            announcer: Default::default(),
         })
     }
 
@@ -430,7 +475,11 @@ impl ObjectService {
                 Err(ObjError::BucketAlreadyOwnedByYou)
             }
             Err(CatalogError::BucketExists { .. }) => Err(ObjError::BucketAlreadyExists),
-            r => Ok(r?),
+            r => {
+                r?;
+                self.versioning.forget(name);
+                Ok(())
+            }
         }
     }
 
@@ -503,25 +552,33 @@ impl ObjectService {
         Ok(())
     }
 
+    /// Cluster mode: `a` tells the other gateways of this gateway's settings changes (once;
+    /// later calls are ignored).
+    pub fn set_announcer(&self, a: Arc<dyn crate::SettingsAnnouncer>) {
+        let _ = self.announcer.set(a);
+    }
+
+    /// What the other gateways' settings changes go to (cluster mode): it drops this
+    /// gateway's cached settings of a bucket (and all of them, when changes may have been
+    /// missed).
+    pub fn settings_listener(&self) -> Arc<SettingsCache> {
+        Arc::clone(&self.versioning)
+    }
+
     /// The bucket's versioning state for a write (cached for [`VERSIONING_TTL`]): `Off` for a
     /// bucket that was never versioned, or one that is not there (its commit then says so).
     pub async fn versioning_of(&self, bucket: &str) -> ObjResult<Versioning> {
         if !self.catalog.supports_versions() {
             return Ok(Versioning::Off);
         }
-        if let Some((v, at)) = self.versioning.lock().expect("versioning").get(bucket)
-            && at.elapsed() < VERSIONING_TTL
-        {
-            return Ok(*v);
+        if let Some(v) = self.versioning.get(bucket) {
+            return Ok(v);
         }
         let v = match self.catalog.bucket(bucket).await? {
             Some(b) => versioning_setting(&b),
             None => Versioning::Off,
         };
-        self.versioning
-            .lock()
-            .expect("versioning")
-            .insert(bucket.to_owned(), (v, std::time::Instant::now()));
+        self.versioning.put(bucket, v);
         Ok(v)
     }
 
@@ -557,10 +614,10 @@ impl ObjectService {
             Ok(b)
         });
         self.catalog.update_bucket(bucket, f).await?;
-        self.versioning
-            .lock()
-            .expect("versioning")
-            .insert(bucket.to_owned(), (v, std::time::Instant::now()));
+        self.versioning.put(bucket, v);
+        if let Some(a) = self.announcer.get() {
+            a.announce(bucket).await;
+        }
         Ok(())
     }
 
@@ -568,6 +625,11 @@ impl ObjectService {
     /// their parts' space included, in the same commit (as S3 does).
     pub async fn delete_bucket(&self, name: &str) -> ObjResult<()> {
         let released = self.catalog.delete_bucket(name).await?;
+        // A bucket made again under the name starts unversioned, on every gateway.
+        self.versioning.forget(name);
+        if let Some(a) = self.announcer.get() {
+            a.announce(name).await;
+        }
         self.release_chunks(released);
         Ok(())
     }

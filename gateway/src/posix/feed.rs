@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use lode_objects::ChangeListener;
-use lode_rados::{IoCtx, WatchEvent, WriteOp};
+use lode_rados::{IoCtx, WatchEvent, WatchOptions, WriteOp};
 use tokio::sync::mpsc;
 
 /// The object whose watchers get every change.
@@ -163,6 +163,90 @@ pub fn publisher(io: IoCtx) -> Arc<Publisher> {
         }
     });
     Arc::new(Publisher { tx })
+}
+
+/// Announces this gateway's bucket settings changes on the feed, waiting for every watcher's
+/// ack ([`watch_settings`] acks once it dropped the bucket's cached settings).
+pub struct Announcer {
+    io: IoCtx,
+}
+
+impl Announcer {
+    pub fn new(io: IoCtx) -> Self {
+        Self { io }
+    }
+}
+
+#[async_trait::async_trait]
+impl lode_objects::SettingsAnnouncer for Announcer {
+    async fn announce(&self, bucket: &str) {
+        let payload = encode(&[Change::Bucket(bucket.to_owned())]);
+        match self.io.notify(CHANGES_OID, payload, NOTIFY_TIMEOUT).await {
+            Ok(r) if !r.timeouts.is_empty() => tracing::warn!(
+                bucket,
+                missed = r.timeouts.len(),
+                "a bucket settings change did not reach every gateway in time: they read it again within their cache's lifetime"
+            ),
+            Ok(r) => tracing::debug!(
+                bucket,
+                acks = r.acks.len(),
+                "bucket settings change announced"
+            ),
+            Err(e) => tracing::warn!(
+                bucket,
+                error = %e,
+                "announcing a bucket settings change failed: other gateways read it again within their cache's lifetime"
+            ),
+        }
+    }
+}
+
+/// Watches the change feed for the service's cached bucket settings, in every cluster
+/// gateway (with a mount or not): a bucket's change drops its cached settings, and only then
+/// is the notify acked, so an [`Announcer`] that got every ack knows that no gateway still
+/// serves the old settings. A broken watch drops them all.
+pub fn watch_settings(io: IoCtx, cache: Arc<lode_objects::SettingsCache>) {
+    tokio::spawn(async move {
+        loop {
+            let _ = io
+                .operate_write(CHANGES_OID, WriteOp::new().create(false))
+                .await;
+            let opts = WatchOptions {
+                auto_ack: false,
+                ..WatchOptions::default()
+            };
+            let mut watch = match io.watch_with(CHANGES_OID, opts).await {
+                Ok(w) => w,
+                Err(e) => {
+                    tracing::warn!(error = %e, "watching the change feed for settings failed; retrying");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            cache.clear();
+            while let Some(ev) = watch.recv().await {
+                match ev {
+                    WatchEvent::Notify(n) => {
+                        for c in decode(&n.payload).unwrap_or_default() {
+                            if let Change::Bucket(b) = c {
+                                cache.forget(&b);
+                            }
+                        }
+                        if let Err(e) = watch.ack(&n, b"") {
+                            tracing::debug!(error = %e, "acking a change notify failed");
+                        }
+                    }
+                    WatchEvent::Error { error, .. } => {
+                        tracing::warn!(error = %error, "the settings watch broke; dropping cached settings");
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            cache.clear();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
 }
 
 /// Watches the change feed for a mount: the other gateways' changes go to `sink`; after a
