@@ -199,3 +199,38 @@ def test_s3api_rename_object(aws, cli_bucket, tmp_path):
     again = aws("s3api", "rename-object", "--bucket", cli_bucket, "--key", "c", "--rename-source", f"{cli_bucket}/b/r.bin",
                 "--destination-if-none-match", "*", "--source-if-match", '"ffff"', check=False)
     assert again.returncode != 0 and b"PreconditionFailed" in again.stderr
+
+
+def test_s3api_object_lock(aws, tmp_path):
+    """aws s3api: a bucket made with object lock, its default retention, a version's retention
+    and legal hold, and a locked version's removal refused until bypassed."""
+    import json
+    name = "cli-lock-" + uuid.uuid4().hex[:8]
+    aws("s3api", "create-bucket", "--bucket", name, "--object-lock-enabled-for-bucket")
+    try:
+        aws("s3api", "put-object-lock-configuration", "--bucket", name, "--object-lock-configuration",
+            '{"ObjectLockEnabled":"Enabled","Rule":{"DefaultRetention":{"Mode":"GOVERNANCE","Days":1}}}')
+        conf = json.loads(aws("s3api", "get-object-lock-configuration", "--bucket", name).stdout)
+        assert conf["ObjectLockConfiguration"]["Rule"]["DefaultRetention"] == {"Mode": "GOVERNANCE", "Days": 1}
+        src = tmp_path / "f"
+        src.write_bytes(b"locked")
+        v = json.loads(aws("s3api", "put-object", "--bucket", name, "--key", "k", "--body", str(src),
+                           "--object-lock-mode", "GOVERNANCE", "--object-lock-retain-until-date", "2140-01-01T00:00:00Z").stdout)["VersionId"]
+        ret = json.loads(aws("s3api", "get-object-retention", "--bucket", name, "--key", "k").stdout)["Retention"]
+        assert ret["Mode"] == "GOVERNANCE" and ret["RetainUntilDate"].startswith("2140-01-01T00:00:00")
+        aws("s3api", "put-object-legal-hold", "--bucket", name, "--key", "k", "--legal-hold", "Status=ON")
+        hold = json.loads(aws("s3api", "get-object-legal-hold", "--bucket", name, "--key", "k").stdout)
+        assert hold["LegalHold"]["Status"] == "ON"
+        denied = aws("s3api", "delete-object", "--bucket", name, "--key", "k", "--version-id", v,
+                     "--bypass-governance-retention", check=False)
+        assert denied.returncode != 0 and b"AccessDenied" in denied.stderr
+        aws("s3api", "put-object-legal-hold", "--bucket", name, "--key", "k", "--legal-hold", "Status=OFF")
+        denied = aws("s3api", "delete-object", "--bucket", name, "--key", "k", "--version-id", v, check=False)
+        assert denied.returncode != 0 and b"AccessDenied" in denied.stderr
+        aws("s3api", "delete-object", "--bucket", name, "--key", "k", "--version-id", v, "--bypass-governance-retention")
+    finally:
+        lv = json.loads(aws("s3api", "list-object-versions", "--bucket", name).stdout)
+        for x in lv.get("Versions", []) + lv.get("DeleteMarkers", []):
+            aws("s3api", "delete-object", "--bucket", name, "--key", x["Key"], "--version-id", x["VersionId"],
+                "--bypass-governance-retention")
+        aws("s3api", "delete-bucket", "--bucket", name)

@@ -230,3 +230,33 @@ def test_noncurrent_versions_and_lone_delete_markers(s3, bucket, lode_servers):
     for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
         for v in page.get("Versions", []) + page.get("DeleteMarkers", []):
             s3.delete_object(Bucket=bucket, Key=v["Key"], VersionId=v["VersionId"])
+
+
+def test_lifecycle_never_removes_a_locked_version(s3, lode_servers):
+    """Object lock holds against lifecycle: a noncurrent version under retention stays (counted
+    in lode_lifecycle_locked_versions_kept_total) while an unlocked one beside it goes."""
+    import uuid
+
+    b = "lk-" + uuid.uuid4().hex[:10]
+    s3.create_bucket(Bucket=b, ObjectLockEnabledForBucket=True)
+    far = datetime.datetime(2140, 1, 1, tzinfo=datetime.timezone.utc)
+    try:
+        locked = s3.put_object(Bucket=b, Key="k", Body=b"0", ObjectLockMode="GOVERNANCE", ObjectLockRetainUntilDate=far)["VersionId"]
+        free = s3.put_object(Bucket=b, Key="k", Body=b"1")["VersionId"]
+        cur = s3.put_object(Bucket=b, Key="k", Body=b"2")["VersionId"]
+        kept_before = metric(lode_servers, "lode_lifecycle_locked_versions_kept_total")
+        put(s3, b, {"ID": "nc", "Status": "Enabled", "Filter": {}, "NoncurrentVersionExpiration": {"NoncurrentDays": 1}})
+
+        def left():
+            return sorted(v["VersionId"] for v in s3.list_object_versions(Bucket=b).get("Versions", []))
+        wait_for("the unlocked noncurrent version removed", lambda: left() == sorted([locked, cur]))
+        wait_for("a refused removal counted",
+                 lambda: metric(lode_servers, "lode_lifecycle_locked_versions_kept_total") > kept_before)
+        assert left() == sorted([locked, cur]), free
+        assert s3.get_object(Bucket=b, Key="k", VersionId=locked)["Body"].read() == b"0"
+    finally:
+        s3.delete_bucket_lifecycle(Bucket=b)
+        for page in s3.get_paginator("list_object_versions").paginate(Bucket=b):
+            for v in page.get("Versions", []) + page.get("DeleteMarkers", []):
+                s3.delete_object(Bucket=b, Key=v["Key"], VersionId=v["VersionId"], BypassGovernanceRetention=True)
+        s3.delete_bucket(Bucket=b)

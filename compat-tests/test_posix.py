@@ -394,6 +394,37 @@ def test_versioned_bucket_on_the_mount(pb, ps3):
                 ps3.delete_object(Bucket=b, Key=v["Key"], VersionId=v["VersionId"])
 
 
+def test_object_lock_on_the_mount(mounted, ps3):
+    """SEMANTICS.md P23: in a bucket with object lock, a write on the mount makes a new version
+    (the bucket's default retention applies to it; the locked one stays), an unlink a delete
+    marker, and a locked version's metadata is not rewritten in place: chmod is EPERM."""
+    b = "pl-" + uuid.uuid4().hex[:10]
+    ps3.create_bucket(Bucket=b, ObjectLockEnabledForBucket=True)
+    d = os.path.join(mounted.mnt, b)
+    try:
+        held = ps3.put_object(Bucket=b, Key="f.txt", Body=b"one", ObjectLockLegalHoldStatus="ON")["VersionId"]
+        f = os.path.join(d, "f.txt")
+        expect_errno(errno.EPERM, os.chmod, f, 0o600)
+        ps3.put_object_lock_configuration(Bucket=b, ObjectLockConfiguration={
+            "ObjectLockEnabled": "Enabled", "Rule": {"DefaultRetention": {"Mode": "GOVERNANCE", "Days": 1}}})
+        with open(f, "wb") as h:
+            h.write(b"two")
+        r = ps3.list_object_versions(Bucket=b, Prefix="f.txt")["Versions"]
+        assert len(r) == 2 and r[1]["VersionId"] == held
+        new = ps3.head_object(Bucket=b, Key="f.txt")
+        assert new["ObjectLockMode"] == "GOVERNANCE" and "ObjectLockLegalHoldStatus" not in new
+        os.unlink(f)
+        assert ps3.list_object_versions(Bucket=b, Prefix="f.txt")["DeleteMarkers"][0]["IsLatest"]
+        assert ps3.get_object(Bucket=b, Key="f.txt", VersionId=held)["Body"].read() == b"one"
+    finally:
+        for page in ps3.get_paginator("list_object_versions").paginate(Bucket=b):
+            for v in page.get("Versions", []) + page.get("DeleteMarkers", []):
+                if v["VersionId"] == held:
+                    ps3.put_object_legal_hold(Bucket=b, Key=v["Key"], VersionId=held, LegalHold={"Status": "OFF"})
+                ps3.delete_object(Bucket=b, Key=v["Key"], VersionId=v["VersionId"], BypassGovernanceRetention=True)
+        ps3.delete_bucket(Bucket=b)
+
+
 # ---------------------------------------------------------------- name rules (SEMANTICS.md)
 
 

@@ -908,8 +908,16 @@ impl Catalog for RadosCatalog {
         self.inner.newest_version(bucket, key).await
     }
 
-    async fn delete_version(&self, bucket: &str, key: &str, version_id: &str) -> Result<Commit> {
-        self.inner.delete_version(bucket, key, version_id).await
+    async fn delete_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: &str,
+        check: Option<lode_catalog::RecordCheck>,
+    ) -> Result<Commit> {
+        self.inner
+            .delete_version(bucket, key, version_id, check)
+            .await
     }
 
     async fn update_version(

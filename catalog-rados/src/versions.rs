@@ -32,6 +32,13 @@ fn vprefix(key: &str) -> Vec<u8> {
     k
 }
 
+/// [`vprefix`] of an escaped key.
+fn vprefix_esc(ekey: &[u8]) -> Vec<u8> {
+    let mut k = tagged(b'v', &[ekey]);
+    k.extend_from_slice(&SEP);
+    k
+}
+
 /// The key of `key`'s version head.
 fn hkey(key: &str) -> Vec<u8> {
     tagged(b'h', &[&esc(key.as_bytes())])
@@ -129,8 +136,8 @@ fn retire(
 }
 
 /// The entry of `key`'s noncurrent `null` version named by `head` (`Some(None)`: none), read
-/// from the partition of `at` (`Ok(None)` when that partition changed its range or state
-/// since: read again).
+/// with the key's head from the partition of `at` (`Ok(None)` when that partition changed its
+/// range or state, or the head changed, since: read again).
 async fn read_null(
     inner: &Inner,
     bucket: &str,
@@ -141,11 +148,14 @@ async fn read_null(
     let Some(s) = &head.null else {
         return Ok(Some(None));
     };
-    let vk = vkey(key, s);
+    let (vk, hk) = (vkey(key, s), hkey(key));
     let r = inner
-        .read_keys(bucket, &pos(key), std::slice::from_ref(&vk))
+        .read_keys(bucket, &pos(key), &[vk.clone(), hk.clone()])
         .await?;
-    if r.oid != at.oid || r.epoch != at.epoch {
+    if r.oid != at.oid
+        || r.epoch != at.epoch
+        || VHead::parse(find(&r.vals, &hk).as_deref())? != *head
+    {
         return Ok(None);
     }
     Ok(Some(find(&r.vals, &vk).map(|v| (vk, v))))
@@ -348,7 +358,13 @@ impl Inner {
         }
     }
 
-    pub(crate) async fn delete_version(&self, bucket: &str, key: &str, id: &str) -> Result<Commit> {
+    pub(crate) async fn delete_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: &str,
+        check: Option<lode_catalog::RecordCheck>,
+    ) -> Result<Commit> {
         let (k, d, h, vp) = (okey(key), dkey(key), hkey(key), vprefix(key));
         let mut keys = vec![k.clone(), d.clone(), h.clone()];
         if id != "null" {
@@ -413,6 +429,10 @@ impl Inner {
                     (rec, Some(vk))
                 }
             };
+            if let Some(c) = &check {
+                // Guarded below on the value it saw: it holds for what the op removes.
+                c(&removed)?;
+            }
             // With no current version left, the newest remaining one becomes current unless
             // it is a delete marker.
             let remaining: Vec<&(Vec<u8>, Bytes)> = newest
@@ -544,10 +564,11 @@ impl Inner {
         Err(CatalogError::Contended)
     }
 
-    /// ListObjectVersions: the `o` (current) and `v` (noncurrent) entries merged in one pass
-    /// of two scans along the partition chain, keys in order, each key's current version
-    /// first; a common prefix is skipped with one seek of each. O(page), plus the read of the
-    /// marker key's current record.
+    /// ListObjectVersions: the `o` (current) and `v` (noncurrent) entries merged, keys in
+    /// order, each key's current version first, read in windows ([`Inner::window`]) in which
+    /// both are read at one version of one partition and every key is whole, so that a version
+    /// moving from current to noncurrent meanwhile is listed once. A common prefix is skipped
+    /// with one seek. O(page), plus the read of the marker key's current record.
     pub(crate) async fn list_versions(
         &self,
         bucket: &str,
@@ -556,62 +577,75 @@ impl Inner {
         let prefix = esc(q.prefix.as_bytes());
         let delim = q.delimiter.as_deref().filter(|d| !d.is_empty());
         let km = q.key_marker.as_deref().filter(|k| *k >= q.prefix.as_str());
-        // Where the previous page ended: (escaped key, rank); rank None is the current one.
-        let marker: Option<(Vec<u8>, Option<Vec<u8>>)> = match (km, q.version_marker.as_deref()) {
+        // Where the previous page ended: (escaped key, rank, where its older versions start);
+        // rank None is the current one.
+        let marker: Option<Marker> = match (km, q.version_marker.as_deref()) {
             (Some(k), Some(v)) => {
                 let s = self.read_keys(bucket, &pos(k), &[okey(k), hkey(k)]).await?;
                 let cur = find(&s.vals, &okey(k))
                     .map(|v| records::decode_head(&v))
                     .transpose()?;
-                let rank = match cur {
-                    Some(c) if is_version(&c, v) => None,
-                    _ if v == "null" => {
-                        let head = VHead::parse(find(&s.vals, &hkey(k)).as_deref())?;
-                        Some(head.null.unwrap_or_default().into_bytes())
+                let head = VHead::parse(find(&s.vals, &hkey(k)).as_deref())?;
+                // The noncurrent versions older than the marker start after `older`: the
+                // marker's own entry, or for a marker that is the current version, where it
+                // will sort once it is retired (its id; for the `null` one, above the key's
+                // floor), so that one retired meanwhile is not listed again.
+                let (rank, older) = match cur {
+                    Some(c) if is_version(&c, v) => {
+                        let older = match &c.version_id {
+                            Some(id) => [vprefix(k), id.as_bytes().to_vec()].concat(),
+                            None => [
+                                vprefix(k),
+                                format!("{:016x}", u64::MAX - head.floor).into_bytes(),
+                                vec![HIGH],
+                            ]
+                            .concat(),
+                        };
+                        (None, older)
                     }
-                    _ => Some(v.as_bytes().to_vec()),
+                    _ => {
+                        let r = if v == "null" {
+                            head.null.unwrap_or_default().into_bytes()
+                        } else {
+                            v.as_bytes().to_vec()
+                        };
+                        (Some(r.clone()), [vprefix(k), r].concat())
+                    }
                 };
-                Some((esc(k.as_bytes()), rank))
+                Some((esc(k.as_bytes()), rank, older))
             }
             _ => None,
         };
-        let mut objs = Stream::new(b'o', &prefix);
-        let mut vers = Stream::new(b'v', &prefix);
-        if let Some(k) = km {
-            objs.after = okey(k);
-            vers.after = match &marker {
-                Some((_, Some(rank))) => {
-                    let mut a = vprefix(k);
-                    a.extend_from_slice(rank);
-                    a
-                }
-                Some((_, None)) => tagged(b'v', &[&esc(k.as_bytes())]),
-                None => {
-                    let mut a = vprefix(k);
-                    a.push(HIGH);
-                    a
-                }
-            };
-        }
+        let filters = (tagged(b'o', &[&prefix]), tagged(b'v', &[&prefix]));
+        let mut next = Some(match km {
+            None => Cursor {
+                o_after: vec![],
+                v_after: vec![],
+                pos: prefix.clone(),
+            },
+            Some(k) => Cursor {
+                o_after: okey(k),
+                v_after: match &marker {
+                    Some((_, _, older)) => older.clone(),
+                    None => [vprefix(k), vec![HIGH]].concat(),
+                },
+                pos: esc(k.as_bytes()),
+            },
+        });
+        let mut buf: std::collections::VecDeque<Item> = Default::default();
         let mut page = VersionPage::default();
-        let mut latest_done: Option<Vec<u8>> = marker.as_ref().map(|(k, _)| k.clone());
+        let mut latest_done: Option<Vec<u8>> = marker.as_ref().map(|(k, ..)| k.clone());
         loop {
-            let want = (q.max + 1).saturating_sub(page.entries.len() + page.prefixes.len());
-            let o = objs.peek(self, bucket, want).await?;
-            let v = vers.peek(self, bucket, want).await?;
-            let (from_objs, (ekey, _)) = match (o, v) {
-                (None, None) => break,
-                (Some(o), None) => (true, o),
-                (None, Some(v)) => (false, v),
-                (Some(o), Some(v)) => {
-                    if (&o.0, &o.1) <= (&v.0, &v.1) {
-                        (true, o)
-                    } else {
-                        (false, v)
-                    }
-                }
+            let Some(item) = buf.pop_front() else {
+                let Some(c) = next.take() else { break };
+                let want = (q.max.saturating_add(1))
+                    .saturating_sub(page.entries.len() + page.prefixes.len());
+                let (items, after) = self.window(bucket, &c, &filters, want as u64).await?;
+                buf.extend(items);
+                next = after;
+                continue;
             };
-            let key = String::from_utf8(unesc(&ekey).ok_or_else(|| corrupt("bad index key"))?)
+            let key = String::from_utf8(unesc(&item.ekey).ok_or_else(|| corrupt("bad index key"))?)
                 .map_err(|e| CatalogError::Corrupt(e.to_string()))?;
             let cp_end = delim.and_then(|d| {
                 key[q.prefix.len()..]
@@ -628,26 +662,30 @@ impl Inner {
                     page.next = Some((cp.clone(), None));
                     page.prefixes.push(cp.clone());
                 }
-                let mut past = okey(&cp);
-                past.push(HIGH);
-                objs.seek(past);
-                let mut past = tagged(b'v', &[&esc(cp.as_bytes())]);
-                past.push(HIGH);
-                vers.seek(past);
+                // Past every key under the prefix: what was read of it, and the next reads.
+                let ecp = esc(cp.as_bytes());
+                buf.retain(|i| !i.ekey.starts_with(&ecp));
+                if buf.is_empty()
+                    && let Some(c) = &mut next
+                {
+                    let past = |t: u8| [tagged(t, &[&ecp]), vec![HIGH]].concat();
+                    c.o_after = c.o_after.clone().max(past(b'o'));
+                    c.v_after = c.v_after.clone().max(past(b'v'));
+                    c.pos = c.pos.clone().max([ecp, vec![HIGH]].concat());
+                }
                 continue;
             }
             if page.entries.len() + page.prefixes.len() >= q.max {
                 page.truncated = true;
                 break;
             }
-            let (_, value) = if from_objs { objs.pop() } else { vers.pop() };
-            let record = if from_objs {
-                records::decode_head(&value)?
+            let record = if item.rank.is_none() {
+                records::decode_head(&item.value)?
             } else {
-                decode::<ObjectRecord>(&value)?.into_head()
+                decode::<ObjectRecord>(&item.value)?.into_head()
             };
-            let is_latest = latest_done.as_deref() != Some(ekey.as_slice());
-            latest_done = Some(ekey);
+            let is_latest = latest_done.as_deref() != Some(item.ekey.as_slice());
+            latest_done = Some(item.ekey);
             let id = record.version_id.clone().unwrap_or_else(|| "null".into());
             page.next = Some((key.clone(), Some(id)));
             page.entries.push(VersionEntry {
@@ -661,6 +699,151 @@ impl Inner {
         }
         Ok(page)
     }
+
+    /// One window of a version listing from `c`: up to about `n` entries of each of the `o`
+    /// and `v` ranges under `filters`, read from one partition at one version (the second read
+    /// asserts the first's version), merged, cut to whole keys (a single key with more
+    /// versions than a window comes in pieces; its newest entries come first, so a version
+    /// that moves from current to noncurrent between two pieces is not listed twice). Returns
+    /// the entries and where the next window starts (`None`: the listing is done).
+    async fn window(
+        &self,
+        bucket: &str,
+        c: &Cursor,
+        filters: &(Vec<u8>, Vec<u8>),
+        n: u64,
+    ) -> Result<(Vec<Item>, Option<Cursor>)> {
+        let n = n.clamp(1, PAGE);
+        let mut c = c.clone();
+        // Both ranges in one op: one version of the partition.
+        let l = self
+            .locate(bucket, &c.pos, || {
+                ReadOp::new()
+                    .omap_get_vals(&c.o_after, &filters.0, n)
+                    .omap_get_vals2(&c.v_after, &filters.1, n)
+            })
+            .await?;
+        let vpage = l.r.omap_vals2.unwrap_or_default();
+        let opage = l.r.omap_vals.unwrap_or_default();
+        let hi = l.part.hi.clone();
+        // Entries past the partition's end are a split's leftovers.
+        let inside = |k: &[u8]| hi.as_deref().is_none_or(|h| partition::pos_of(k) < h);
+        let split = |page: lode_rados::OmapPage| -> Result<(Vec<Item>, bool, Option<Vec<u8>>)> {
+            let n_read = page.entries.len();
+            let last = page.entries.last().map(|(k, _)| k.clone());
+            let mut items = vec![];
+            for (k, v) in page.entries {
+                if !inside(&k) {
+                    return Ok((items, false, last));
+                }
+                items.push(Item::of(&k, v)?);
+            }
+            Ok((items, page.more && n_read > 0, last))
+        };
+        let (o_items, o_more, o_last) = split(opage)?;
+        let (v_items, v_more, v_last) = split(vpage)?;
+        let mut all: Vec<Item> = o_items.into_iter().chain(v_items).collect();
+        all.sort_by(|a, b| (&a.ekey, &a.rank).cmp(&(&b.ekey, &b.rank)));
+        if o_more || v_more {
+            // What both reads cover: up to the smaller of the last entries of the reads
+            // that stopped short, then whole keys only (unless one key is all there is).
+            // The `o` read covers its last key whole (a key's current record comes before
+            // its versions, which the `v` read has up to its own last entry).
+            let all_of_key = Some(vec![HIGH]);
+            let lasts = [
+                o_more
+                    .then(|| all.iter().rfind(|i| i.rank.is_none()))
+                    .flatten()
+                    .map(|i| (i.ekey.clone(), all_of_key.clone())),
+                v_more
+                    .then(|| all.iter().rfind(|i| i.rank.is_some()))
+                    .flatten()
+                    .map(|i| (i.ekey.clone(), i.rank.clone())),
+            ];
+            let end = lasts
+                .into_iter()
+                .flatten()
+                .min()
+                .expect("a read that stopped short returned entries");
+            all.retain(|i| (&i.ekey, &i.rank) <= (&end.0, &end.1));
+            // Whole keys only, unless one key is all there is; a key is whole when it is
+            // below the end's, or the end covers all of it.
+            let whole = if all.iter().any(|i| i.ekey != end.0) {
+                all.retain(|i| i.ekey != end.0);
+                true
+            } else {
+                end.1 == all_of_key
+            };
+            let last = all.last().expect("at least the first entry is kept");
+            let v_after = match (&last.rank, whole) {
+                (Some(r), false) => [vprefix_esc(&last.ekey), r.clone()].concat(),
+                _ => [vprefix_esc(&last.ekey), vec![HIGH]].concat(),
+            };
+            let next = Cursor {
+                o_after: tagged(b'o', &[&last.ekey]),
+                v_after,
+                pos: last.ekey.clone(),
+            };
+            return Ok((all, Some(next)));
+        }
+        // Both ranges are done in this partition: the next one, if the prefix goes on.
+        let beyond = hi
+            .as_deref()
+            .is_some_and(|h| !partition::prefix_below(partition::pos_of(&filters.0), h));
+        let next = match hi {
+            Some(h) if beyond => {
+                c.o_after = c.o_after.clone().max(o_last.unwrap_or_default());
+                c.v_after = c.v_after.clone().max(v_last.unwrap_or_default());
+                c.pos = h;
+                Some(c)
+            }
+            _ => None,
+        };
+        Ok((all, next))
+    }
+}
+
+/// Where a previous page of a version listing ended: the escaped key, its rank (`None`: the
+/// current record) and the `v` key after which its older versions start.
+type Marker = (Vec<u8>, Option<Vec<u8>>, Vec<u8>);
+
+/// Where the next window of a version listing starts: after these omap keys of the `o` and
+/// `v` ranges, in the partition holding escaped position `pos`.
+#[derive(Clone)]
+struct Cursor {
+    o_after: Vec<u8>,
+    v_after: Vec<u8>,
+    pos: Vec<u8>,
+}
+
+/// One entry of a version listing: its escaped key, rank (`None`: the current record, else the
+/// version's suffix) and value.
+struct Item {
+    ekey: Vec<u8>,
+    rank: Option<Vec<u8>>,
+    value: Bytes,
+}
+
+impl Item {
+    fn of(k: &[u8], value: Bytes) -> Result<Self> {
+        let rest = &k[1..];
+        if k[0] == b'o' {
+            return Ok(Self {
+                ekey: rest.to_vec(),
+                rank: None,
+                value,
+            });
+        }
+        let i = rest
+            .windows(2)
+            .position(|w| w == SEP)
+            .ok_or_else(|| corrupt("bad version key"))?;
+        Ok(Self {
+            ekey: rest[..i].to_vec(),
+            rank: Some(rest[i + 2..].to_vec()),
+            value,
+        })
+    }
 }
 
 /// What a versioned Complete writes besides its record ([`Inner::complete_versioned`]).
@@ -668,70 +851,6 @@ pub(crate) struct CompleteExtra {
     pub set: Vec<(Vec<u8>, Vec<u8>)>,
     pub rm: Vec<Vec<u8>>,
     pub released: Vec<ChunkLoc>,
-}
-
-/// One tag's entries under a prefix, read along the partition chain a page at a time.
-struct Stream {
-    filter: Vec<u8>,
-    after: Vec<u8>,
-    buf: std::collections::VecDeque<(Vec<u8>, Bytes)>,
-    more: bool,
-    tag: u8,
-}
-
-impl Stream {
-    fn new(tag: u8, prefix: &[u8]) -> Self {
-        Self {
-            filter: tagged(tag, &[prefix]),
-            after: vec![],
-            buf: Default::default(),
-            more: true,
-            tag,
-        }
-    }
-
-    /// Goes on after omap key `after`: drops what was read up to it.
-    fn seek(&mut self, after: Vec<u8>) {
-        self.buf.retain(|(k, _)| *k > after);
-        if self.buf.is_empty() && after > self.after {
-            self.after = after;
-        }
-    }
-
-    /// The next entry's (escaped object key, rank: `None` for a current record, the suffix
-    /// for a version), reading up to `want` entries when the buffer is empty.
-    async fn peek(
-        &mut self,
-        inner: &Inner,
-        bucket: &str,
-        want: usize,
-    ) -> Result<Option<(Vec<u8>, Option<Vec<u8>>)>> {
-        if self.buf.is_empty() && self.more {
-            let n = (want.max(1) as u64).min(PAGE);
-            let (entries, more) = inner.scan(bucket, &self.after, &self.filter, n).await?;
-            self.more = more && !entries.is_empty();
-            if let Some((k, _)) = entries.last() {
-                self.after = k.clone();
-            }
-            self.buf.extend(entries);
-        }
-        let Some((k, _)) = self.buf.front() else {
-            return Ok(None);
-        };
-        let rest = &k[1..];
-        if self.tag == b'o' {
-            return Ok(Some((rest.to_vec(), None)));
-        }
-        let i = rest
-            .windows(2)
-            .position(|w| w == SEP)
-            .ok_or_else(|| corrupt("bad version key"))?;
-        Ok(Some((rest[..i].to_vec(), Some(rest[i + 2..].to_vec()))))
-    }
-
-    fn pop(&mut self) -> (Vec<u8>, Bytes) {
-        self.buf.pop_front().expect("peeked")
-    }
 }
 
 #[cfg(test)]

@@ -162,7 +162,7 @@ async fn rados_payloads_live_apart_and_never_leak() {
     let want = conformance::pattern(100, 5);
     assert_eq!(payloads[0].1.as_ref(), &want[..]);
     for (k, v) in tagged_entries(&io, "leak", b'o').await {
-        assert_eq!(v[0], records::FORMAT_V4, "{k}");
+        assert_eq!(v[0], records::FORMAT_V5, "{k}");
         assert!(
             !v.windows(want.len()).any(|w| w == want),
             "{k} holds its payload"
@@ -241,7 +241,7 @@ async fn rados_reads_and_migrates_format_2_records() {
         entries.iter().find(|(x, _)| x == k).map(|(_, v)| v[0])
     };
     let o = tagged_entries(&io, "old", b'o').await;
-    assert_eq!(format(&o, "a"), Some(records::FORMAT_V4));
+    assert_eq!(format(&o, "a"), Some(records::FORMAT_V5));
     // A rename moves the value as it is (and a payload, here none).
     cat.rename("old", "b", "b2", replace_check(false))
         .await
@@ -1058,7 +1058,94 @@ async fn versions_move_with_their_key_and_weigh_on_splits() {
         .entries
     {
         let id = e.record.version_id.unwrap_or_else(|| "null".into());
-        cat.delete_version("v", &e.key, &id).await.unwrap();
+        cat.delete_version("v", &e.key, &id, None).await.unwrap();
     }
     cat.delete_bucket("v").await.unwrap();
+}
+
+/// Version listings racing versioned writes (overwrites and deletes of a few keys): every
+/// listing, paged two at a time, lists each version at most once and each key's versions
+/// newest first, though versions move from current to noncurrent between its reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn version_listings_racing_versioned_writes_list_each_version_once() {
+    let Some(c) = cluster().await else { return };
+    let cat =
+        Arc::new(partitioned(&c, &namespace("vrace"), 1_000_000, Duration::from_secs(30)).await);
+    cat.create_bucket("r", bucket_rec()).await.unwrap();
+    let en = Cond {
+        versioning: lode_catalog::Versioning::Enabled,
+        ..Default::default()
+    };
+    let keys = ["a", "b", "c"];
+    for k in keys {
+        for i in 0..3 {
+            cat.put(
+                "r",
+                k,
+                conformance::record(&format!("{k}{i}"), &[]),
+                &en,
+                Refs::Fresh,
+            )
+            .await
+            .unwrap();
+        }
+    }
+    // 300 versioned commits while listings run.
+    let writer = {
+        let (cat, en) = (Arc::clone(&cat), en.clone());
+        tokio::spawn(async move {
+            for n in 0..300u32 {
+                let k = keys[n as usize % keys.len()];
+                if n % 4 == 3 {
+                    cat.delete("r", k, &en).await.unwrap();
+                } else {
+                    cat.put(
+                        "r",
+                        k,
+                        conformance::record(&format!("w{n}"), &[]),
+                        &en,
+                        Refs::Fresh,
+                    )
+                    .await
+                    .unwrap();
+                }
+            }
+        })
+    };
+    let mut round = 0;
+    while round == 0 || !writer.is_finished() {
+        round += 1;
+        let mut q = lode_catalog::VersionQuery {
+            max: 2,
+            ..Default::default()
+        };
+        let mut seen: Vec<(String, String)> = vec![];
+        loop {
+            let p = cat.list_versions("r", &q).await.unwrap();
+            for e in &p.entries {
+                let id = e.record.version_id.clone().unwrap_or_else(|| "null".into());
+                seen.push((e.key.clone(), id));
+            }
+            if !p.truncated {
+                break;
+            }
+            let (k, v) = p.next.unwrap();
+            (q.key_marker, q.version_marker) = (Some(k), v);
+        }
+        let mut sorted = seen.clone();
+        sorted.sort();
+        let mut unique = sorted.clone();
+        unique.dedup();
+        assert_eq!(
+            unique.len(),
+            seen.len(),
+            "round {round}: a version listed twice: {seen:?}"
+        );
+        assert_eq!(
+            sorted, seen,
+            "round {round}: not in key order, newest first: {seen:?}"
+        );
+    }
+    writer.await.unwrap();
+    assert!(round > 1, "listings ran while the writer wrote");
 }

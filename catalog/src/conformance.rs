@@ -1657,10 +1657,21 @@ pub async fn versions(c: Arc<dyn Catalog>) {
         ]
     );
     // Removing the marker brings v2 back; removing v2 (current) makes v1 current.
-    let gone = c.delete_version("ver", "k", &mid).await.unwrap();
+    let gone = c.delete_version("ver", "k", &mid, None).await.unwrap();
     assert!(gone.delete_marker);
     assert_eq!(c.get("ver", "k").await.unwrap().unwrap().etag, "v2");
-    c.delete_version("ver", "k", &id2).await.unwrap();
+    // A check that refuses leaves the version, current or not, where it was.
+    let no: crate::RecordCheck = Arc::new(|_| Err(CatalogError::PreconditionFailed));
+    for id in [&id2, &id1] {
+        assert!(matches!(
+            c.delete_version("ver", "k", id, Some(Arc::clone(&no)))
+                .await,
+            Err(CatalogError::PreconditionFailed)
+        ));
+    }
+    assert_eq!(c.get("ver", "k").await.unwrap().unwrap().etag, "v2");
+    assert!(c.get_version("ver", "k", &id1).await.unwrap().is_some());
+    c.delete_version("ver", "k", &id2, None).await.unwrap();
     let cur = c.get("ver", "k").await.unwrap().unwrap();
     assert_eq!(
         (cur.etag.as_str(), cur.version_id.as_deref()),
@@ -1715,13 +1726,17 @@ pub async fn versions(c: Arc<dyn Catalog>) {
     ));
     // Only the last version holding a chunk releases it.
     assert_eq!(
-        set(&c.delete_version("ver", "k", &id1).await.unwrap().released),
+        set(&c
+            .delete_version("ver", "k", &id1, None)
+            .await
+            .unwrap()
+            .released),
         set(&[v1c])
     );
-    c.delete_version("ver", "k", "null").await.unwrap();
+    c.delete_version("ver", "k", "null", None).await.unwrap();
     assert!(c.newest_version("ver", "k").await.unwrap().is_none());
     assert!(
-        c.delete_version("ver", "k", "null")
+        c.delete_version("ver", "k", "null", None)
             .await
             .unwrap()
             .previous
@@ -1808,7 +1823,7 @@ pub async fn versions(c: Arc<dyn Catalog>) {
         }
         for e in page.entries {
             let id = e.record.version_id.unwrap_or_else(|| "null".into());
-            c.delete_version("ver", &e.key, &id).await.unwrap();
+            c.delete_version("ver", &e.key, &id, None).await.unwrap();
         }
     }
     c.delete_bucket("ver").await.unwrap();
@@ -1908,7 +1923,7 @@ pub async fn racing_versioned_commits(c: Arc<dyn Catalog>) {
     assert!(c.get("rver", "k").await.unwrap().is_none());
     for e in page.entries {
         let id = e.record.version_id.unwrap_or_else(|| "null".into());
-        c.delete_version("rver", "k", &id).await.unwrap();
+        c.delete_version("rver", "k", &id, None).await.unwrap();
     }
     assert!(c.newest_version("rver", "k").await.unwrap().is_none());
     c.delete_bucket("rver").await.unwrap();

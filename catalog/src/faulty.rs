@@ -130,8 +130,14 @@ impl Catalog for FaultyCatalog {
     async fn newest_version(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
         self.inner.newest_version(bucket, key).await
     }
-    async fn delete_version(&self, bucket: &str, key: &str, version_id: &str) -> Result<Commit> {
-        self.commit(self.inner.delete_version(bucket, key, version_id))
+    async fn delete_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: &str,
+        check: Option<crate::RecordCheck>,
+    ) -> Result<Commit> {
+        self.commit(self.inner.delete_version(bucket, key, version_id, check))
             .await
     }
     async fn update_version(

@@ -983,7 +983,13 @@ impl Catalog for KvCatalog {
         .await
     }
 
-    async fn delete_version(&self, bucket: &str, key: &str, version_id: &str) -> Result<Commit> {
+    async fn delete_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: &str,
+        check: Option<crate::RecordCheck>,
+    ) -> Result<Commit> {
         let (b, k, id) = (bucket.to_owned(), key.to_owned(), version_id.to_owned());
         self.blocking(move |m, gate| {
             let _shared = gate.read().expect("bucket gate");
@@ -993,12 +999,18 @@ impl Catalog for KvCatalog {
                 let mut released = vec![];
                 let (gone_key, removed) = match get_obj(t, &okey)? {
                     Some(cur) if is_version(&cur, &id) => {
+                        if let Some(c) = &check {
+                            c(&cur)?;
+                        }
                         drop_refs(t, &cur.segments, &mut released)?;
                         delete_obj(t, &okey, &cur)?;
                         (vec![], cur)
                     }
                     _ => match find_noncurrent(m, t, &b, &k, &id)? {
                         Some((vkey, rec)) => {
+                            if let Some(c) = &check {
+                                c(&rec)?;
+                            }
                             drop_refs(t, &rec.segments, &mut released)?;
                             t.delete(Table::Versions, &vkey)?;
                             (vkey, rec)

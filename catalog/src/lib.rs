@@ -41,8 +41,8 @@ use std::sync::Arc;
 
 pub use lode_metadata::list::{ListPage, ListQuery};
 pub use lode_metadata::records::{
-    BucketRecord, Checksums, ChunkLoc, ObjectMeta, ObjectRecord, PartRecord, PartSummary, Segment,
-    UploadRecord,
+    BucketRecord, Checksums, ChunkLoc, ObjectLock, ObjectMeta, ObjectRecord, PartRecord,
+    PartSummary, Segment, UploadRecord,
 };
 
 pub mod conformance;
@@ -414,6 +414,8 @@ pub struct UploadQuery {
 /// run more than once: a commit that loses a race runs again). It sees the full record (inline
 /// bytes included) and returns a full record.
 pub type RecordFn = Arc<dyn Fn(&ObjectRecord) -> Result<ObjectRecord> + Send + Sync>;
+/// A check of a record inside the commit that removes it ([`Catalog::delete_version`]).
+pub type RecordCheck = Arc<dyn Fn(&ObjectRecord) -> Result<()> + Send + Sync>;
 /// What a Complete runs inside its commit.
 pub type CompleteFn = Arc<dyn Fn(UploadState<'_>) -> Result<Completion> + Send + Sync>;
 /// The conditions of a rename, checked inside its commit on the source record and on what
@@ -624,9 +626,16 @@ pub trait Catalog: Send + Sync + 'static {
     /// the key then has no current version and its newest remaining one is not a delete
     /// marker, that one becomes current (S3: deleting the current version makes the previous
     /// one current). An absent version changes nothing. The removed record (head form) is
-    /// [`Commit::previous`].
-    async fn delete_version(&self, bucket: &str, key: &str, version_id: &str) -> Result<Commit> {
-        let _ = (bucket, key, version_id);
+    /// [`Commit::previous`]. `check` sees the version in the commit that removes it: its error
+    /// refuses the removal, and nothing changes (object lock).
+    async fn delete_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: &str,
+        check: Option<RecordCheck>,
+    ) -> Result<Commit> {
+        let _ = (bucket, key, version_id, check);
         Err(CatalogError::NotSupported(self.backend_name(), "versions"))
     }
 

@@ -144,6 +144,12 @@ fn lifecycle_metrics(s: &lode_objects::lifecycle::LifecycleStats) -> String {
             s.markers_removed.load(Relaxed) as f64,
         ),
         (
+            "lode_lifecycle_locked_versions_kept_total",
+            "Version removals that object lock refused (kept until their retention passes).",
+            "counter",
+            s.locked_kept.load(Relaxed) as f64,
+        ),
+        (
             "lode_lifecycle_aborted_uploads_total",
             "Incomplete multipart uploads aborted by a rule.",
             "counter",

@@ -47,6 +47,7 @@ impl ToErrno for ObjError {
             | ObjError::InvalidRequest(_)
             | ObjError::InvalidRange => EINVAL,
             ObjError::EntityTooLarge => EFBIG,
+            ObjError::ObjectLocked(_) => EPERM,
             ObjError::NotImplemented(_) => EOPNOTSUPP,
             ObjError::Chunk(ChunkError::NoSpace) => ENOSPC,
             ObjError::Contended => EBUSY,
@@ -140,6 +141,17 @@ pub fn s3_error(e: ObjError) -> S3Error {
             return e;
         }
         ObjError::VersionedRename => C::NotImplemented,
+        ObjError::ObjectLocked(_) => C::AccessDenied,
+        ObjError::InvalidBucketState(_) => C::InvalidBucketState,
+        ObjError::NoObjectLockConfiguration => C::ObjectLockConfigurationNotFoundError,
+        ObjError::NoSuchObjectLockConfiguration => C::NoSuchObjectLockConfiguration,
+        ObjError::InvalidRetentionPeriod(_) => {
+            return with_status(
+                C::Custom("InvalidRetentionPeriod".into()),
+                msg,
+                http::StatusCode::BAD_REQUEST,
+            );
+        }
         ObjError::InvalidRequest(_) => C::InvalidRequest,
         ObjError::IncompleteBody => C::IncompleteBody,
         ObjError::NotImplemented(_) => C::NotImplemented,
@@ -258,6 +270,27 @@ mod tests {
             (ObjError::NoSuchVersion, "NoSuchVersion", 404),
             (ObjError::DeleteMarker(None), "MethodNotAllowed", 405),
             (ObjError::VersionedRename, "NotImplemented", 501),
+            (ObjError::ObjectLocked("x".into()), "AccessDenied", 403),
+            (
+                ObjError::InvalidBucketState("x".into()),
+                "InvalidBucketState",
+                409,
+            ),
+            (
+                ObjError::NoObjectLockConfiguration,
+                "ObjectLockConfigurationNotFoundError",
+                404,
+            ),
+            (
+                ObjError::NoSuchObjectLockConfiguration,
+                "NoSuchObjectLockConfiguration",
+                404,
+            ),
+            (
+                ObjError::InvalidRetentionPeriod("x".into()),
+                "InvalidRetentionPeriod",
+                400,
+            ),
             (ObjError::NotImplemented("x".into()), "NotImplemented", 501),
             (
                 ObjError::Chunk(ChunkError::NoSpace),

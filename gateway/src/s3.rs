@@ -92,6 +92,64 @@ pub(crate) fn ts(ms: i64) -> Timestamp {
     )
 }
 
+fn ts_ms(t: &Timestamp) -> i64 {
+    (time::OffsetDateTime::from(t.clone()).unix_timestamp_nanos() / 1_000_000) as i64
+}
+
+/// The object lock a write asks for (`x-amz-object-lock-mode`, `-retain-until-date`,
+/// `-legal-hold`); the service checks it against the bucket.
+fn asked_lock(
+    mode: Option<&ObjectLockMode>,
+    until: Option<&Timestamp>,
+    hold: Option<&ObjectLockLegalHoldStatus>,
+) -> S3Result<lode_objects::ObjectLock> {
+    Ok(lode_objects::ObjectLock {
+        mode: mode.map(|m| m.as_str().to_owned()),
+        retain_until_ms: until.map(ts_ms),
+        legal_hold: legal_hold_on(hold.map(ObjectLockLegalHoldStatus::as_str))?,
+    })
+}
+
+/// A legal hold status: `ON` or `OFF` (absent: off), else `MalformedXML` as S3 answers.
+fn legal_hold_on(s: Option<&str>) -> S3Result<bool> {
+    match s {
+        None | Some(ObjectLockLegalHoldStatus::OFF) => Ok(false),
+        Some(ObjectLockLegalHoldStatus::ON) => Ok(true),
+        Some(_) => Err(s3_error!(
+            MalformedXML,
+            "The XML you provided was not well-formed or did not validate against our published schema"
+        )),
+    }
+}
+
+/// A retention mode from an S3 document: exactly `GOVERNANCE` or `COMPLIANCE`, else
+/// `MalformedXML` (S3's answer, lower case included).
+fn lock_mode(m: Option<&str>) -> S3Result<String> {
+    match m {
+        Some(m) if lode_objects::objlock::is_mode(m) => Ok(m.to_owned()),
+        _ => Err(s3_error!(
+            MalformedXML,
+            "The XML you provided was not well-formed or did not validate against our published schema"
+        )),
+    }
+}
+
+/// The object lock headers of GET and HEAD.
+fn lock_out(
+    l: &lode_objects::ObjectLock,
+) -> (
+    Option<ObjectLockMode>,
+    Option<Timestamp>,
+    Option<ObjectLockLegalHoldStatus>,
+) {
+    (
+        l.mode.clone().map(ObjectLockMode::from),
+        l.retain_until_ms.map(ts),
+        l.legal_hold
+            .then(|| ObjectLockLegalHoldStatus::from_static(ObjectLockLegalHoldStatus::ON)),
+    )
+}
+
 fn ts_secs(t: &Timestamp) -> i64 {
     time::OffsetDateTime::from(t.clone()).unix_timestamp()
 }
@@ -176,6 +234,7 @@ fn object_meta(
         expires: expires.as_ref().and_then(fmt_http_date),
         user,
         tags: vec![],
+        lock: Default::default(),
     }
 }
 
@@ -664,14 +723,18 @@ impl S3 for LodeS3 {
                 self.region
             ));
         }
-        if req.input.object_lock_enabled_for_bucket == Some(true) {
-            return Err(obj_s3(ObjError::NotImplemented("Object lock".into())));
-        }
         let creator = self.user(req.credentials.as_ref());
-        self.svc
-            .create_bucket(&req.input.bucket, &creator)
-            .await
-            .s3()?;
+        if req.input.object_lock_enabled_for_bucket == Some(true) {
+            self.svc
+                .create_bucket_locked(&req.input.bucket, &creator)
+                .await
+                .s3()?;
+        } else {
+            self.svc
+                .create_bucket(&req.input.bucket, &creator)
+                .await
+                .s3()?;
+        }
         self.svc.notify_bucket(&req.input.bucket);
         Ok(S3Response::new(CreateBucketOutput {
             location: Some(format!("/{}", req.input.bucket)),
@@ -813,6 +876,11 @@ impl S3 for LodeS3 {
         )?;
         let i = req.input;
         let tags = header_tags(i.tagging.as_deref())?;
+        let lock = asked_lock(
+            i.object_lock_mode.as_ref(),
+            i.object_lock_retain_until_date.as_ref(),
+            i.object_lock_legal_hold_status.as_ref(),
+        )?;
         let mut meta = object_meta(
             i.content_type,
             i.cache_control,
@@ -823,6 +891,7 @@ impl S3 for LodeS3 {
             i.metadata,
         );
         meta.tags = tags;
+        meta.lock = lock;
         let cond = write_cond(i.if_match.as_ref(), i.if_none_match.as_ref());
         let body = body.unwrap_or_else(|| StreamingBlob::from(s3s::Body::empty()));
         let r = match append_at {
@@ -919,6 +988,9 @@ impl S3 for LodeS3 {
             checksum_type: ctype,
             tag_count: (!m.tags.is_empty()).then_some(m.tags.len() as i32),
             version_id,
+            object_lock_mode: lock_out(&m.lock).0,
+            object_lock_retain_until_date: lock_out(&m.lock).1,
+            object_lock_legal_hold_status: lock_out(&m.lock).2,
             ..Default::default()
         };
         let mut resp = S3Response::new(out);
@@ -978,6 +1050,9 @@ impl S3 for LodeS3 {
             checksum_sha256: sha256,
             checksum_type: ctype,
             version_id,
+            object_lock_mode: lock_out(&m.lock).0,
+            object_lock_retain_until_date: lock_out(&m.lock).1,
+            object_lock_legal_hold_status: lock_out(&m.lock).2,
             ..Default::default()
         };
         let mut resp = S3Response::new(out);
@@ -1112,10 +1187,11 @@ impl S3 for LodeS3 {
             i.if_match_size,
             i.if_match_last_modified_time.as_ref(),
         )?;
+        let bypass = i.bypass_governance_retention == Some(true);
         let done = match i.version_id.as_deref() {
             Some(v) => self
                 .svc
-                .delete_object_version(&i.bucket, &i.key, v)
+                .delete_object_version(&i.bucket, &i.key, v, bypass)
                 .await
                 .s3()?,
             None => self
@@ -1147,6 +1223,7 @@ impl S3 for LodeS3 {
             ));
         }
         let quiet = i.delete.quiet.unwrap_or(false);
+        let bypass = i.bypass_governance_retention == Some(true);
         let mut deleted = vec![];
         let mut errors = vec![];
         for o in i.delete.objects {
@@ -1156,7 +1233,11 @@ impl S3 for LodeS3 {
                 o.last_modified_time.as_ref(),
             );
             let done = match (cond, o.version_id.as_deref()) {
-                (Ok(_), Some(v)) => self.svc.delete_object_version(&i.bucket, &o.key, v).await,
+                (Ok(_), Some(v)) => {
+                    self.svc
+                        .delete_object_version(&i.bucket, &o.key, v, bypass)
+                        .await
+                }
                 (Ok(cond), None) => self.svc.delete_object_if(&i.bucket, &o.key, &cond).await,
                 (Err(e), _) => Err(lode_objects::ObjError::InvalidArgument(
                     e.message().unwrap_or("invalid condition").to_owned(),
@@ -1398,6 +1479,157 @@ impl S3 for LodeS3 {
             .await
             .s3()?;
         Ok(S3Response::new(DeleteBucketLifecycleOutput::default()))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn put_object_lock_configuration(
+        &self,
+        req: S3Request<PutObjectLockConfigurationInput>,
+    ) -> S3Result<S3Response<PutObjectLockConfigurationOutput>> {
+        let i = req.input;
+        let malformed = || {
+            s3_error!(
+                MalformedXML,
+                "The XML you provided was not well-formed or did not validate against our published schema"
+            )
+        };
+        let c = i.object_lock_configuration.ok_or_else(malformed)?;
+        if c.object_lock_enabled.as_ref().map(|e| e.as_str()) != Some(ObjectLockEnabled::ENABLED) {
+            return Err(malformed());
+        }
+        let rule = match c.rule.and_then(|r| r.default_retention) {
+            None => None,
+            Some(d) => {
+                let mode = lock_mode(d.mode.as_ref().map(|m| m.as_str()))?;
+                if d.days.is_some() == d.years.is_some() {
+                    return Err(malformed());
+                }
+                Some(lode_objects::objlock::DefaultRetention::new(&mode, d.days, d.years).s3()?)
+            }
+        };
+        self.svc
+            .put_object_lock_configuration(&i.bucket, rule)
+            .await
+            .s3()?;
+        Ok(S3Response::new(PutObjectLockConfigurationOutput::default()))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn get_object_lock_configuration(
+        &self,
+        req: S3Request<GetObjectLockConfigurationInput>,
+    ) -> S3Result<S3Response<GetObjectLockConfigurationOutput>> {
+        let c = self
+            .svc
+            .object_lock_configuration(&req.input.bucket)
+            .await
+            .s3()?;
+        let rule = c.rule.map(|r| ObjectLockRule {
+            default_retention: Some(DefaultRetention {
+                mode: Some(ObjectLockRetentionMode::from(r.mode)),
+                days: r.days.map(|d| d as i32),
+                years: r.years.map(|y| y as i32),
+            }),
+        });
+        Ok(S3Response::new(GetObjectLockConfigurationOutput {
+            object_lock_configuration: Some(ObjectLockConfiguration {
+                object_lock_enabled: Some(ObjectLockEnabled::from_static(
+                    ObjectLockEnabled::ENABLED,
+                )),
+                rule,
+            }),
+        }))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket, key = %req.input.key))]
+    async fn put_object_retention(
+        &self,
+        req: S3Request<PutObjectRetentionInput>,
+    ) -> S3Result<S3Response<PutObjectRetentionOutput>> {
+        let i = req.input;
+        let r = i.retention.unwrap_or_default();
+        let mode = lock_mode(r.mode.as_ref().map(|m| m.as_str()))?;
+        let until = r.retain_until_date.as_ref().map(ts_ms).ok_or_else(|| {
+            s3_error!(
+                MalformedXML,
+                "The XML you provided was not well-formed or did not validate against our published schema"
+            )
+        })?;
+        self.svc
+            .put_object_retention(
+                &i.bucket,
+                &i.key,
+                i.version_id.as_deref(),
+                mode,
+                until,
+                i.bypass_governance_retention == Some(true),
+            )
+            .await
+            .s3()?;
+        Ok(S3Response::new(PutObjectRetentionOutput::default()))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket, key = %req.input.key))]
+    async fn get_object_retention(
+        &self,
+        req: S3Request<GetObjectRetentionInput>,
+    ) -> S3Result<S3Response<GetObjectRetentionOutput>> {
+        let i = req.input;
+        let (mode, until) = self
+            .svc
+            .object_retention(&i.bucket, &i.key, i.version_id.as_deref())
+            .await
+            .s3()?;
+        Ok(S3Response::new(GetObjectRetentionOutput {
+            retention: Some(ObjectLockRetention {
+                mode: Some(ObjectLockRetentionMode::from(mode)),
+                retain_until_date: Some(ts(until)),
+            }),
+        }))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket, key = %req.input.key))]
+    async fn put_object_legal_hold(
+        &self,
+        req: S3Request<PutObjectLegalHoldInput>,
+    ) -> S3Result<S3Response<PutObjectLegalHoldOutput>> {
+        let i = req.input;
+        let status = i.legal_hold.and_then(|h| h.status);
+        if status.is_none() {
+            return Err(s3_error!(
+                MalformedXML,
+                "The XML you provided was not well-formed or did not validate against our published schema"
+            ));
+        }
+        let on = legal_hold_on(status.as_ref().map(ObjectLockLegalHoldStatus::as_str))?;
+        self.svc
+            .put_object_legal_hold(&i.bucket, &i.key, i.version_id.as_deref(), on)
+            .await
+            .s3()?;
+        Ok(S3Response::new(PutObjectLegalHoldOutput::default()))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket, key = %req.input.key))]
+    async fn get_object_legal_hold(
+        &self,
+        req: S3Request<GetObjectLegalHoldInput>,
+    ) -> S3Result<S3Response<GetObjectLegalHoldOutput>> {
+        let i = req.input;
+        let on = self
+            .svc
+            .object_legal_hold(&i.bucket, &i.key, i.version_id.as_deref())
+            .await
+            .s3()?;
+        let status = if on {
+            ObjectLockLegalHoldStatus::ON
+        } else {
+            ObjectLockLegalHoldStatus::OFF
+        };
+        Ok(S3Response::new(GetObjectLegalHoldOutput {
+            legal_hold: Some(ObjectLockLegalHold {
+                status: Some(ObjectLockLegalHoldStatus::from_static(status)),
+            }),
+        }))
     }
 
     #[instrument(skip_all, fields(bucket = %req.input.bucket))]
@@ -1648,6 +1880,11 @@ impl S3 for LodeS3 {
             ));
         }
         let tags = header_tags(i.tagging.as_deref())?;
+        let lock = asked_lock(
+            i.object_lock_mode.as_ref(),
+            i.object_lock_retain_until_date.as_ref(),
+            i.object_lock_legal_hold_status.as_ref(),
+        )?;
         let mut meta = object_meta(
             i.content_type,
             i.cache_control,
@@ -1658,6 +1895,7 @@ impl S3 for LodeS3 {
             i.metadata,
         );
         meta.tags = tags;
+        meta.lock = lock;
         let rec = UploadRecord {
             initiated_ms: lode_objects::now_ms(),
             meta,

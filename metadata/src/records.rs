@@ -24,6 +24,9 @@ pub const FORMAT_V3: u8 = 3;
 /// ([`ObjectMeta::tags`]), `BucketRecord` since it holds the bucket's ([`BucketRecord::tags`]).
 /// (The last two went from format 1 to 4.)
 pub const FORMAT_V4: u8 = 4;
+/// `ObjectRecord` and `UploadRecord` since their metadata holds the object's lock (retention
+/// and legal hold, [`ObjectMeta::lock`]).
+pub const FORMAT_V5: u8 = 5;
 
 /// A value stored in the metadata store, with its format byte.
 pub trait Record: Serialize + DeserializeOwned {
@@ -80,6 +83,24 @@ pub struct ObjectMeta {
     pub user: Vec<(String, String)>,
     /// The object's tag set (`x-amz-tagging`, PutObjectTagging), sorted by key.
     pub tags: Vec<(String, String)>,
+    /// Object lock: the version's retention and legal hold.
+    pub lock: ObjectLock,
+}
+
+/// A version's object lock (S3 Object Lock): a retention mode with its date, and a legal hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectLock {
+    /// `GOVERNANCE` or `COMPLIANCE`, set together with `retain_until_ms`.
+    pub mode: Option<String>,
+    /// Until when (ms since the epoch) the version may not be removed.
+    pub retain_until_ms: Option<i64>,
+    pub legal_hold: bool,
+}
+
+impl ObjectLock {
+    pub fn is_empty(&self) -> bool {
+        self.mode.is_none() && self.retain_until_ms.is_none() && !self.legal_hold
+    }
 }
 
 /// Flexible checksums: base64 values as S3 returns them.
@@ -267,7 +288,7 @@ pub fn decode_head(b: &[u8]) -> Result<ObjectRecord, MetaError> {
 }
 
 impl Record for ObjectRecord {
-    const FORMAT: u8 = FORMAT_V4;
+    const FORMAT: u8 = FORMAT_V5;
 
     fn decode_old(format: u8, body: &[u8]) -> Result<Self, MetaError> {
         match format {
@@ -275,6 +296,7 @@ impl Record for ObjectRecord {
             // Formats 2 and 3: one struct (format 2 with the inline bytes inside the value),
             // metadata without tags.
             FORMAT_V2 | FORMAT_V3 => Ok(postcard_body::<v3::ObjectRecord>(body)?.into()),
+            FORMAT_V4 => Ok(postcard_body::<v4::ObjectRecord>(body)?.into()),
             f => Err(MetaError::UnknownFormat(f)),
         }
     }
@@ -311,11 +333,12 @@ impl Record for BucketRecord {
 }
 
 impl Record for UploadRecord {
-    const FORMAT: u8 = FORMAT_V4;
+    const FORMAT: u8 = FORMAT_V5;
 
     fn decode_old(format: u8, body: &[u8]) -> Result<Self, MetaError> {
         match format {
             FORMAT_V1 => Ok(postcard_body::<v3::UploadRecord>(body)?.into()),
+            FORMAT_V4 => Ok(postcard_body::<v4::UploadRecord>(body)?.into()),
             f => Err(MetaError::UnknownFormat(f)),
         }
     }
@@ -352,6 +375,7 @@ mod v3 {
                 expires: m.expires,
                 user: m.user,
                 tags: vec![],
+                lock: Default::default(),
             }
         }
     }
@@ -448,6 +472,137 @@ mod v3 {
                 owner: b.owner,
                 tags: vec![],
                 settings: vec![],
+            }
+        }
+    }
+}
+
+/// The layouts of format 4 (tags, no object lock): `ObjectRecord` and `UploadRecord`.
+mod v4 {
+    use serde::{Deserialize, Serialize};
+
+    use super::{Checksums, PartSummary, Segment};
+
+    #[derive(Serialize, Deserialize)]
+    pub struct ObjectMeta {
+        pub content_type: Option<String>,
+        pub cache_control: Option<String>,
+        pub content_disposition: Option<String>,
+        pub content_encoding: Option<String>,
+        pub content_language: Option<String>,
+        pub expires: Option<String>,
+        pub user: Vec<(String, String)>,
+        pub tags: Vec<(String, String)>,
+    }
+
+    impl From<ObjectMeta> for super::ObjectMeta {
+        fn from(m: ObjectMeta) -> Self {
+            Self {
+                content_type: m.content_type,
+                cache_control: m.cache_control,
+                content_disposition: m.content_disposition,
+                content_encoding: m.content_encoding,
+                content_language: m.content_language,
+                expires: m.expires,
+                user: m.user,
+                tags: m.tags,
+                lock: Default::default(),
+            }
+        }
+    }
+
+    impl From<super::ObjectMeta> for ObjectMeta {
+        fn from(m: super::ObjectMeta) -> Self {
+            Self {
+                content_type: m.content_type,
+                cache_control: m.cache_control,
+                content_disposition: m.content_disposition,
+                content_encoding: m.content_encoding,
+                content_language: m.content_language,
+                expires: m.expires,
+                user: m.user,
+                tags: m.tags,
+            }
+        }
+    }
+
+    #[derive(Serialize, Deserialize)]
+    pub struct ObjectRecord {
+        pub size: u64,
+        pub etag: String,
+        pub last_modified_ms: i64,
+        pub meta: ObjectMeta,
+        pub checksums: Checksums,
+        pub segments: Vec<Segment>,
+        pub parts: Vec<PartSummary>,
+        pub upload_id: Option<String>,
+        pub version_id: Option<String>,
+        pub delete_marker: bool,
+    }
+
+    impl From<ObjectRecord> for super::ObjectRecord {
+        fn from(r: ObjectRecord) -> Self {
+            Self {
+                size: r.size,
+                etag: r.etag,
+                last_modified_ms: r.last_modified_ms,
+                meta: r.meta.into(),
+                checksums: r.checksums,
+                segments: r.segments,
+                parts: r.parts,
+                upload_id: r.upload_id,
+                version_id: r.version_id,
+                delete_marker: r.delete_marker,
+            }
+        }
+    }
+
+    impl From<super::ObjectRecord> for ObjectRecord {
+        fn from(r: super::ObjectRecord) -> Self {
+            Self {
+                size: r.size,
+                etag: r.etag,
+                last_modified_ms: r.last_modified_ms,
+                meta: r.meta.into(),
+                checksums: r.checksums,
+                segments: r.segments,
+                parts: r.parts,
+                upload_id: r.upload_id,
+                version_id: r.version_id,
+                delete_marker: r.delete_marker,
+            }
+        }
+    }
+
+    #[derive(Serialize, Deserialize)]
+    pub struct UploadRecord {
+        pub initiated_ms: i64,
+        pub meta: ObjectMeta,
+        pub checksum_algorithm: Option<String>,
+        pub checksum_type: Option<String>,
+        pub owner: String,
+    }
+
+    impl From<UploadRecord> for super::UploadRecord {
+        fn from(u: UploadRecord) -> Self {
+            Self {
+                initiated_ms: u.initiated_ms,
+                meta: u.meta.into(),
+                checksum_algorithm: u.checksum_algorithm,
+                checksum_type: u.checksum_type,
+                owner: u.owner,
+            }
+        }
+    }
+
+    impl From<super::UploadRecord> for UploadRecord {
+        fn from(u: super::UploadRecord) -> Self {
+            Self {
+                initiated_ms: u.initiated_ms,
+                meta: u.meta.into(),
+                checksum_algorithm: u.checksum_algorithm,
+                checksum_type: u.checksum_type,
+                owner: u.owner,
             }
         }
     }
@@ -554,7 +709,7 @@ mod tests {
             delete_marker: false,
         };
         let b = encode(&r);
-        assert_eq!(b[0], FORMAT_V4);
+        assert_eq!(b[0], FORMAT_V5);
         assert_eq!(decode::<ObjectRecord>(&b).unwrap(), r);
         let mut bad = b.clone();
         bad[0] = 9;
@@ -626,8 +781,40 @@ mod tests {
             .collect();
         assert_eq!(got, vec![(1, "a"), (2, "b")]);
         // Re-encoding writes the current format.
-        assert_eq!(encode(&r)[0], FORMAT_V4);
+        assert_eq!(encode(&r)[0], FORMAT_V5);
         assert_eq!(decode::<ObjectRecord>(&encode(&r)).unwrap(), r);
+    }
+
+    /// Records written in format 4 (tags, versions, no object lock) read with no lock;
+    /// re-encoding writes format 5.
+    #[test]
+    fn format_4_records_read_without_a_lock() {
+        let mut r = v2_fixture_record();
+        r.meta.tags = vec![("t".into(), "1".into())];
+        r.version_id = Some("0123".into());
+        let mut b = vec![FORMAT_V4];
+        b.extend(postcard::to_stdvec(&v4::ObjectRecord::from(r.clone())).unwrap());
+        let back: ObjectRecord = decode(&b).unwrap();
+        assert_eq!(back, r);
+        assert!(back.meta.lock.is_empty());
+        let mut locked = r.clone();
+        locked.meta.lock = ObjectLock {
+            mode: Some("GOVERNANCE".into()),
+            retain_until_ms: Some(1),
+            legal_hold: true,
+        };
+        assert_eq!(encode(&locked)[0], FORMAT_V5);
+        assert_eq!(decode::<ObjectRecord>(&encode(&locked)).unwrap(), locked);
+        let u = UploadRecord {
+            initiated_ms: 3,
+            meta: r.meta.clone(),
+            checksum_algorithm: None,
+            checksum_type: None,
+            owner: "o".into(),
+        };
+        let mut b = vec![FORMAT_V4];
+        b.extend(postcard::to_stdvec(&v4::UploadRecord::from(u.clone())).unwrap());
+        assert_eq!(decode::<UploadRecord>(&b).unwrap(), u);
     }
 
     /// The record of the v2 fixture: two inline segments around a chunk, metadata, a part.
@@ -684,7 +871,7 @@ mod tests {
         assert_eq!(r, want);
         assert!(!r.has_detached());
         let (value, payload) = split_inline(&r);
-        assert_eq!(value[0], FORMAT_V4);
+        assert_eq!(value[0], FORMAT_V5);
         assert_eq!(payload.as_deref(), Some(&b"abcdefg"[..]));
         // The value holds no inline byte: it is the v2 body minus the bytes, plus lengths.
         let head: ObjectRecord = decode(&value).unwrap();
@@ -749,7 +936,7 @@ mod tests {
         let r: ObjectRecord = decode(fixture).unwrap();
         assert_eq!(r, want);
         assert!(r.meta.tags.is_empty());
-        assert_eq!(encode(&r)[0], FORMAT_V4);
+        assert_eq!(encode(&r)[0], FORMAT_V5);
         assert_eq!(decode_head(fixture).unwrap(), want);
         // BucketRecord v1: created_ms 5, owner "al".
         let b: BucketRecord = decode(&[1, 10, 2, 97, 108]).unwrap();
@@ -773,7 +960,7 @@ mod tests {
         assert!(u.meta.tags.is_empty());
         assert_eq!(u.checksum_algorithm.as_deref(), Some("CRC32"));
         assert_eq!(u.owner, "al");
-        assert_eq!(encode(&u)[0], FORMAT_V4);
+        assert_eq!(encode(&u)[0], FORMAT_V5);
     }
 
     /// Tags round-trip in every record that carries them, and `encode_v2` writes what format 2

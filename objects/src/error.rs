@@ -80,6 +80,19 @@ pub enum ObjError {
     VersionedRename,
     #[error("{0}")]
     InvalidRequest(String),
+    /// Object lock keeps the version (a retention not yet over, a legal hold): S3's `403
+    /// AccessDenied`, `EPERM` on the mount.
+    #[error("{0}")]
+    ObjectLocked(String),
+    /// The bucket's state does not allow the change (S3 `409 InvalidBucketState`).
+    #[error("{0}")]
+    InvalidBucketState(String),
+    #[error("Object Lock configuration does not exist for this bucket")]
+    NoObjectLockConfiguration,
+    #[error("The specified object does not have a ObjectLock configuration")]
+    NoSuchObjectLockConfiguration,
+    #[error("{0}")]
+    InvalidRetentionPeriod(String),
     #[error("You did not provide the number of bytes specified by the Content-Length HTTP header.")]
     IncompleteBody,
     #[error("{0} is not implemented by Lode")]

@@ -21,14 +21,15 @@ pub mod failpoint;
 pub mod lifecycle;
 pub mod namespace;
 pub mod notify;
+pub mod objlock;
 pub mod scrub;
 pub mod service;
 pub mod tags;
 
 pub use error::{ObjError, ObjResult};
 pub use lode_catalog::{
-    BucketRecord, Checksums, ChunkLoc, ListPage, ObjectMeta, ObjectRecord, PartRecord, PartSummary,
-    Segment, UploadPage, UploadRecord,
+    BucketRecord, Checksums, ChunkLoc, ListPage, ObjectLock, ObjectMeta, ObjectRecord, PartRecord,
+    PartSummary, Segment, UploadPage, UploadRecord,
 };
 pub use namespace::SegmentCache;
 pub use notify::{ChangeListener, SettingsAnnouncer};

@@ -244,6 +244,8 @@ pub struct LifecycleStats {
     pub noncurrent_expired: AtomicU64,
     /// Delete markers removed once they were the only version left.
     pub markers_removed: AtomicU64,
+    /// Removals that object lock refused (the version is kept; a later pass tries again).
+    pub locked_kept: AtomicU64,
     pub errors: AtomicU64,
     pub last_pass_end_ms: AtomicI64,
 }
@@ -470,7 +472,10 @@ async fn remove_version(
     rule: &str,
     marker: bool,
 ) -> ObjResult<()> {
-    match svc.delete_object_version(bucket, key, version_id).await {
+    match svc
+        .delete_object_version(bucket, key, version_id, false)
+        .await
+    {
         Ok(_) => {
             let (counter, what) = if marker {
                 (&stats.markers_removed, "expired delete marker removed")
@@ -482,6 +487,17 @@ async fn remove_version(
             tracing::info!(bucket, key, version = version_id, rule, "lifecycle: {what}");
         }
         Err(e) if gone(&e) => {}
+        // Object lock keeps it until its retention passes: tried again on a later pass.
+        Err(crate::ObjError::ObjectLocked(why)) => {
+            stats.locked_kept.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(
+                bucket,
+                key,
+                version = version_id,
+                why,
+                "lifecycle: a locked version is kept"
+            );
+        }
         Err(e) => {
             stats.errors.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(bucket, key, error = %e, "lifecycle: version removal failed");

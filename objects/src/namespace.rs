@@ -261,6 +261,10 @@ impl ObjectService {
     ) -> ObjResult<ObjectRecord> {
         check_key(key)?;
         let update = Arc::new(move |rec: &ObjectRecord| {
+            // A locked version's metadata is not rewritten in place (object lock).
+            if let Some(why) = crate::objlock::lock_reason(rec, crate::now_ms(), false) {
+                return Err(crate::service::refused(ObjError::ObjectLocked(why)));
+            }
             let mut rec = rec.clone();
             f(&mut rec.meta);
             Ok(rec)

@@ -81,18 +81,26 @@ pub struct ObjectService {
 /// gateways' changes drop entries ([`ObjectService::settings_listener`]).
 #[derive(Default)]
 pub struct SettingsCache(
-    std::sync::Mutex<std::collections::HashMap<String, (Versioning, std::time::Instant)>>,
+    std::sync::Mutex<std::collections::HashMap<String, (BucketSettings, std::time::Instant)>>,
 );
 
+/// What a write needs of its bucket's settings.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct BucketSettings {
+    pub versioning: Versioning,
+    /// Object lock (`None`: off).
+    pub lock: Option<crate::objlock::LockConfig>,
+}
+
 impl SettingsCache {
-    fn get(&self, bucket: &str) -> Option<Versioning> {
+    fn get(&self, bucket: &str) -> Option<BucketSettings> {
         match self.0.lock().expect("settings").get(bucket) {
-            Some((v, at)) if at.elapsed() < VERSIONING_TTL => Some(*v),
+            Some((v, at)) if at.elapsed() < VERSIONING_TTL => Some(v.clone()),
             _ => None,
         }
     }
 
-    fn put(&self, bucket: &str, v: Versioning) {
+    fn put(&self, bucket: &str, v: BucketSettings) {
         self.0
             .lock()
             .expect("settings")
@@ -126,7 +134,7 @@ impl crate::ChangeListener for SettingsCache {
 const VERSIONING_TTL: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The bucket setting that holds its versioning state (`Enabled` or `Suspended`).
-const VERSIONING_SETTING: &str = "versioning";
+pub(crate) const VERSIONING_SETTING: &str = "versioning";
 
 /// What a delete did in a versioned bucket.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -349,7 +357,7 @@ fn keep_if_maybe_applied(
 
 /// A version id as the catalog makes them (or `null`): anything else is `InvalidArgument`, as
 /// S3 answers.
-fn check_version_id(id: &str) -> ObjResult<()> {
+pub(crate) fn check_version_id(id: &str) -> ObjResult<()> {
     if lode_catalog::is_version_id(id) {
         Ok(())
     } else {
@@ -360,7 +368,7 @@ fn check_version_id(id: &str) -> ObjResult<()> {
 }
 
 /// A bucket record's versioning state.
-fn versioning_setting(b: &BucketRecord) -> Versioning {
+pub(crate) fn versioning_setting(b: &BucketRecord) -> Versioning {
     match b
         .settings
         .iter()
@@ -378,6 +386,8 @@ fn versioning_setting(b: &BucketRecord) -> Versioning {
 fn copied_meta(src: &ObjectMeta, meta: &Option<ObjectMeta>, tags: &Option<TagSet>) -> ObjectMeta {
     let mut m = meta.clone().unwrap_or_else(|| src.clone());
     m.tags = tags.clone().unwrap_or_else(|| src.tags.clone());
+    // A copy is a new version: the source's lock stays with the source.
+    m.lock = Default::default();
     m
 }
 
@@ -463,12 +473,23 @@ impl ObjectService {
     // ---------------------------------------------------------------- buckets
 
     pub async fn create_bucket(&self, name: &str, owner: &str) -> ObjResult<()> {
+        self.create_bucket_with(name, owner, vec![]).await
+    }
+
+    /// CreateBucket with its first settings (sorted by name).
+    pub(crate) async fn create_bucket_with(
+        &self,
+        name: &str,
+        owner: &str,
+        mut settings: Vec<(String, String)>,
+    ) -> ObjResult<()> {
         check_bucket_name(name)?;
+        settings.sort();
         let rec = BucketRecord {
             created_ms: now_ms(),
             owner: owner.to_owned(),
             tags: vec![],
-            settings: vec![],
+            settings,
         };
         match self.catalog.create_bucket(name, rec).await {
             Err(CatalogError::BucketExists { owner: o }) if o == owner => {
@@ -571,15 +592,33 @@ impl ObjectService {
         if !self.catalog.supports_versions() {
             return Ok(Versioning::Off);
         }
-        if let Some(v) = self.versioning.get(bucket) {
-            return Ok(v);
+        Ok(self.settings_of(bucket).await?.versioning)
+    }
+
+    /// What a write needs of the bucket's settings (cached for [`VERSIONING_TTL`]; a bucket
+    /// that is not there has none: its commit then says so).
+    pub(crate) async fn settings_of(&self, bucket: &str) -> ObjResult<BucketSettings> {
+        if let Some(s) = self.versioning.get(bucket) {
+            return Ok(s);
         }
-        let v = match self.catalog.bucket(bucket).await? {
-            Some(b) => versioning_setting(&b),
-            None => Versioning::Off,
+        let s = match self.catalog.bucket(bucket).await? {
+            Some(b) => BucketSettings {
+                versioning: versioning_setting(&b),
+                lock: crate::objlock::lock_setting(&b),
+            },
+            None => BucketSettings::default(),
         };
-        self.versioning.put(bucket, v);
-        Ok(v)
+        self.versioning.put(bucket, s.clone());
+        Ok(s)
+    }
+
+    /// After a change of a bucket's settings through this gateway: drops what is cached of
+    /// them here, and (cluster mode) on every other gateway before returning.
+    pub(crate) async fn settings_changed(&self, bucket: &str) {
+        self.versioning.forget(bucket);
+        if let Some(a) = self.announcer.get() {
+            a.announce(bucket).await;
+        }
     }
 
     /// GetBucketVersioning: `Off` for a bucket that was never versioned.
@@ -606,6 +645,11 @@ impl ObjectService {
             }
         };
         let f: lode_catalog::BucketFn = Arc::new(move |b: &BucketRecord| {
+            if v == Versioning::Suspended && crate::objlock::lock_setting(b).is_some() {
+                return Err(refused(ObjError::InvalidBucketState(
+                    "An Object Lock configuration is present on this bucket, so the versioning state cannot be changed.".into(),
+                )));
+            }
             let mut b = b.clone();
             b.settings.retain(|(n, _)| n != VERSIONING_SETTING);
             b.settings
@@ -614,10 +658,7 @@ impl ObjectService {
             Ok(b)
         });
         self.catalog.update_bucket(bucket, f).await?;
-        self.versioning.put(bucket, v);
-        if let Some(a) = self.announcer.get() {
-            a.announce(bucket).await;
-        }
+        self.settings_changed(bucket).await;
         Ok(())
     }
 
@@ -626,10 +667,7 @@ impl ObjectService {
     pub async fn delete_bucket(&self, name: &str) -> ObjResult<()> {
         let released = self.catalog.delete_bucket(name).await?;
         // A bucket made again under the name starts unversioned, on every gateway.
-        self.versioning.forget(name);
-        if let Some(a) = self.announcer.get() {
-            a.announce(name).await;
-        }
+        self.settings_changed(name).await;
         self.release_chunks(released);
         Ok(())
     }
@@ -978,7 +1016,18 @@ impl ObjectService {
     ) -> ObjResult<Option<String>> {
         let refs = if fresh { Refs::Fresh } else { Refs::Shared };
         // Nothing was committed if this fails: the new chunks go with `alloc`.
-        cond.versioning = self.versioning_of(bucket).await?;
+        let settings = self.settings_of(bucket).await?;
+        cond.versioning = if self.catalog.supports_versions() {
+            settings.versioning
+        } else {
+            Versioning::Off
+        };
+        let mut record = record;
+        record.meta.lock = crate::objlock::lock_for_write(
+            settings.lock.as_ref(),
+            std::mem::take(&mut record.meta.lock),
+            now_ms(),
+        )?;
         let done = match self.catalog.put(bucket, key, record, &cond, refs).await {
             Ok(d) => d,
             Err(e) => return Err(keep_if_maybe_applied(e, alloc)),
@@ -1090,6 +1139,7 @@ impl ObjectService {
         bucket: &str,
         key: &str,
         version_id: &str,
+        bypass_governance: bool,
     ) -> ObjResult<Deleted> {
         check_key(key)?;
         check_version_id(version_id)?;
@@ -1104,7 +1154,12 @@ impl ObjectService {
                 self.bucket(bucket).await.map(|_| Deleted::default())
             };
         }
-        let done = self.catalog.delete_version(bucket, key, version_id).await?;
+        // Object lock is checked in the commit that removes the version.
+        let check = crate::objlock::removal_check(bypass_governance);
+        let done = self
+            .catalog
+            .delete_version(bucket, key, version_id, Some(check))
+            .await?;
         self.release_chunks(done.released);
         Ok(Deleted {
             version_id: Some(version_id.to_owned()),
@@ -1230,8 +1285,13 @@ impl ObjectService {
                 return Err(ObjError::NoSuchVersion);
             }
             _ => {
-                self.update_meta(bucket, key, move |m| m.tags = tags.clone())
-                    .await?;
+                // Tags may change on a locked version (S3): not `update_meta`'s lock check.
+                let f: lode_catalog::RecordFn = Arc::new(move |r: &ObjectRecord| {
+                    let mut r = r.clone();
+                    r.meta.tags = tags.clone();
+                    Ok(r)
+                });
+                self.catalog.update(bucket, key, f).await?;
             }
         }
         Ok(())
@@ -1357,6 +1417,13 @@ impl ObjectService {
         rec: UploadRecord,
     ) -> ObjResult<String> {
         check_key(key)?;
+        let mut rec = rec;
+        let settings = self.settings_of(bucket).await?;
+        rec.meta.lock = crate::objlock::lock_for_write(
+            settings.lock.as_ref(),
+            std::mem::take(&mut rec.meta.lock),
+            now_ms(),
+        )?;
         let id = new_upload_id();
         self.catalog.create_upload(bucket, key, &id, rec).await?;
         Ok(id)

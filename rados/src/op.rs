@@ -434,6 +434,20 @@ impl ReadOp {
         self.record(r)
     }
 
+    /// A second [`ReadOp::omap_get_vals`] in the same op: another range of the same object,
+    /// read at the same version ([`ReadResult::omap_vals2`]).
+    pub fn omap_get_vals2(
+        mut self,
+        start_after: impl AsRef<[u8]>,
+        filter_prefix: impl AsRef<[u8]>,
+        max: u64,
+    ) -> Self {
+        let r = cstring("omap start_after", start_after.as_ref())
+            .and_then(|s| Ok((s, cstring("omap filter_prefix", filter_prefix.as_ref())?)))
+            .and_then(|(s, p)| self.raw.omap_get_vals2(s, p, max));
+        self.record(r)
+    }
+
     /// Up to `max` omap keys after `start_after` ([`ReadResult::omap_keys`]).
     pub fn omap_get_keys(mut self, start_after: impl AsRef<[u8]>, max: u64) -> Self {
         let r = cstring("omap start_after", start_after.as_ref())
@@ -513,6 +527,8 @@ pub struct ReadResult {
     pub xattrs: Option<BTreeMap<String, Bytes>>,
     /// From [`ReadOp::omap_get_vals`].
     pub omap_vals: Option<OmapPage>,
+    /// From [`ReadOp::omap_get_vals2`].
+    pub omap_vals2: Option<OmapPage>,
     /// From [`ReadOp::omap_get_keys`].
     pub omap_keys: Option<OmapKeys>,
     /// From [`ReadOp::omap_get_vals_by_keys`]: the entries found, sorted by key.
@@ -562,6 +578,10 @@ impl ReadResult {
         if let Some((rval, entries, more)) = out.omap_vals {
             step("omap_get_vals", rval)?;
             r.omap_vals = Some(OmapPage { entries, more });
+        }
+        if let Some((rval, entries, more)) = out.omap_vals2 {
+            step("omap_get_vals (second)", rval)?;
+            r.omap_vals2 = Some(OmapPage { entries, more });
         }
         if let Some((rval, keys, more)) = out.omap_keys {
             step("omap_get_keys", rval)?;

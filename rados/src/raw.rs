@@ -727,6 +727,9 @@ struct ReadSlots {
     vals_iter: sys::rados_omap_iter_t,
     vals_more: c_uchar,
     vals_rval: c_int,
+    vals2_iter: sys::rados_omap_iter_t,
+    vals2_more: c_uchar,
+    vals2_rval: c_int,
     keys_iter: sys::rados_omap_iter_t,
     keys_more: c_uchar,
     keys_rval: c_int,
@@ -744,6 +747,7 @@ struct Requested {
     read: bool,
     xattrs: bool,
     vals: bool,
+    vals2: bool,
     keys: bool,
     bykeys: bool,
     exec: bool,
@@ -775,6 +779,7 @@ pub(crate) struct ReadOutputs {
     pub(crate) data: Option<(c_int, Vec<u8>)>,
     pub(crate) xattrs: Option<(c_int, Vec<(String, Bytes)>)>,
     pub(crate) omap_vals: Option<(c_int, OmapEntries, bool)>,
+    pub(crate) omap_vals2: Option<(c_int, OmapEntries, bool)>,
     pub(crate) omap_keys: Option<(c_int, Vec<Vec<u8>>, bool)>,
     pub(crate) omap_by_keys: Option<(c_int, OmapEntries)>,
     pub(crate) exec: Option<(c_int, Bytes)>,
@@ -800,6 +805,9 @@ impl RawReadOp {
             vals_iter: ptr::null_mut(),
             vals_more: 0,
             vals_rval: 0,
+            vals2_iter: ptr::null_mut(),
+            vals2_more: 0,
+            vals2_rval: 0,
             keys_iter: ptr::null_mut(),
             keys_more: 0,
             keys_rval: 0,
@@ -979,6 +987,34 @@ impl RawReadOp {
         Ok(())
     }
 
+    /// A second [`RawReadOp::omap_get_vals`] in the same op (another range, read at the same
+    /// object version).
+    pub(crate) fn omap_get_vals2(
+        &mut self,
+        start_after: CString,
+        filter_prefix: CString,
+        max: u64,
+    ) -> Result<()> {
+        Self::once(&mut self.requested.vals2, "a second omap_get_vals")?;
+        let s = self.s();
+        // SAFETY: as for omap_get_vals, with the second range's slots.
+        unsafe {
+            sys::rados_read_op_omap_get_vals2(
+                self.ptr,
+                start_after.as_ptr(),
+                filter_prefix.as_ptr(),
+                max,
+                &raw mut (*s).vals2_iter,
+                &raw mut (*s).vals2_more,
+                &raw mut (*s).vals2_rval,
+            )
+        };
+        self.keep_strs.push(start_after);
+        self.keep_strs.push(filter_prefix);
+        self.steps += 1;
+        Ok(())
+    }
+
     pub(crate) fn omap_get_keys(&mut self, start_after: CString, max: u64) -> Result<()> {
         Self::once(&mut self.requested.keys, "omap_get_keys")?;
         let s = self.s();
@@ -1086,6 +1122,15 @@ impl RawReadOp {
                     Vec::new()
                 };
                 out.omap_vals = Some((rval, v, (*s).vals_more != 0));
+            }
+            if req.vals2 {
+                let rval = (*s).vals2_rval;
+                let v = if rval >= 0 {
+                    walk_omap((*s).vals2_iter)
+                } else {
+                    Vec::new()
+                };
+                out.omap_vals2 = Some((rval, v, (*s).vals2_more != 0));
             }
             if req.keys {
                 let rval = (*s).keys_rval;
@@ -1199,7 +1244,12 @@ impl Drop for RawReadOp {
             if !(*s).xattrs_iter.is_null() {
                 sys::rados_getxattrs_end((*s).xattrs_iter);
             }
-            for iter in [(*s).vals_iter, (*s).keys_iter, (*s).bykeys_iter] {
+            for iter in [
+                (*s).vals_iter,
+                (*s).vals2_iter,
+                (*s).keys_iter,
+                (*s).bykeys_iter,
+            ] {
                 if !iter.is_null() {
                     sys::rados_omap_get_end(iter);
                 }

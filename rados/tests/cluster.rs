@@ -460,6 +460,24 @@ async fn omap_paging_filters_and_removal() {
     assert!(!p3.more);
     assert_eq!(p3.entries[499].0, key(2499).into_bytes());
 
+    // Two ranges in one op (one version of the object), each with its own filter and `more`.
+    let r = io
+        .operate_read(
+            &oid,
+            ReadOp::new()
+                .omap_get_vals("", "k0000", 3)
+                .omap_get_vals2(key(2497), "k024", 10),
+        )
+        .await
+        .unwrap();
+    let (a, b) = (r.omap_vals.unwrap(), r.omap_vals2.unwrap());
+    assert_eq!(a.entries.len(), 3);
+    assert!(a.more);
+    assert_eq!(a.entries[2].0, key(2).into_bytes());
+    let tail: Vec<Vec<u8>> = b.entries.into_iter().map(|e| e.0).collect();
+    assert_eq!(tail, vec![key(2498).into_bytes(), key(2499).into_bytes()]);
+    assert!(!b.more);
+
     // The OSD caps a page (osd_max_omap_entries_per_request = 1024).
     let big = io.omap_get_vals(&oid, "", "", 5000).await.unwrap();
     eprintln!(

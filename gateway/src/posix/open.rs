@@ -126,6 +126,8 @@ pub async fn stage(
         match svc.stat_blocking(bucket, key) {
             Ok(Some(rec)) => {
                 d.meta = rec.meta.clone();
+                // A new version: the old one's object lock stays with it.
+                d.meta.lock = Default::default();
                 let mut off = 0u64;
                 size = svc
                     .read_prefix(bucket, key, limit, |piece| {
