@@ -260,3 +260,41 @@ def test_lifecycle_never_removes_a_locked_version(s3, lode_servers):
             for v in page.get("Versions", []) + page.get("DeleteMarkers", []):
                 s3.delete_object(Bucket=b, Key=v["Key"], VersionId=v["VersionId"], BypassGovernanceRetention=True)
         s3.delete_bucket(Bucket=b)
+
+
+def test_expiration_and_abort_date_headers(s3, bucket):
+    """x-amz-expiration on PUT, GET, HEAD, CopyObject and CompleteMultipartUpload of an object a
+    rule expires (the earliest rule's date and id, as S3 sends them), none for others;
+    x-amz-abort-date and x-amz-abort-rule-id on CreateMultipartUpload and ListParts."""
+    put(s3, bucket,
+        {"ID": "by-date", "Status": "Enabled", "Filter": {"Prefix": "d/"},
+         "Expiration": {"Date": datetime.datetime(2031, 1, 1, tzinfo=datetime.timezone.utc)}},
+        {"ID": "by-days", "Status": "Enabled", "Filter": {"Prefix": "n/"}, "Expiration": {"Days": 1000}},
+        {"ID": "abort", "Status": "Enabled", "Filter": {"Prefix": "d/"},
+         "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 500}})
+    want = 'expiry-date="Wed, 01 Jan 2031 00:00:00 GMT", rule-id="by-date"'
+    assert s3.put_object(Bucket=bucket, Key="d/a", Body=b"x")["Expiration"] == want
+    assert s3.head_object(Bucket=bucket, Key="d/a")["Expiration"] == want
+    assert s3.get_object(Bucket=bucket, Key="d/a")["Expiration"] == want
+    assert s3.copy_object(Bucket=bucket, Key="d/b", CopySource={"Bucket": bucket, "Key": "d/a"})["Expiration"] == want
+    assert "Expiration" not in s3.put_object(Bucket=bucket, Key="other", Body=b"x")
+    assert "Expiration" not in s3.head_object(Bucket=bucket, Key="other")
+    # By days: last-modified + 1000 "days" (2 s each here), rounded up to a "midnight".
+    r = s3.put_object(Bucket=bucket, Key="n/a", Body=b"x")
+    m = re.fullmatch(r'expiry-date="([^"]+)", rule-id="by-days"', r["Expiration"])
+    assert m, r["Expiration"]
+    due = datetime.datetime.strptime(m.group(1), "%a, %d %b %Y %H:%M:%S GMT").replace(tzinfo=datetime.timezone.utc)
+    lm = s3.head_object(Bucket=bucket, Key="n/a")["LastModified"]
+    assert datetime.timedelta(seconds=2000) <= due - lm <= datetime.timedelta(seconds=2003)
+    up = s3.create_multipart_upload(Bucket=bucket, Key="d/up")
+    assert up["AbortRuleId"] == "abort" and up["AbortDate"] > datetime.datetime.now(datetime.timezone.utc)
+    e1 = s3.upload_part(Bucket=bucket, Key="d/up", UploadId=up["UploadId"], PartNumber=1, Body=b"p")["ETag"]
+    lp = s3.list_parts(Bucket=bucket, Key="d/up", UploadId=up["UploadId"])
+    assert (lp["AbortRuleId"], lp["AbortDate"]) == ("abort", up["AbortDate"])
+    done = s3.complete_multipart_upload(Bucket=bucket, Key="d/up", UploadId=up["UploadId"],
+                                        MultipartUpload={"Parts": [{"ETag": e1, "PartNumber": 1}]})
+    assert done["Expiration"] == want
+    other = s3.create_multipart_upload(Bucket=bucket, Key="x/up")
+    assert "AbortRuleId" not in other and "AbortDate" not in other
+    s3.abort_multipart_upload(Bucket=bucket, Key="x/up", UploadId=other["UploadId"])
+    s3.delete_bucket_lifecycle(Bucket=bucket)

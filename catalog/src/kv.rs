@@ -862,10 +862,15 @@ impl Catalog for KvCatalog {
                     cond.versioning,
                     &mut released,
                 )?;
-                if let Some(old) = &old {
-                    delete_obj(t, &okey, old)?;
-                }
                 let marker = cond.versioning != Versioning::Off;
+                match &old {
+                    Some(old) => delete_obj(t, &okey, old)?,
+                    // Nothing current: a write of the absent key all the same, so that racing
+                    // versioned commits of the key conflict (the version scans are not read
+                    // for update) and a key keeps one `null` version.
+                    None if marker => t.delete(Table::Objects, &okey)?,
+                    None => {}
+                }
                 if marker {
                     let vkey = keys::version(&b, &k, &version_suffix(seq, version_id.as_deref()));
                     let rec = delete_marker(version_id.clone());

@@ -30,6 +30,27 @@ impl LodeS3 {
         Self { svc, users, region }
     }
 
+    /// `x-amz-expiration` for the current object `rec` at `bucket/key`: when a lifecycle rule
+    /// expires it, and which (`expiry-date="<HTTP date>", rule-id="<id>"`, as S3 sends it).
+    async fn expiration(&self, bucket: &str, key: &str, rec: &ObjectRecord) -> Option<String> {
+        let (due, rule) = self.svc.expiration_of(bucket, key, rec).await?;
+        let date = fmt_http_date(&ts(due))?;
+        Some(format!("expiry-date=\"{date}\", rule-id=\"{rule}\""))
+    }
+
+    /// `x-amz-abort-date` and `x-amz-abort-rule-id` of an upload initiated at `initiated_ms`.
+    async fn abort_rule(
+        &self,
+        bucket: &str,
+        key: &str,
+        initiated_ms: i64,
+    ) -> (Option<Timestamp>, Option<String>) {
+        match self.svc.abort_rule_of(bucket, key, initiated_ms).await {
+            Some((due, rule)) => (Some(ts(due)), Some(rule)),
+            None => (None, None),
+        }
+    }
+
     /// Whether `bucket` is versioned (Enabled or Suspended), for the version headers.
     async fn versioned(&self, bucket: &str) -> bool {
         self.svc
@@ -890,6 +911,7 @@ impl S3 for LodeS3 {
             i.expires,
             i.metadata,
         );
+        let probe_tags = tags.clone();
         meta.tags = tags;
         meta.lock = lock;
         let cond = write_cond(i.if_match.as_ref(), i.if_none_match.as_ref());
@@ -918,7 +940,25 @@ impl S3 for LodeS3 {
         self.svc.notify_changed(&i.bucket, &i.key, false);
         let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) = checksum_fields(&r.checksums);
         let versioned = self.versioned(&i.bucket).await;
+        // What the lifecycle rules judge of the new object: its size, tags and time.
+        let probe = ObjectRecord {
+            size: r.size,
+            etag: r.etag.clone(),
+            last_modified_ms: r.last_modified_ms,
+            meta: ObjectMeta {
+                tags: probe_tags,
+                ..Default::default()
+            },
+            checksums: Checksums::default(),
+            segments: vec![],
+            parts: vec![],
+            upload_id: None,
+            version_id: None,
+            delete_marker: false,
+        };
+        let expiration = self.expiration(&i.bucket, &i.key, &probe).await;
         Ok(S3Response::new(PutObjectOutput {
+            expiration,
             version_id: version_header(r.version_id.as_deref(), versioned),
             e_tag: Some(etag(&r.etag)),
             size: Some(r.size as i64),
@@ -943,6 +983,10 @@ impl S3 for LodeS3 {
             .await?;
         let rec = h.record.clone();
         let version_id = version_header(rec.version_id.as_deref(), self.versioned(&i.bucket).await);
+        let expiration = match i.version_id {
+            None => self.expiration(&i.bucket, &i.key, &rec).await,
+            Some(_) => None,
+        };
         read_conditions(
             &rec,
             i.if_match.as_ref(),
@@ -991,6 +1035,7 @@ impl S3 for LodeS3 {
             object_lock_mode: lock_out(&m.lock).0,
             object_lock_retain_until_date: lock_out(&m.lock).1,
             object_lock_legal_hold_status: lock_out(&m.lock).2,
+            expiration,
             ..Default::default()
         };
         let mut resp = S3Response::new(out);
@@ -1018,6 +1063,10 @@ impl S3 for LodeS3 {
             },
         };
         let version_id = version_header(rec.version_id.as_deref(), self.versioned(&i.bucket).await);
+        let expiration = match i.version_id {
+            None => self.expiration(&i.bucket, &i.key, rec).await,
+            Some(_) => None,
+        };
         read_conditions(
             rec,
             i.if_match.as_ref(),
@@ -1053,6 +1102,7 @@ impl S3 for LodeS3 {
             object_lock_mode: lock_out(&m.lock).0,
             object_lock_retain_until_date: lock_out(&m.lock).1,
             object_lock_legal_hold_status: lock_out(&m.lock).2,
+            expiration,
             ..Default::default()
         };
         let mut resp = S3Response::new(out);
@@ -1325,7 +1375,9 @@ impl S3 for LodeS3 {
         let versioned = self.versioned(&i.bucket).await;
         self.svc.notify_changed(&i.bucket, &i.key, false);
         let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) = checksum_fields(&rec.checksums);
+        let expiration = self.expiration(&i.bucket, &i.key, &rec).await;
         Ok(S3Response::new(CopyObjectOutput {
+            expiration,
             version_id: version_header(rec.version_id.as_deref(), versioned),
             copy_source_version_id: src_version.map(str::to_owned),
             copy_object_result: Some(CopyObjectResult {
@@ -1904,8 +1956,12 @@ impl S3 for LodeS3 {
             owner,
         };
         let (algo, ctype) = (rec.checksum_algorithm.clone(), rec.checksum_type.clone());
+        let initiated_ms = rec.initiated_ms;
         let id = self.svc.create_upload(&i.bucket, &i.key, rec).await.s3()?;
+        let (abort_date, abort_rule_id) = self.abort_rule(&i.bucket, &i.key, initiated_ms).await;
         Ok(S3Response::new(CreateMultipartUploadOutput {
+            abort_date,
+            abort_rule_id,
             bucket: Some(i.bucket),
             key: Some(i.key),
             upload_id: Some(id),
@@ -2060,7 +2116,10 @@ impl S3 for LodeS3 {
                 }
             })
             .collect();
+        let (abort_date, abort_rule_id) = self.abort_rule(&i.bucket, &i.key, up.initiated_ms).await;
         Ok(S3Response::new(ListPartsOutput {
+            abort_date,
+            abort_rule_id,
             bucket: Some(i.bucket),
             key: Some(i.key),
             upload_id: Some(i.upload_id),
@@ -2187,7 +2246,9 @@ impl S3 for LodeS3 {
         self.svc.notify_changed(&i.bucket, &i.key, false);
         let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) = checksum_fields(&rec.checksums);
         let versioned = self.versioned(&i.bucket).await;
+        let expiration = self.expiration(&i.bucket, &i.key, &rec).await;
         Ok(S3Response::new(CompleteMultipartUploadOutput {
+            expiration,
             version_id: version_header(rec.version_id.as_deref(), versioned),
             bucket: Some(i.bucket.clone()),
             key: Some(i.key.clone()),

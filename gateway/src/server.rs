@@ -528,6 +528,8 @@ pub async fn serve(
         write_depth: 4,
         body_idle_timeout: Duration::from_secs(cfg.server.body_idle_timeout_secs),
         failpoints,
+        lifecycle_day_ms: i64::try_from(cfg.lifecycle.day_secs.saturating_mul(1000))
+            .unwrap_or(i64::MAX),
     };
     let given = (!cfg.auth.access_key.is_empty()).then(|| Credentials {
         access_key: cfg.auth.access_key.clone(),
@@ -736,8 +738,7 @@ pub async fn serve(
             Arc::clone(&lifecycle_stats),
             lode_objects::lifecycle::RunConfig {
                 interval: Duration::from_secs(cfg.lifecycle.interval_secs),
-                day_ms: i64::try_from(cfg.lifecycle.day_secs.saturating_mul(1000))
-                    .unwrap_or(i64::MAX),
+                day_ms: svc.config().lifecycle_day_ms,
                 max_actions_per_sec: cfg.lifecycle.max_actions_per_sec,
                 holder,
             },

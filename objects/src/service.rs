@@ -44,6 +44,9 @@ pub struct ServiceConfig {
     pub body_idle_timeout: std::time::Duration,
     /// Crash-test failpoints (unarmed unless the binary arms them).
     pub failpoints: crate::failpoint::Failpoints,
+    /// The length of a lifecycle "day" (24 h; shorter in tests), for the expiry dates the
+    /// responses announce (`x-amz-expiration`, `x-amz-abort-date`).
+    pub lifecycle_day_ms: i64,
 }
 
 impl Default for ServiceConfig {
@@ -55,6 +58,7 @@ impl Default for ServiceConfig {
             write_depth: 4,
             body_idle_timeout: std::time::Duration::from_secs(60),
             failpoints: Default::default(),
+            lifecycle_day_ms: 86_400_000,
         }
     }
 }
@@ -90,6 +94,8 @@ pub(crate) struct BucketSettings {
     pub versioning: Versioning,
     /// Object lock (`None`: off).
     pub lock: Option<crate::objlock::LockConfig>,
+    /// Lifecycle rules (`None`: none).
+    pub lifecycle: Option<Arc<crate::lifecycle::Lifecycle>>,
 }
 
 impl SettingsCache {
@@ -570,6 +576,7 @@ impl ObjectService {
             Ok(b)
         });
         self.catalog.update_bucket(name, f).await?;
+        self.settings_changed(name).await;
         Ok(())
     }
 
@@ -605,11 +612,47 @@ impl ObjectService {
             Some(b) => BucketSettings {
                 versioning: versioning_setting(&b),
                 lock: crate::objlock::lock_setting(&b),
+                lifecycle: b
+                    .settings
+                    .iter()
+                    .find(|(n, _)| n == crate::lifecycle::SETTING)
+                    .and_then(|(_, j)| crate::lifecycle::Lifecycle::decode(j).ok())
+                    .map(Arc::new),
             },
             None => BucketSettings::default(),
         };
         self.versioning.put(bucket, s.clone());
         Ok(s)
+    }
+
+    /// When the current object `rec` at `bucket/key` expires under the bucket's lifecycle
+    /// rules, and by which rule (`x-amz-expiration`); `None` without such a rule.
+    pub async fn expiration_of(
+        &self,
+        bucket: &str,
+        key: &str,
+        rec: &ObjectRecord,
+    ) -> Option<(i64, String)> {
+        let s = self.settings_of(bucket).await.ok()?;
+        let (due, id) = s
+            .lifecycle?
+            .expiry(key, rec, self.cfg.lifecycle_day_ms)
+            .map(|(d, id)| (d, id.to_owned()))?;
+        Some((due, id))
+    }
+
+    /// When an upload of `key` initiated at `initiated_ms` is aborted by the bucket's
+    /// lifecycle rules, and by which rule (`x-amz-abort-date`, `x-amz-abort-rule-id`).
+    pub async fn abort_rule_of(
+        &self,
+        bucket: &str,
+        key: &str,
+        initiated_ms: i64,
+    ) -> Option<(i64, String)> {
+        let s = self.settings_of(bucket).await.ok()?;
+        let lc = s.lifecycle?;
+        lc.abort_due(key, initiated_ms, self.cfg.lifecycle_day_ms)
+            .map(|(d, id)| (d, id.to_owned()))
     }
 
     /// After a change of a bucket's settings through this gateway: drops what is cached of
