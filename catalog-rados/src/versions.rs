@@ -161,6 +161,33 @@ async fn read_null(
     Ok(Some(find(&r.vals, &vk).map(|v| (vk, v))))
 }
 
+/// What a read of version `id` of `key` asks for: its current record and payload, its head,
+/// and the version's entry (unless `id` is `null`, found through the head).
+fn version_reads(key: &str, id: &str) -> Vec<Vec<u8>> {
+    let mut keys = vec![okey(key), dkey(key), hkey(key)];
+    if id != "null" {
+        keys.push(vkey(key, id));
+    }
+    keys
+}
+
+/// The noncurrent entry of version `id` of `key` (`Some(None)`: none) from what `s` read (its
+/// `v` key, unless `id` is `null`, which is found through `head`); `Ok(None)`: read again.
+async fn noncurrent(
+    inner: &Inner,
+    bucket: &str,
+    key: &str,
+    id: &str,
+    head: &VHead,
+    s: &Snapshot,
+) -> Result<Option<Option<(Vec<u8>, Bytes)>>> {
+    if id == "null" {
+        return read_null(inner, bucket, key, head, s).await;
+    }
+    let vk = vkey(key, id);
+    Ok(Some(find(&s.vals, &vk).map(|v| (vk, v))))
+}
+
 /// Sets `rm` minus the keys `set` writes (a key both removed and set is set).
 fn removals(rm: Vec<Vec<u8>>, set: &[(Vec<u8>, Vec<u8>)]) -> Vec<Vec<u8>> {
     rm.into_iter()
@@ -310,10 +337,7 @@ impl Inner {
         id: &str,
     ) -> Result<Option<ObjectRecord>> {
         let (k, d, h) = (okey(key), dkey(key), hkey(key));
-        let mut keys = vec![k.clone(), d.clone(), h.clone()];
-        if id != "null" {
-            keys.push(vkey(key, id));
-        }
+        let keys = version_reads(key, id);
         for _ in 0..RETRIES {
             let s = self.read_keys(bucket, &pos(key), &keys).await?;
             if let Some(raw) = find(&s.vals, &k) {
@@ -322,13 +346,8 @@ impl Inner {
                     return join_record(rec, find(&s.vals, &d).as_deref()).map(Some);
                 }
             }
-            if id != "null" {
-                return find(&s.vals, &vkey(key, id))
-                    .map(|v| decode(&v))
-                    .transpose();
-            }
             let head = VHead::parse(find(&s.vals, &h).as_deref())?;
-            match read_null(self, bucket, key, &head, &s).await? {
+            match noncurrent(self, bucket, key, id, &head, &s).await? {
                 Some(n) => return n.map(|(_, v)| decode(&v)).transpose(),
                 None => continue,
             }
@@ -366,10 +385,7 @@ impl Inner {
         check: Option<lode_catalog::RecordCheck>,
     ) -> Result<Commit> {
         let (k, d, h, vp) = (okey(key), dkey(key), hkey(key), vprefix(key));
-        let mut keys = vec![k.clone(), d.clone(), h.clone()];
-        if id != "null" {
-            keys.push(vkey(key, id));
-        }
+        let keys = version_reads(key, id);
         for _ in 0..RETRIES {
             // The key's current record, head, the version (by id) and its two newest versions
             // (to promote one), at one version of the partition.
@@ -407,14 +423,8 @@ impl Inner {
                     (c.clone(), None)
                 }
                 _ => {
-                    let entry = if id == "null" {
-                        match read_null(self, bucket, key, &head, &s).await? {
-                            Some(n) => n,
-                            None => continue,
-                        }
-                    } else {
-                        let vk = vkey(key, id);
-                        find(&s.vals, &vk).map(|v| (vk, v))
+                    let Some(entry) = noncurrent(self, bucket, key, id, &head, &s).await? else {
+                        continue;
                     };
                     let Some((vk, raw)) = entry else {
                         return Ok(Commit::default());
@@ -500,10 +510,7 @@ impl Inner {
         f: RecordFn,
     ) -> Result<ObjectRecord> {
         let (k, d, h) = (okey(key), dkey(key), hkey(key));
-        let mut keys = vec![k.clone(), d.clone(), h.clone()];
-        if id != "null" {
-            keys.push(vkey(key, id));
-        }
+        let keys = version_reads(key, id);
         for _ in 0..RETRIES {
             let s = self.read_keys(bucket, &pos(key), &keys).await?;
             let same = |old: &ObjectRecord, new: &ObjectRecord| {
@@ -532,15 +539,9 @@ impl Inner {
                     continue;
                 }
             }
-            let entry = if id == "null" {
-                let head = VHead::parse(find(&s.vals, &h).as_deref())?;
-                match read_null(self, bucket, key, &head, &s).await? {
-                    Some(n) => n,
-                    None => continue,
-                }
-            } else {
-                let vk = vkey(key, id);
-                find(&s.vals, &vk).map(|v| (vk, v))
+            let head = VHead::parse(find(&s.vals, &h).as_deref())?;
+            let Some(entry) = noncurrent(self, bucket, key, id, &head, &s).await? else {
+                continue;
             };
             let Some((vk, raw)) = entry else {
                 return Err(CatalogError::NoSuchKey);

@@ -423,28 +423,35 @@ impl ReadOp {
     /// returns at most `osd_max_omap_entries_per_request` (1024) per call; `more` says
     /// whether to ask again from the last key.
     pub fn omap_get_vals(
-        mut self,
+        self,
         start_after: impl AsRef<[u8]>,
         filter_prefix: impl AsRef<[u8]>,
         max: u64,
     ) -> Self {
-        let r = cstring("omap start_after", start_after.as_ref())
-            .and_then(|s| Ok((s, cstring("omap filter_prefix", filter_prefix.as_ref())?)))
-            .and_then(|(s, p)| self.raw.omap_get_vals(s, p, max));
-        self.record(r)
+        self.omap_range(start_after.as_ref(), filter_prefix.as_ref(), max, false)
     }
 
     /// A second [`ReadOp::omap_get_vals`] in the same op: another range of the same object,
     /// read at the same version ([`ReadResult::omap_vals2`]).
     pub fn omap_get_vals2(
-        mut self,
+        self,
         start_after: impl AsRef<[u8]>,
         filter_prefix: impl AsRef<[u8]>,
         max: u64,
     ) -> Self {
-        let r = cstring("omap start_after", start_after.as_ref())
-            .and_then(|s| Ok((s, cstring("omap filter_prefix", filter_prefix.as_ref())?)))
-            .and_then(|(s, p)| self.raw.omap_get_vals2(s, p, max));
+        self.omap_range(start_after.as_ref(), filter_prefix.as_ref(), max, true)
+    }
+
+    fn omap_range(
+        mut self,
+        start_after: &[u8],
+        filter_prefix: &[u8],
+        max: u64,
+        second: bool,
+    ) -> Self {
+        let r = cstring("omap start_after", start_after)
+            .and_then(|s| Ok((s, cstring("omap filter_prefix", filter_prefix)?)))
+            .and_then(|(s, p)| self.raw.omap_get_vals(s, p, max, second));
         self.record(r)
     }
 

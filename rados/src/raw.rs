@@ -960,14 +960,36 @@ impl RawReadOp {
     }
 
     /// `start_after`/`filter_prefix`: NUL-terminated (the C API takes no lengths here).
+    /// `second`: the op's second range ([`ReadSlots`]'s `vals2_*`), read at the same version.
     pub(crate) fn omap_get_vals(
         &mut self,
         start_after: CString,
         filter_prefix: CString,
         max: u64,
+        second: bool,
     ) -> Result<()> {
-        Self::once(&mut self.requested.vals, "omap_get_vals")?;
+        if second {
+            Self::once(&mut self.requested.vals2, "a second omap_get_vals")?;
+        } else {
+            Self::once(&mut self.requested.vals, "omap_get_vals")?;
+        }
         let s = self.s();
+        // SAFETY: only the addresses of fields of our live slots allocation are taken.
+        let (iter, more, rval) = unsafe {
+            if second {
+                (
+                    &raw mut (*s).vals2_iter,
+                    &raw mut (*s).vals2_more,
+                    &raw mut (*s).vals2_rval,
+                )
+            } else {
+                (
+                    &raw mut (*s).vals_iter,
+                    &raw mut (*s).vals_more,
+                    &raw mut (*s).vals_rval,
+                )
+            }
+        };
         // SAFETY: live op; NUL-terminated strings (copied by librados, kept anyway); the
         // iterator, `more` and prval out-pointers are fields of our slots.
         unsafe {
@@ -976,37 +998,9 @@ impl RawReadOp {
                 start_after.as_ptr(),
                 filter_prefix.as_ptr(),
                 max,
-                &raw mut (*s).vals_iter,
-                &raw mut (*s).vals_more,
-                &raw mut (*s).vals_rval,
-            )
-        };
-        self.keep_strs.push(start_after);
-        self.keep_strs.push(filter_prefix);
-        self.steps += 1;
-        Ok(())
-    }
-
-    /// A second [`RawReadOp::omap_get_vals`] in the same op (another range, read at the same
-    /// object version).
-    pub(crate) fn omap_get_vals2(
-        &mut self,
-        start_after: CString,
-        filter_prefix: CString,
-        max: u64,
-    ) -> Result<()> {
-        Self::once(&mut self.requested.vals2, "a second omap_get_vals")?;
-        let s = self.s();
-        // SAFETY: as for omap_get_vals, with the second range's slots.
-        unsafe {
-            sys::rados_read_op_omap_get_vals2(
-                self.ptr,
-                start_after.as_ptr(),
-                filter_prefix.as_ptr(),
-                max,
-                &raw mut (*s).vals2_iter,
-                &raw mut (*s).vals2_more,
-                &raw mut (*s).vals2_rval,
+                iter,
+                more,
+                rval,
             )
         };
         self.keep_strs.push(start_after);
