@@ -234,3 +234,19 @@ def test_delete_objects_reports_locked_versions_per_key(s3, lbucket):
     assert [(x["Key"], x["VersionId"], x["Code"]) for x in r["Errors"]] == [("file1", v1, "AccessDenied")]
     r = s3.delete_objects(Bucket=lbucket, Delete={"Objects": [{"Key": "file1", "VersionId": v1}]}, BypassGovernanceRetention=True)
     assert not r.get("Errors") and [(d["Key"], d["VersionId"]) for d in r["Deleted"]] == [("file1", v1)]
+
+
+def test_copy_takes_its_own_lock_headers(s3, lbucket, bucket):
+    """A copy is a new version: the source's lock stays behind, the copy's own headers apply;
+    asked of a bucket without object lock they are InvalidRequest."""
+    s3.put_object(Bucket=lbucket, Key="src", Body=b"x", ObjectLockLegalHoldStatus="ON")
+    c = s3.copy_object(Bucket=lbucket, Key="dst", CopySource={"Bucket": lbucket, "Key": "src"},
+                       ObjectLockMode="GOVERNANCE", ObjectLockRetainUntilDate=FAR)
+    assert s3.get_object_retention(Bucket=lbucket, Key="dst", VersionId=c["VersionId"])["Retention"] == \
+        {"Mode": "GOVERNANCE", "RetainUntilDate": FAR}
+    assert s3.get_object_legal_hold(Bucket=lbucket, Key="dst")["LegalHold"] == {"Status": "OFF"}
+    with pytest.raises(ClientError) as e:
+        s3.copy_object(Bucket=bucket, Key="x", CopySource={"Bucket": lbucket, "Key": "src"}, ObjectLockLegalHoldStatus="ON")
+    assert err(e) == ("InvalidRequest", 400)
+    s3.copy_object(Bucket=bucket, Key="x", CopySource={"Bucket": lbucket, "Key": "src"})
+    assert s3.get_object(Bucket=bucket, Key="x")["Body"].read() == b"x"

@@ -1360,16 +1360,18 @@ impl S3 for LodeS3 {
             if_unmodified_since: i.copy_source_if_unmodified_since.clone(),
         };
         let check = move |rec: &ObjectRecord| conds.check(rec);
+        let changes = lode_objects::CopyChanges {
+            meta: new_meta,
+            tags: new_tags,
+            lock: asked_lock(
+                i.object_lock_mode.as_ref(),
+                i.object_lock_retain_until_date.as_ref(),
+                i.object_lock_legal_hold_status.as_ref(),
+            )?,
+        };
         let rec = self
             .svc
-            .copy_object(
-                (sb, sk),
-                src_version,
-                (&i.bucket, &i.key),
-                new_meta,
-                new_tags,
-                check,
-            )
+            .copy_object((sb, sk), src_version, (&i.bucket, &i.key), changes, check)
             .await
             .s3()?;
         let versioned = self.versioned(&i.bucket).await;

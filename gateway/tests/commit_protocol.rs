@@ -94,9 +94,15 @@ async fn overwrite_delete_and_copy_account_for_every_extent() {
     // Copies share extents: deleting the source keeps the copy whole.
     put(&svc, "bk1", "src", &d1).await.unwrap();
     let used = empty - free(&svc);
-    svc.copy_object(("bk1", "src"), None, ("bk1", "dst"), None, None, |_| Ok(()))
-        .await
-        .unwrap();
+    svc.copy_object(
+        ("bk1", "src"),
+        None,
+        ("bk1", "dst"),
+        Default::default(),
+        |_| Ok(()),
+    )
+    .await
+    .unwrap();
     assert_eq!(empty - free(&svc), used, "a copy allocates nothing");
     svc.delete_object("bk1", "src").await.unwrap();
     assert_eq!(
@@ -364,9 +370,15 @@ async fn reopen_rebuilds_the_allocator_from_metadata() {
         svc.create_bucket("bk1", "me").await.unwrap();
         let d = data(2 << 20, 7);
         put(&svc, "bk1", "k", &d).await.unwrap();
-        svc.copy_object(("bk1", "k"), None, ("bk1", "k2"), None, None, |_| Ok(()))
-            .await
-            .unwrap();
+        svc.copy_object(
+            ("bk1", "k"),
+            None,
+            ("bk1", "k2"),
+            Default::default(),
+            |_| Ok(()),
+        )
+        .await
+        .unwrap();
         (free(&svc), d)
     };
     let svc = open(dir.path(), DEV);

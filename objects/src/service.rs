@@ -387,13 +387,25 @@ pub(crate) fn versioning_setting(b: &BucketRecord) -> Versioning {
     }
 }
 
+/// What a CopyObject changes of the source's metadata.
+#[derive(Debug, Clone, Default)]
+pub struct CopyChanges {
+    /// The metadata directive REPLACE's metadata (`None`: the source's).
+    pub meta: Option<ObjectMeta>,
+    /// The tagging directive REPLACE's tags (`None`: the source's).
+    pub tags: Option<TagSet>,
+    /// The object lock the copy asks for (its `x-amz-object-lock-*` headers; none: the
+    /// destination bucket's default retention, if any).
+    pub lock: lode_catalog::ObjectLock,
+}
+
 /// A copy's metadata: the source's or the REPLACE directive's, with the source's tags or the
-/// tagging directive's.
-fn copied_meta(src: &ObjectMeta, meta: &Option<ObjectMeta>, tags: &Option<TagSet>) -> ObjectMeta {
-    let mut m = meta.clone().unwrap_or_else(|| src.clone());
-    m.tags = tags.clone().unwrap_or_else(|| src.tags.clone());
-    // A copy is a new version: the source's lock stays with the source.
-    m.lock = Default::default();
+/// tagging directive's, and the lock the copy asks for (a copy is a new version: the source's
+/// lock stays with the source).
+fn copied_meta(src: &ObjectMeta, c: &CopyChanges) -> ObjectMeta {
+    let mut m = c.meta.clone().unwrap_or_else(|| src.clone());
+    m.tags = c.tags.clone().unwrap_or_else(|| src.tags.clone());
+    m.lock = c.lock.clone();
     m
 }
 
@@ -1341,21 +1353,19 @@ impl ObjectService {
     }
 
     /// CopyObject: a metadata operation; the destination shares the source's extents.
-    /// `new_meta`: the metadata directive REPLACE's metadata (`None`: the source's);
-    /// `new_tags`: the tagging directive REPLACE's tags (`None`: the source's).
+    /// `changes`: what the copy changes of the source's metadata.
     #[allow(clippy::too_many_arguments)]
     pub async fn copy_object(
         &self,
         src: (&str, &str),
         src_version: Option<&str>,
         dst: (&str, &str),
-        new_meta: Option<ObjectMeta>,
-        new_tags: Option<TagSet>,
+        changes: CopyChanges,
         src_check: impl Fn(&ObjectRecord) -> ObjResult<()> + Send + Sync + 'static,
     ) -> ObjResult<ObjectRecord> {
         check_key(src.1)?;
         check_key(dst.1)?;
-        if src == dst && new_meta.is_none() && src_version.is_none() {
+        if src == dst && changes.meta.is_none() && src_version.is_none() {
             return Err(ObjError::InvalidRequest(
                 "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes.".into(),
             ));
@@ -1367,15 +1377,17 @@ impl ObjectService {
             || self.versioning_of(dst.0).await? != Versioning::Off
         {
             return self
-                .copy_bytes(src, src_version, dst, new_meta, new_tags, src_check)
+                .copy_bytes(src, src_version, dst, changes, src_check)
                 .await;
         }
+        // An unversioned destination has no object lock: a lock asked for is refused.
+        crate::objlock::lock_for_write(None, changes.lock.clone(), now_ms())?;
         let make = Arc::new(move |src: &ObjectRecord| {
             src_check(src).map_err(refused)?;
             let mut rec = src.clone();
             rec.last_modified_ms = now_ms();
             rec.upload_id = None;
-            rec.meta = copied_meta(&src.meta, &new_meta, &new_tags);
+            rec.meta = copied_meta(&src.meta, &changes);
             Ok(rec)
         });
         let (rec, done) = self.catalog.copy(src, dst, make).await?;
@@ -1390,8 +1402,7 @@ impl ObjectService {
         src: (&str, &str),
         src_version: Option<&str>,
         dst: (&str, &str),
-        new_meta: Option<ObjectMeta>,
-        new_tags: Option<TagSet>,
+        changes: CopyChanges,
         src_check: impl Fn(&ObjectRecord) -> ObjResult<()>,
     ) -> ObjResult<ObjectRecord> {
         self.bucket(dst.0).await?;
@@ -1419,7 +1430,7 @@ impl ObjectService {
             size: source.size,
             etag: source.etag.clone(),
             last_modified_ms: now_ms(),
-            meta: copied_meta(&source.meta, &new_meta, &new_tags),
+            meta: copied_meta(&source.meta, &changes),
             checksums: source.checksums,
             segments: ing.segments,
             parts: source.parts,
