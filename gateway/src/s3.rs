@@ -999,6 +999,7 @@ impl S3 for LodeS3 {
         let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) = checksum_fields(&plan.sums);
         let stream = self.svc.read_range(h, start, end);
         let m = &rec.meta;
+        let (lock_mode, lock_until, lock_hold) = lock_out(&m.lock);
         let out = GetObjectOutput {
             body: Some(StreamingBlob::wrap(sync_wrapper::SyncStream::new(
                 Box::pin(stream),
@@ -1032,9 +1033,9 @@ impl S3 for LodeS3 {
             checksum_type: ctype,
             tag_count: (!m.tags.is_empty()).then_some(m.tags.len() as i32),
             version_id,
-            object_lock_mode: lock_out(&m.lock).0,
-            object_lock_retain_until_date: lock_out(&m.lock).1,
-            object_lock_legal_hold_status: lock_out(&m.lock).2,
+            object_lock_mode: lock_mode,
+            object_lock_retain_until_date: lock_until,
+            object_lock_legal_hold_status: lock_hold,
             expiration,
             ..Default::default()
         };
@@ -1078,6 +1079,7 @@ impl S3 for LodeS3 {
         let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) = checksum_fields(&plan.sums);
         let m = &rec.meta;
         let partial = plan.content_range.is_some();
+        let (lock_mode, lock_until, lock_hold) = lock_out(&m.lock);
         let out = HeadObjectOutput {
             content_length: Some((plan.end - plan.start) as i64),
             content_range: plan.content_range,
@@ -1099,9 +1101,9 @@ impl S3 for LodeS3 {
             checksum_sha256: sha256,
             checksum_type: ctype,
             version_id,
-            object_lock_mode: lock_out(&m.lock).0,
-            object_lock_retain_until_date: lock_out(&m.lock).1,
-            object_lock_legal_hold_status: lock_out(&m.lock).2,
+            object_lock_mode: lock_mode,
+            object_lock_retain_until_date: lock_until,
+            object_lock_legal_hold_status: lock_hold,
             expiration,
             ..Default::default()
         };
