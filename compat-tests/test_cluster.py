@@ -365,17 +365,17 @@ def test_bad_cluster_setups_are_refused_at_start(tmp_path):
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "ceph-dev.sh")
 
 
-def run_load(endpoints, seconds, state, fault=None, versioned=False):
-    """Runs the crash test's writers (PUT, overwrite, delete, multipart, append; no appends in a
-    `versioned` bucket) against `endpoints` (three threads each) for `seconds`, calling `fault()`
-    half way. Returns acks per endpoint."""
+def run_load(endpoints, seconds, state, fault=None):
+    """Runs the crash test's writers (PUT, overwrite, delete, multipart, append) against
+    `endpoints` (three threads each) for `seconds`, calling `fault()` half way. Returns acks per
+    endpoint."""
     import time
 
     from test_crash import KEYS_PER_THREAD, worker
 
     lock = threading.Lock()
     stop = threading.Event()
-    per = {e: {"acked": 0, "versioned": versioned} for e in endpoints}
+    per = {e: {"acked": 0} for e in endpoints}
     threads = []
     for n, e in enumerate(endpoints):
         for t in range(3):
@@ -438,7 +438,7 @@ def test_kill_9_of_a_gateway_under_load_in_a_versioned_bucket(gateways):
     try:
         s3.put_bucket_versioning(Bucket="crash", VersioningConfiguration={"Status": "Enabled"})
         state = {}
-        acked = run_load([a.endpoint, b.endpoint], 4, state, fault=lambda: a.proc.kill(), versioned=True)
+        acked = run_load([a.endpoint, b.endpoint], 4, state, fault=lambda: a.proc.kill())
         a.proc.wait()
         assert acked[b.endpoint] > 0
         check_state(s3, state)

@@ -362,8 +362,8 @@ def test_mount_writes_and_renames_keep_tags_a_replacement_drops_them(pb, ps3):
 
 def test_versioned_bucket_on_the_mount(pb, ps3):
     """SEMANTICS.md P22: the mount shows each key's current version; a write there makes a new
-    version, an unlink a delete marker; a rename is EXDEV, so mv copies and deletes (the old
-    name keeps its history under a delete marker)."""
+    version, an unlink a delete marker; a rename moves the current version (the old name keeps
+    its history under a delete marker); a directory rename is EXDEV, so mv copies and deletes."""
     b, d = pb
     ps3.put_bucket_versioning(Bucket=b, VersioningConfiguration={"Status": "Enabled"})
     try:
@@ -378,16 +378,25 @@ def test_versioned_bucket_on_the_mount(pb, ps3):
         assert ps3.get_object(Bucket=b, Key="v.txt", VersionId=old)["Body"].read() == b"one"
         with open(f, "rb") as h:
             assert h.read() == b"two"
-        expect_errno(errno.EXDEV, os.rename, f, os.path.join(d, "w.txt"))
-        subprocess.run(["mv", f, os.path.join(d, "w.txt")], check=True)
+        os.rename(f, os.path.join(d, "w.txt"))
         assert get(ps3, b, "w.txt") == b"two"
         assert not os.path.exists(f)
         r = ps3.list_object_versions(Bucket=b, Prefix="v.txt")
-        assert r["DeleteMarkers"][0]["IsLatest"] and len(r["Versions"]) == 2
-        # The marker removed through S3: the file is back on the mount.
+        assert r["DeleteMarkers"][0]["IsLatest"] and [v["VersionId"] for v in r["Versions"]] == [old]
+        w = ps3.list_object_versions(Bucket=b, Prefix="w.txt")["Versions"]
+        assert len(w) == 1 and w[0]["IsLatest"]
+        # A directory rename is EXDEV: mv copies and deletes.
+        os.mkdir(os.path.join(d, "dir"))
+        with open(os.path.join(d, "dir", "x"), "wb") as h:
+            h.write(b"in dir")
+        expect_errno(errno.EXDEV, os.rename, os.path.join(d, "dir"), os.path.join(d, "dir2"))
+        subprocess.run(["mv", os.path.join(d, "dir"), os.path.join(d, "dir2")], check=True)
+        assert get(ps3, b, "dir2/x") == b"in dir"
+        assert not os.path.exists(os.path.join(d, "dir"))
+        # The marker removed through S3: the old name is back on the mount, at its older version.
         ps3.delete_object(Bucket=b, Key="v.txt", VersionId=r["DeleteMarkers"][0]["VersionId"])
         with open(f, "rb") as h:
-            assert h.read() == b"two"
+            assert h.read() == b"one"
     finally:
         for page in ps3.get_paginator("list_object_versions").paginate(Bucket=b):
             for v in page.get("Versions", []) + page.get("DeleteMarkers", []):
@@ -397,7 +406,8 @@ def test_versioned_bucket_on_the_mount(pb, ps3):
 def test_object_lock_on_the_mount(mounted, ps3):
     """SEMANTICS.md P23: in a bucket with object lock, a write on the mount makes a new version
     (the bucket's default retention applies to it; the locked one stays), an unlink a delete
-    marker, and a locked version's metadata is not rewritten in place: chmod is EPERM."""
+    marker, and a locked version's metadata is not rewritten in place nor renamed: chmod and
+    rename are EPERM."""
     b = "pl-" + uuid.uuid4().hex[:10]
     ps3.create_bucket(Bucket=b, ObjectLockEnabledForBucket=True)
     d = os.path.join(mounted.mnt, b)
@@ -405,6 +415,8 @@ def test_object_lock_on_the_mount(mounted, ps3):
         held = ps3.put_object(Bucket=b, Key="f.txt", Body=b"one", ObjectLockLegalHoldStatus="ON")["VersionId"]
         f = os.path.join(d, "f.txt")
         expect_errno(errno.EPERM, os.chmod, f, 0o600)
+        # A locked version does not leave its name.
+        expect_errno(errno.EPERM, os.rename, f, os.path.join(d, "g.txt"))
         ps3.put_object_lock_configuration(Bucket=b, ObjectLockConfiguration={
             "ObjectLockEnabled": "Enabled", "Rule": {"DefaultRetention": {"Mode": "GOVERNANCE", "Days": 1}}})
         with open(f, "wb") as h:

@@ -45,9 +45,9 @@
 //! RocksDB to skip. The append runs right after the commit that released the chunks; a
 //! gateway killed within those milliseconds leaves orphans for fsck.
 //!
-//! This store does not count references (the RADOS catalog reports every dropped reference);
-//! the object service therefore never shares chunks between records in cluster mode
-//! (CopyObject copies the bytes).
+//! This store does not count references: the RADOS catalog reports a chunk as released only
+//! once no record holds it (in cluster mode the object service shares chunks only between
+//! versions of one key, which that catalog counts; CopyObject copies the bytes).
 
 use std::collections::VecDeque;
 use std::sync::Arc;

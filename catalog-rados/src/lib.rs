@@ -44,10 +44,11 @@
 //! partition); `head` and `list` read `o` values only.
 //!
 //! # Chunk references
-//! Copies share chunks across buckets, which no single op can count atomically, so this
-//! backend does not count references ([`Catalog::counts_references`] is false): every commit
-//! reports each reference it dropped, and the blob store counts holders (cls `refcount`
-//! tags on the chunk objects, as RGW does for shared tails).
+//! Copies would share chunks across buckets, which no single op can count atomically, so this
+//! backend does not count references across keys ([`Catalog::counts_references`] is false):
+//! the object service copies the bytes of a CopyObject, and every commit reports the chunks
+//! it released. The one sharing it allows is between versions of one key (an append in a
+//! versioned bucket), which it counts itself in the same op ([`versions`]).
 //!
 //! # Partitions
 //! A bucket's index is a chain of range partitions, split as they fill, without blocking
@@ -70,7 +71,7 @@ use lode_catalog::{
     Aborted, AppendFn, BucketFn, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit, CompleteFn,
     Cond, ListPage, ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, RenameCheck, Result,
     Segment, SysFn, UploadPage, UploadQuery, UploadRecord, UploadState, VersionPage, VersionQuery,
-    appended_segments, check_bucket_update, join_record, split_record,
+    Versioning, appended_segments, check_bucket_update, join_record, split_record,
 };
 use lode_metadata::records::{self, AbortedUpload, Record};
 use lode_rados::{Cluster, CmpOp, IoCtx, RadosError, ReadOp, WriteOp};
@@ -820,7 +821,10 @@ impl Catalog for RadosCatalog {
         _refs: Refs,
     ) -> Result<Commit> {
         if versioned(cond) {
-            return self.commit_versioned(bucket, key, cond, Some(&rec)).await;
+            let (done, _) = self
+                .commit_versioned(bucket, key, cond, versions::NewVersion::Put(&rec))
+                .await?;
+            return Ok(done);
         }
         let (prev, _) = self
             .commit_key(bucket, key, false, |cur| {
@@ -833,7 +837,10 @@ impl Catalog for RadosCatalog {
 
     async fn delete(&self, bucket: &str, key: &str, cond: &Cond) -> Result<Commit> {
         if versioned(cond) {
-            return self.commit_versioned(bucket, key, cond, None).await;
+            let (done, _) = self
+                .commit_versioned(bucket, key, cond, versions::NewVersion::Marker)
+                .await?;
+            return Ok(done);
         }
         let (prev, _) = self
             .commit_key(bucket, key, false, |cur| {
@@ -862,15 +869,31 @@ impl Catalog for RadosCatalog {
         Ok((rec, commit(prev)))
     }
 
-    async fn append(&self, bucket: &str, key: &str, f: AppendFn) -> Result<ObjectRecord> {
-        let (_, new) = self
+    async fn append(
+        &self,
+        bucket: &str,
+        key: &str,
+        f: AppendFn,
+        v: Versioning,
+    ) -> Result<(ObjectRecord, Commit)> {
+        if v != Versioning::Off {
+            let cond = Cond {
+                versioning: v,
+                ..Default::default()
+            };
+            let (done, new) = self
+                .commit_versioned(bucket, key, &cond, versions::NewVersion::Append(&f))
+                .await?;
+            return Ok((new.ok_or(CatalogError::NoSuchKey)?, done));
+        }
+        let (prev, new) = self
             .commit_key(bucket, key, true, |cur| {
                 let n = f(cur)?;
                 appended_segments(cur, &n)?;
                 Ok(Some(n))
             })
             .await?;
-        new.ok_or(CatalogError::NoSuchKey)
+        Ok((new.ok_or(CatalogError::NoSuchKey)?, commit(prev)))
     }
 
     async fn update(&self, bucket: &str, key: &str, f: RecordFn) -> Result<ObjectRecord> {
@@ -1020,7 +1043,11 @@ impl Catalog for RadosCatalog {
         from: &str,
         to: &str,
         check: RenameCheck,
+        v: Versioning,
     ) -> Result<Commit> {
+        if v != Versioning::Off && from != to {
+            return self.rename_versioned(bucket, from, to, check, v).await;
+        }
         let (fk, tk, fd, td) = (okey(from), okey(to), dkey(from), dkey(to));
         for _ in 0..RETRIES {
             let s = self

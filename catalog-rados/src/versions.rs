@@ -13,6 +13,13 @@
 //! `o<key>`'s: commits of one key are serialized, commits of different keys never conflict.
 //! A key's `null` version is found through its head, so a Suspended write reads one entry,
 //! not the key's versions.
+//!
+//! An append in a versioned bucket makes a new version that shares the current one's chunks.
+//! Those are counted here, per key (they are never shared with another key, and a key's
+//! versions share its partition): the head is marked `shared`, and an op that would release
+//! a version's chunks of such a key reads the key's versions and releases only the chunks
+//! that none of them still holds. Keys never appended to pay nothing. A rename moves a
+//! version to another key, so in cluster mode it refuses keys whose versions share chunks.
 
 use super::*;
 use lode_catalog::{
@@ -48,13 +55,16 @@ fn corrupt(what: &str) -> CatalogError {
     CatalogError::Corrupt(what.into())
 }
 
-/// A key's version head (`h<key>`): `floor` as 16 hex digits, then the `null` suffix.
+/// A key's version head (`h<key>`): `floor` as 16 hex digits, `+` if `shared`, then the
+/// `null` suffix.
 #[derive(Debug, Default, Clone, PartialEq)]
 struct VHead {
     /// The highest sequence number given to a version of the key.
     floor: u64,
     /// The suffix of its noncurrent `null` version (or `null` delete marker).
     null: Option<String>,
+    /// Versions of the key may share chunks (an append made one).
+    shared: bool,
 }
 
 impl VHead {
@@ -67,15 +77,61 @@ impl VHead {
             .get(..16)
             .and_then(|h| u64::from_str_radix(h, 16).ok())
             .ok_or_else(|| corrupt("bad version head"))?;
+        let rest = s.get(16..).unwrap_or("");
+        let (shared, rest) = match rest.strip_prefix('+') {
+            Some(r) => (true, r),
+            None => (false, rest),
+        };
         Ok(Self {
             floor,
-            null: s.get(16..).filter(|n| !n.is_empty()).map(str::to_owned),
+            null: Some(rest).filter(|n| !n.is_empty()).map(str::to_owned),
+            shared,
         })
     }
 
     fn encode(&self) -> Vec<u8> {
-        format!("{:016x}{}", self.floor, self.null.as_deref().unwrap_or("")).into_bytes()
+        format!(
+            "{:016x}{}{}",
+            self.floor,
+            if self.shared { "+" } else { "" },
+            self.null.as_deref().unwrap_or("")
+        )
+        .into_bytes()
     }
+}
+
+/// What a versioned commit writes as the key's new current version.
+pub(crate) enum NewVersion<'a> {
+    /// A put of this record.
+    Put(&'a ObjectRecord),
+    /// An append: the record `f` makes of the current one (sharing its chunks).
+    Append(&'a AppendFn),
+    /// A delete: a delete marker.
+    Marker,
+}
+
+/// The chunks that `key`'s versions hold after an op that writes `set` and removes `rm`:
+/// `before` is what the key held as read (its `o` entry and every `v` entry).
+fn held_after(
+    key: &str,
+    before: &[(Vec<u8>, Bytes)],
+    set: &[(Vec<u8>, Vec<u8>)],
+    rm: &[Vec<u8>],
+) -> Result<Vec<ChunkLoc>> {
+    let (k, vp) = (okey(key), vprefix(key));
+    let ours = |x: &[u8]| *x == *k || x.starts_with(&vp);
+    let mut held = vec![];
+    let kept = before
+        .iter()
+        .filter(|(x, _)| !rm.contains(x) && !set.iter().any(|(s, _)| s == x))
+        .map(|(x, v)| (x.as_slice(), &v[..]));
+    let written = set.iter().map(|(x, v)| (x.as_slice(), v.as_slice()));
+    for (x, v) in kept.chain(written) {
+        if ours(x) {
+            held.extend(chunks_of(&decode::<ObjectRecord>(v)?.segments));
+        }
+    }
+    Ok(held)
 }
 
 /// What a versioned commit writes besides its new current record or delete marker.
@@ -161,6 +217,75 @@ async fn read_null(
     Ok(Some(find(&r.vals, &vk).map(|v| (vk, v))))
 }
 
+/// Every version entry of `key` (`v<key>…`), read from the partition of `at` while the key's
+/// head stays `head` (`Ok(None)`: the partition or the head changed since `at`: read again).
+async fn all_versions(
+    inner: &Inner,
+    bucket: &str,
+    key: &str,
+    head: &VHead,
+    at: &Snapshot,
+) -> Result<Option<Vec<(Vec<u8>, Bytes)>>> {
+    let (vp, hk) = (vprefix(key), hkey(key));
+    let mut out = vec![];
+    let mut after = vp.clone();
+    loop {
+        let l = inner
+            .locate(bucket, &pos(key), || {
+                ReadOp::new()
+                    .omap_get_vals_by_keys(std::slice::from_ref(&hk))
+                    .omap_get_vals(&after, &vp, 1024)
+            })
+            .await?;
+        let h = l.r.omap_vals_by_keys.unwrap_or_default();
+        if l.oid != at.oid
+            || l.part.epoch != at.epoch
+            || VHead::parse(find(&h, &hk).as_deref())? != *head
+        {
+            return Ok(None);
+        }
+        let page = l.r.omap_vals.unwrap_or_default();
+        if let Some((k, _)) = page.entries.last() {
+            after = k.clone();
+        }
+        out.extend(page.entries);
+        if !page.more {
+            return Ok(Some(out));
+        }
+    }
+}
+
+/// In a key whose versions share chunks (`head.shared`, `head` as read at `s`), drops from
+/// `released` every chunk that one of its versions still holds after an op that writes `set`
+/// and removes `rm` (`cur`: the key's `o` entry as read). `Ok(false)`: read again.
+#[allow(clippy::too_many_arguments)]
+async fn keep_held(
+    inner: &Inner,
+    bucket: &str,
+    key: &str,
+    head: &VHead,
+    shared: bool,
+    s: &Snapshot,
+    cur: Option<&Bytes>,
+    set: &[(Vec<u8>, Vec<u8>)],
+    rm: &[Vec<u8>],
+    released: &mut Vec<ChunkLoc>,
+) -> Result<bool> {
+    if !shared || released.is_empty() {
+        return Ok(true);
+    }
+    let Some(mut before) = all_versions(inner, bucket, key, head, s).await? else {
+        return Ok(false);
+    };
+    if let Some(c) = cur {
+        before.push((okey(key), c.clone()));
+    }
+    let held: std::collections::HashSet<ChunkLoc> =
+        held_after(key, &before, set, rm)?.into_iter().collect();
+    released.retain(|c| !held.contains(c));
+    Ok(true)
+}
+
 /// What a read of version `id` of `key` asks for: its current record and payload, its head,
 /// and the version's entry (unless `id` is `null`, found through the head).
 fn version_reads(key: &str, id: &str) -> Vec<Vec<u8>> {
@@ -196,16 +321,17 @@ fn removals(rm: Vec<Vec<u8>>, set: &[(Vec<u8>, Vec<u8>)]) -> Vec<Vec<u8>> {
 }
 
 impl Inner {
-    /// A put (`new`) or a delete (`None`: a delete marker) of `bucket/key` in a versioned
-    /// bucket (`cond.versioning` not `Off`): one op that retires the current version, writes
-    /// the new one and the key's head, guarded on `o<key>` and `h<key>`.
+    /// A put, an append or a delete (a delete marker) of `bucket/key` in a versioned bucket
+    /// (`cond.versioning` not `Off`): one op that retires the current version, writes the new
+    /// one and the key's head, guarded on `o<key>` and `h<key>`. Returns the new current
+    /// record (with its version id) too.
     pub(crate) async fn commit_versioned(
         &self,
         bucket: &str,
         key: &str,
         cond: &Cond,
-        new: Option<&ObjectRecord>,
-    ) -> Result<Commit> {
+        write: NewVersion<'_>,
+    ) -> Result<(Commit, Option<ObjectRecord>)> {
         let (k, d, h) = (okey(key), dkey(key), hkey(key));
         for _ in 0..RETRIES {
             let s = self
@@ -231,10 +357,24 @@ impl Inner {
             };
             let null_rec: Option<ObjectRecord> =
                 null.as_ref().map(|(_, v)| decode(v)).transpose()?;
+            let new = match write {
+                NewVersion::Put(rec) => Some(rec.clone()),
+                NewVersion::Append(f) => {
+                    let n = f(cur.as_ref())?;
+                    appended_segments(cur.as_ref(), &n)?;
+                    Some(n)
+                }
+                NewVersion::Marker => None,
+            };
             let mut r = retire(key, cur.as_ref(), &head, null_rec.as_ref(), cond.versioning)?;
+            if matches!(write, NewVersion::Append(_)) && cur.is_some() {
+                // The new version shares the current one's chunks.
+                r.head.shared = true;
+            }
             let mut set = std::mem::take(&mut r.set);
             let mut rm = std::mem::take(&mut r.rm);
-            match new {
+            let mut new_rec = None;
+            match &new {
                 Some(rec) => {
                     let mut rec = rec.clone();
                     rec.version_id = r.version_id.clone();
@@ -245,6 +385,7 @@ impl Inner {
                         None if had_payload => rm.push(d.clone()),
                         None => {}
                     }
+                    new_rec = Some(rec);
                 }
                 None => {
                     if cur.is_some() {
@@ -263,6 +404,23 @@ impl Inner {
             }
             set.push((h.clone(), r.head.encode()));
             let rm = removals(rm, &set);
+            let (shared, cur_val) = (r.head.shared, cur_raw.as_ref());
+            if !keep_held(
+                self,
+                bucket,
+                key,
+                &head,
+                shared,
+                &s,
+                cur_val,
+                &set,
+                &rm,
+                &mut r.released,
+            )
+            .await?
+            {
+                continue;
+            }
             let mut op = Self::guarded(&s, &set, &rm)
                 .omap_cmp(&k, CmpOp::Eq, cur_raw.as_deref().unwrap_or(b""))
                 .omap_cmp(&h, CmpOp::Eq, h_raw.as_deref().unwrap_or(b""));
@@ -273,11 +431,119 @@ impl Inner {
                 // Every new version counts toward the partition's split.
                 self.note_insert(bucket, &s.oid, &pos(key));
                 self.committed(bucket, key, new.is_none());
-                return Ok(Commit {
+                let commit = Commit {
                     previous,
                     released: r.released,
                     version_id: r.version_id,
                     delete_marker: new.is_none(),
+                };
+                return Ok((commit, new_rec));
+            }
+        }
+        Err(CatalogError::Contended)
+    }
+
+    /// A rename in a versioned bucket (`v` not `Off`; `from` and `to` differ): one op that
+    /// moves `from`'s current version to `to` as its new version, retires `to`'s current one
+    /// as a put would, and puts a delete marker at `from`, guarded on both keys' `o` and `h`.
+    /// Keys whose versions share chunks are refused ([`CatalogError::SharedVersions`]).
+    pub(crate) async fn rename_versioned(
+        &self,
+        bucket: &str,
+        from: &str,
+        to: &str,
+        check: RenameCheck,
+        v: Versioning,
+    ) -> Result<Commit> {
+        let (fk, fd, fh) = (okey(from), dkey(from), hkey(from));
+        let (tk, td, th) = (okey(to), dkey(to), hkey(to));
+        let keys = [&fk, &fd, &fh, &tk, &td, &th].map(|k| k.clone());
+        for _ in 0..RETRIES {
+            let s = self.read_keys(bucket, &pos(from), &keys).await?;
+            let Some(src_raw) = find(&s.vals, &fk) else {
+                return Err(CatalogError::NoSuchKey);
+            };
+            if !s.part.holds(&pos(to)) {
+                return Err(CatalogError::CrossPartition);
+            }
+            let src: ObjectRecord = decode(&src_raw)?;
+            let dst_raw = find(&s.vals, &tk);
+            let old: Option<ObjectRecord> = dst_raw.as_deref().map(decode).transpose()?;
+            // Guarded below on both values: the check holds for what the op moves and retires.
+            check(&src, old.as_ref())?;
+            let (fh_raw, th_raw) = (find(&s.vals, &fh), find(&s.vals, &th));
+            let (fhead, thead) = (
+                VHead::parse(fh_raw.as_deref())?,
+                VHead::parse(th_raw.as_deref())?,
+            );
+            if fhead.shared || thead.shared {
+                return Err(CatalogError::SharedVersions);
+            }
+            let (mut fnull, mut tnull) = (None, None);
+            if v == Versioning::Suspended {
+                let (Some(f), Some(t)) = (
+                    read_null(self, bucket, from, &fhead, &s).await?,
+                    read_null(self, bucket, to, &thead, &s).await?,
+                ) else {
+                    continue;
+                };
+                (fnull, tnull) = (f, t);
+            }
+            let null_of = |n: &Option<(Vec<u8>, Bytes)>| -> Result<Option<ObjectRecord>> {
+                n.as_ref().map(|(_, v)| decode(v)).transpose()
+            };
+            let old_full = old
+                .clone()
+                .map(|r| join_record(r, find(&s.vals, &td).as_deref()))
+                .transpose()?;
+            let mut rt = retire(to, old_full.as_ref(), &thead, null_of(&tnull)?.as_ref(), v)?;
+            let mut rf = retire(from, None, &fhead, null_of(&fnull)?.as_ref(), v)?;
+            let mut set = std::mem::take(&mut rt.set);
+            set.append(&mut rf.set);
+            let mut rm = std::mem::take(&mut rt.rm);
+            rm.append(&mut rf.rm);
+            // The moved version, with its payload, as `to`'s new current one.
+            let mut moved = join_record(src.clone(), find(&s.vals, &fd).as_deref())?;
+            moved.version_id = rt.version_id.clone();
+            let (value, payload) = split_record(&moved)?;
+            set.push((tk.clone(), value));
+            match payload {
+                Some(p) => set.push((td.clone(), p)),
+                None if has_payload(old.as_ref()) => rm.push(td.clone()),
+                None => {}
+            }
+            rm.push(fk.clone());
+            if src.has_detached() {
+                rm.push(fd.clone());
+            }
+            // `from`'s delete marker.
+            let suffix = version_suffix(rf.seq, rf.version_id.as_deref());
+            if rf.version_id.is_none() {
+                rf.head.null = Some(suffix.clone());
+            }
+            let marker = delete_marker(rf.version_id.clone());
+            set.push((vkey(from, &suffix), records::encode(&marker)));
+            set.push((fh.clone(), rf.head.encode()));
+            set.push((th.clone(), rt.head.encode()));
+            let rm = removals(rm, &set);
+            let mut op = Self::guarded(&s, &set, &rm)
+                .omap_cmp(&fk, CmpOp::Eq, &src_raw)
+                .omap_cmp(&tk, CmpOp::Eq, dst_raw.as_deref().unwrap_or(b""))
+                .omap_cmp(&fh, CmpOp::Eq, fh_raw.as_deref().unwrap_or(b""))
+                .omap_cmp(&th, CmpOp::Eq, th_raw.as_deref().unwrap_or(b""));
+            for (nk, nv) in fnull.iter().chain(tnull.iter()) {
+                op = op.omap_cmp(nk, CmpOp::Eq, nv);
+            }
+            if self.try_write(&s, op).await? {
+                self.note_insert(bucket, &s.oid, &pos(to));
+                self.committed(bucket, from, true);
+                self.committed(bucket, to, false);
+                rt.released.append(&mut rf.released);
+                return Ok(Commit {
+                    previous: old.map(ObjectRecord::into_head),
+                    released: rt.released,
+                    version_id: rt.version_id,
+                    delete_marker: false,
                 });
             }
         }
@@ -320,6 +586,26 @@ impl Inner {
         let null_rec: Option<ObjectRecord> = null.as_ref().map(|(_, v)| decode(v)).transpose()?;
         let mut r = retire(key, cur.as_ref(), &head, null_rec.as_ref(), v)?;
         r.set.push((h, r.head.encode()));
+        // The Complete's own record replaces `o<key>`: nothing of it is held by a version.
+        let mut gone = r.rm.clone();
+        gone.push(k.clone());
+        let cur_val = find(vals, &k);
+        if !keep_held(
+            self,
+            bucket,
+            key,
+            &head,
+            head.shared,
+            s,
+            cur_val.as_ref(),
+            &r.set,
+            &gone,
+            &mut r.released,
+        )
+        .await?
+        {
+            return Ok(None);
+        }
         Ok(Some((
             CompleteExtra {
                 set: r.set,
@@ -406,7 +692,8 @@ impl Inner {
             };
             let cur_raw = find(&s.vals, &k);
             let h_raw = find(&s.vals, &h);
-            let mut head = VHead::parse(h_raw.as_deref())?;
+            let read_head = VHead::parse(h_raw.as_deref())?;
+            let mut head = read_head.clone();
             let cur: Option<ObjectRecord> = cur_raw.as_deref().map(decode).transpose()?;
             let mut set: Vec<(Vec<u8>, Vec<u8>)> = vec![];
             let mut rm: Vec<Vec<u8>> = vec![];
@@ -477,6 +764,23 @@ impl Inner {
                 rm.push(h.clone());
             }
             let rm = removals(rm, &set);
+            let shared = read_head.shared;
+            if !keep_held(
+                self,
+                bucket,
+                key,
+                &read_head,
+                shared,
+                &s,
+                cur_raw.as_ref(),
+                &set,
+                &rm,
+                &mut released,
+            )
+            .await?
+            {
+                continue;
+            }
             let mut op = Self::guarded(&s, &set, &rm)
                 .omap_cmp(&k, CmpOp::Eq, cur_raw.as_deref().unwrap_or(b""))
                 .omap_cmp(&h, CmpOp::Eq, h_raw.as_deref().unwrap_or(b""));
@@ -865,6 +1169,17 @@ mod tests {
             VHead {
                 floor: 0x1234,
                 null: Some(format!("{:016x}null", u64::MAX - 7)),
+                shared: false,
+            },
+            VHead {
+                floor: 9,
+                null: Some(format!("{:016x}null", u64::MAX - 7)),
+                shared: true,
+            },
+            VHead {
+                floor: 9,
+                null: None,
+                shared: true,
             },
         ] {
             assert_eq!(VHead::parse(Some(&h.encode())).unwrap(), h);

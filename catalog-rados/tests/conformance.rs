@@ -10,7 +10,8 @@ use bytes::Bytes;
 use std::collections::BTreeMap;
 
 use lode_catalog::{
-    Catalog, CatalogError, Cond, ListQuery, ObjectRecord, Refs, conformance, replace_check,
+    Catalog, CatalogError, Cond, ListQuery, ObjectRecord, Refs, Versioning, conformance,
+    replace_check,
 };
 use lode_catalog_rados::{PartitionConfig, PartitionInfo, RadosCatalog, SplitStop, esc, unesc};
 use lode_metadata::records;
@@ -243,7 +244,7 @@ async fn rados_reads_and_migrates_format_2_records() {
     let o = tagged_entries(&io, "old", b'o').await;
     assert_eq!(format(&o, "a"), Some(records::FORMAT_V5));
     // A rename moves the value as it is (and a payload, here none).
-    cat.rename("old", "b", "b2", replace_check(false))
+    cat.rename("old", "b", "b2", replace_check(false), Versioning::Off)
         .await
         .unwrap();
     assert_eq!(
@@ -624,7 +625,8 @@ async fn renames_and_bucket_deletion_across_partitions() {
     assert_eq!(cat.partitions("x").await.unwrap().len(), 3);
     let before = list_all(&cat, "x", 100).await;
     assert!(matches!(
-        cat.rename("x", "a/1", "z/9", replace_check(false)).await,
+        cat.rename("x", "a/1", "z/9", replace_check(false), Versioning::Off)
+            .await,
         Err(CatalogError::CrossPartition)
     ));
     assert!(matches!(
@@ -633,7 +635,7 @@ async fn renames_and_bucket_deletion_across_partitions() {
     ));
     assert_eq!(list_all(&cat, "x", 100).await, before);
     // Within one partition a rename is one commit as always.
-    cat.rename("x", "z/1", "z/3", replace_check(false))
+    cat.rename("x", "z/1", "z/3", replace_check(false), Versioning::Off)
         .await
         .unwrap();
     assert!(cat.get("x", "z/3").await.unwrap().is_some());

@@ -786,27 +786,30 @@ pub async fn renames(c: &dyn Catalog) {
         .await
         .unwrap();
     assert!(matches!(
-        c.rename("ren", "d/x", "t", replace_check(true)).await,
+        c.rename("ren", "d/x", "t", replace_check(true), Versioning::Off)
+            .await,
         Err(CatalogError::PreconditionFailed)
     ));
-    c.rename("ren", "d/x", "d/z", replace_check(false))
+    c.rename("ren", "d/x", "d/z", replace_check(false), Versioning::Off)
         .await
         .unwrap();
     assert!(c.get("ren", "d/x").await.unwrap().is_none());
     assert_eq!(c.get("ren", "d/z").await.unwrap().unwrap().etag, "d/x");
     assert!(matches!(
-        c.rename("ren", "nope", "t", replace_check(false)).await,
+        c.rename("ren", "nope", "t", replace_check(false), Versioning::Off)
+            .await,
         Err(CatalogError::NoSuchKey)
     ));
     // A rename onto itself keeps the object (and releases nothing).
     let same = c
-        .rename("ren", "t", "t", replace_check(false))
+        .rename("ren", "t", "t", replace_check(false), Versioning::Off)
         .await
         .unwrap();
     assert!(same.previous.is_none() && same.released.is_empty());
     assert_eq!(c.get("ren", "t").await.unwrap().unwrap().etag, "t");
     assert!(matches!(
-        c.rename("ren", "t", "t", replace_check(true)).await,
+        c.rename("ren", "t", "t", replace_check(true), Versioning::Off)
+            .await,
         Err(CatalogError::PreconditionFailed)
     ));
     assert!(c.get("ren", "t").await.unwrap().is_some());
@@ -1150,7 +1153,7 @@ pub async fn inline_payloads(c: Arc<dyn Catalog>, bucket: &str) {
     }
     // Rename: the bytes move; onto an inline destination, and then a chunked one over it.
     let done = c
-        .rename(b, "mixed", "small", replace_check(false))
+        .rename(b, "mixed", "small", replace_check(false), Versioning::Off)
         .await
         .unwrap();
     assert_head_of(
@@ -1160,12 +1163,12 @@ pub async fn inline_payloads(c: Arc<dyn Catalog>, bucket: &str) {
     );
     assert_stored(&c, b, "mixed", None).await;
     assert_stored(&c, b, "small", Some(&mixed2)).await;
-    c.rename(b, "small", "moved", replace_check(true))
+    c.rename(b, "small", "moved", replace_check(true), Versioning::Off)
         .await
         .unwrap();
     assert_stored(&c, b, "small", None).await;
     assert_stored(&c, b, "moved", Some(&mixed2)).await;
-    c.rename(b, "chunked", "moved", replace_check(false))
+    c.rename(b, "chunked", "moved", replace_check(false), Versioning::Off)
         .await
         .unwrap();
     assert_stored(&c, b, "moved", Some(&chunked)).await;
@@ -1501,7 +1504,7 @@ pub async fn tags_and_bucket_updates(c: Arc<dyn Catalog>) {
         .await
         .unwrap();
     assert_eq!(page.objects[0].1.meta.tags, up.meta.tags);
-    c.rename("tagb", "o", "o2", replace_check(false))
+    c.rename("tagb", "o", "o2", replace_check(false), Versioning::Off)
         .await
         .unwrap();
     assert_eq!(
@@ -1929,6 +1932,219 @@ pub async fn racing_versioned_commits(c: Arc<dyn Catalog>) {
     c.delete_bucket("rver").await.unwrap();
 }
 
+/// An append of chunk `c` to the current record (a new one when there is none); the ETag
+/// counts the segments.
+fn append_chunk(c: ChunkLoc) -> crate::AppendFn {
+    Arc::new(move |cur| {
+        let mut r = cur.cloned().unwrap_or_else(|| record("a", &[]));
+        if cur.is_none() {
+            r.segments.clear();
+            r.size = 0;
+        }
+        r.segments.push(Segment::Chunk(c));
+        r.size += u64::from(c.data_len);
+        r.etag = format!("e{}", r.segments.len());
+        Ok(r)
+    })
+}
+
+/// Appends in a versioned bucket: each makes a new version that shares the chunks of the one
+/// it extends, which stays as a noncurrent version (Suspended: the `null` one is replaced). A
+/// chunk is released only when the last version holding it goes.
+pub async fn versioned_appends(c: Arc<dyn Catalog>) {
+    new_bucket(&*c, "vapp").await;
+    let (en, su) = (Versioning::Enabled, Versioning::Suspended);
+    let ch: Vec<ChunkLoc> = (0..6).map(|_| chunk()).collect();
+    let segs = |n: usize| -> Vec<Segment> { ch[..n].iter().map(|c| Segment::Chunk(*c)).collect() };
+    let (r1, d1) = c
+        .append("vapp", "k", append_chunk(ch[0]), en)
+        .await
+        .unwrap();
+    let id1 = r1.version_id.clone().expect("a version id");
+    assert_eq!(d1.version_id.as_deref(), Some(id1.as_str()));
+    let (r2, d2) = c
+        .append("vapp", "k", append_chunk(ch[1]), en)
+        .await
+        .unwrap();
+    let id2 = r2.version_id.clone().expect("a version id");
+    assert_ne!(id1, id2);
+    assert!(d1.released.is_empty() && d2.released.is_empty());
+    assert_eq!(d2.previous.unwrap().etag, "e1");
+    let cur = c.get("vapp", "k").await.unwrap().unwrap();
+    assert_eq!((cur.segments, cur.version_id), (segs(2), Some(id2.clone())));
+    let v1 = c.get_version("vapp", "k", &id1).await.unwrap().unwrap();
+    assert_eq!(
+        v1.segments,
+        segs(1),
+        "the appended-to version stays as it was"
+    );
+    // Removing the old version leaves its chunk to the current one.
+    let gone = c.delete_version("vapp", "k", &id1, None).await.unwrap();
+    assert!(gone.released.is_empty(), "{:?}", gone.released);
+    let (r3, _) = c
+        .append("vapp", "k", append_chunk(ch[2]), en)
+        .await
+        .unwrap();
+    let id3 = r3.version_id.clone().unwrap();
+    // Suspended: the first append keeps the current version (it has an id), the second
+    // replaces the null version it made, whose chunks the new one still holds.
+    let (r4, d4) = c
+        .append("vapp", "k", append_chunk(ch[3]), su)
+        .await
+        .unwrap();
+    assert_eq!((r4.version_id, d4.released.len()), (None, 0));
+    let (_, d5) = c
+        .append("vapp", "k", append_chunk(ch[4]), su)
+        .await
+        .unwrap();
+    assert!(d5.released.is_empty(), "{:?}", d5.released);
+    let all = vq("", None, None, 100);
+    assert_eq!(
+        listed(&*c, "vapp", &all).await,
+        vec![
+            row("k", "e5", true),
+            row("k", "e3", false),
+            row("k", "e2", false)
+        ]
+    );
+    // A Suspended put replaces the null version: of its chunks, only those no version holds.
+    let f = c
+        .put(
+            "vapp",
+            "k",
+            record("f", &[ch[5]]),
+            &Cond {
+                versioning: su,
+                ..Default::default()
+            },
+            Refs::Fresh,
+        )
+        .await
+        .unwrap();
+    assert_eq!(set(&f.released), set(&ch[3..5]));
+    let d = c.delete_version("vapp", "k", &id3, None).await.unwrap();
+    assert_eq!(set(&d.released), set(&ch[2..3]));
+    let d = c.delete_version("vapp", "k", &id2, None).await.unwrap();
+    assert_eq!(set(&d.released), set(&ch[..2]));
+    let d = c.delete_version("vapp", "k", "null", None).await.unwrap();
+    assert_eq!(set(&d.released), set(&ch[5..]));
+    assert!(c.newest_version("vapp", "k").await.unwrap().is_none());
+    c.delete_bucket("vapp").await.unwrap();
+}
+
+/// Renames in a versioned bucket: the source's current version moves to the target as its
+/// new version (the target's is kept, the source gets a delete marker, the source's other
+/// versions stay), with a failing check changing nothing; Suspended moves it as the `null`
+/// version. No chunk is released or shared by the move. A key whose versions share chunks
+/// (an append) moves on a backend that counts references and is refused on one that does
+/// not ([`CatalogError::SharedVersions`]).
+pub async fn versioned_renames(c: Arc<dyn Catalog>) {
+    new_bucket(&*c, "vren").await;
+    let (en, su) = (Versioning::Enabled, Versioning::Suspended);
+    let cond = |v| Cond {
+        versioning: v,
+        ..Default::default()
+    };
+    let (s0, s1, t0) = (chunk(), chunk(), chunk());
+    for (k, e, ch) in [("src", "s0", s0), ("src", "s1", s1), ("dst", "t0", t0)] {
+        c.put("vren", k, record(e, &[ch]), &cond(en), Refs::Fresh)
+            .await
+            .unwrap();
+    }
+    let id_s1 = c
+        .get("vren", "src")
+        .await
+        .unwrap()
+        .unwrap()
+        .version_id
+        .unwrap();
+    assert!(matches!(
+        c.rename("vren", "src", "dst", replace_check(true), en)
+            .await,
+        Err(CatalogError::PreconditionFailed)
+    ));
+    let d = c
+        .rename("vren", "src", "dst", replace_check(false), en)
+        .await
+        .unwrap();
+    assert!(d.released.is_empty(), "{:?}", d.released);
+    assert_eq!(d.previous.unwrap().etag, "t0");
+    let moved = c.get("vren", "dst").await.unwrap().unwrap();
+    assert_eq!(moved.etag, "s1");
+    assert_eq!(moved.segments, record("s1", &[s1]).segments);
+    assert!(moved.version_id.is_some() && moved.version_id != Some(id_s1.clone()));
+    assert_eq!(moved.version_id, d.version_id);
+    assert!(c.get("vren", "src").await.unwrap().is_none());
+    assert!(
+        c.get_version("vren", "src", &id_s1)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let all = vq("", None, None, 100);
+    assert_eq!(
+        listed(&*c, "vren", &all).await,
+        vec![
+            row("dst", "s1", true),
+            row("dst", "t0", false),
+            row("src", "DM", true),
+            row("src", "s0", false)
+        ]
+    );
+    // Suspended: the move is the target's null version and the source's marker is null.
+    let d = c
+        .rename("vren", "dst", "src", replace_check(false), su)
+        .await
+        .unwrap();
+    assert!(d.released.is_empty() && d.version_id.is_none());
+    let back = c.get("vren", "src").await.unwrap().unwrap();
+    assert_eq!(
+        (back.etag.as_str(), back.version_id.as_deref()),
+        ("s1", None)
+    );
+    assert_eq!(
+        listed(&*c, "vren", &all).await,
+        vec![
+            row("dst", "DM", true),
+            row("dst", "t0", false),
+            row("src", "s1", true),
+            row("src", "DM", false),
+            row("src", "s0", false)
+        ]
+    );
+    // A key whose versions share chunks.
+    let (a0, a1) = (chunk(), chunk());
+    c.append("vren", "ap", append_chunk(a0), en).await.unwrap();
+    let (_, first) = c.append("vren", "ap", append_chunk(a1), en).await.unwrap();
+    let first = first.previous.unwrap().version_id.unwrap();
+    let r = c
+        .rename("vren", "ap", "ap2", replace_check(false), en)
+        .await;
+    if c.counts_references() {
+        r.unwrap();
+        let d = c.delete_version("vren", "ap", &first, None).await.unwrap();
+        assert!(d.released.is_empty(), "{:?}", d.released);
+        assert_eq!(c.get("vren", "ap2").await.unwrap().unwrap().etag, "e2");
+    } else {
+        assert!(matches!(r, Err(CatalogError::SharedVersions)));
+        assert_eq!(c.get("vren", "ap").await.unwrap().unwrap().etag, "e2");
+    }
+    // Every chunk is released once, when its last version goes.
+    let mut released = vec![];
+    loop {
+        let page = c.list_versions("vren", &all).await.unwrap();
+        let Some(e) = page.entries.first() else { break };
+        let id = e.record.version_id.clone().unwrap_or_else(|| "null".into());
+        let d = c.delete_version("vren", &e.key, &id, None).await.unwrap();
+        released.extend(d.released);
+    }
+    let mut want = vec![s0, s1, t0, a0, a1];
+    want.sort_by_key(|c| c.offset);
+    released.sort_by_key(|c| c.offset);
+    assert_eq!(released, want);
+    c.delete_bucket("vren").await.unwrap();
+}
+
 /// Every test above but the renames (which a partitioned backend refuses across partitions,
 /// [`CatalogError::CrossPartition`]), in sequence, on one catalog.
 pub async fn run_all_but_renames(c: Arc<dyn Catalog>) {
@@ -1945,6 +2161,7 @@ pub async fn run_all_but_renames(c: Arc<dyn Catalog>) {
     versions(Arc::clone(&c)).await;
     racing_versioned_commits(Arc::clone(&c)).await;
     appends(Arc::clone(&c)).await;
+    versioned_appends(Arc::clone(&c)).await;
     racing_conditional_delete(Arc::clone(&c)).await;
     racing_conditional_puts(c).await;
 }
@@ -1975,11 +2192,13 @@ pub async fn conditional_renames(c: Arc<dyn Catalog>) {
         Err(CatalogError::PreconditionFailed)
     });
     assert!(matches!(
-        c.rename("cren", "src", "dst", refuse.clone()).await,
+        c.rename("cren", "src", "dst", refuse.clone(), Versioning::Off)
+            .await,
         Err(CatalogError::PreconditionFailed)
     ));
     assert!(matches!(
-        c.rename("cren", "src", "new", refuse).await,
+        c.rename("cren", "src", "new", refuse, Versioning::Off)
+            .await,
         Err(CatalogError::PreconditionFailed)
     ));
     assert_eq!(
@@ -1997,7 +2216,10 @@ pub async fn conditional_renames(c: Arc<dyn Catalog>) {
         Some(t) if t.etag == "d1" && s.etag == "s1" => Ok(()),
         _ => Err(CatalogError::PreconditionFailed),
     });
-    let done = c.rename("cren", "src", "dst", only_over_d1).await.unwrap();
+    let done = c
+        .rename("cren", "src", "dst", only_over_d1, Versioning::Off)
+        .await
+        .unwrap();
     assert_eq!(done.previous.unwrap().etag, "d1");
     assert_eq!(done.released.len(), 1);
     assert!(c.get("cren", "src").await.unwrap().is_none());
@@ -2035,7 +2257,10 @@ pub async fn conditional_renames(c: Arc<dyn Catalog>) {
             to.clone(),
             to.clone(),
         );
-        let ren = tokio::spawn(async move { c1.rename("cren", &f1, &t1, over_t1).await });
+        let ren =
+            tokio::spawn(
+                async move { c1.rename("cren", &f1, &t1, over_t1, Versioning::Off).await },
+            );
         let put = tokio::spawn(async move {
             c2.put(
                 "cren",
@@ -2085,7 +2310,8 @@ pub async fn conditional_renames(c: Arc<dyn Catalog>) {
                 let (c, from) = (Arc::clone(&c), from.clone());
                 tokio::spawn(async move {
                     let to = format!("{from}-to{i}");
-                    c.rename("cren", &from, &to, replace_check(true)).await
+                    c.rename("cren", &from, &to, replace_check(true), Versioning::Off)
+                        .await
                 })
             })
             .collect();
@@ -2145,15 +2371,23 @@ pub async fn appends(c: Arc<dyn Catalog>) {
         })
     };
     let (c1, c2) = (chunk(), chunk());
+    let off = Versioning::Off;
     let r = c
-        .append("app", "k", at(0, vec![Segment::Inline(b"ab".to_vec())], 2))
+        .append(
+            "app",
+            "k",
+            at(0, vec![Segment::Inline(b"ab".to_vec())], 2),
+            off,
+        )
         .await
-        .unwrap();
+        .unwrap()
+        .0;
     assert_eq!(r.size, 2);
     let r = c
-        .append("app", "k", at(2, vec![Segment::Chunk(c1)], 100))
+        .append("app", "k", at(2, vec![Segment::Chunk(c1)], 100), off)
         .await
-        .unwrap();
+        .unwrap()
+        .0;
     assert_eq!(r.size, 102);
     let got = c.get("app", "k").await.unwrap().unwrap();
     assert_eq!(
@@ -2162,7 +2396,7 @@ pub async fn appends(c: Arc<dyn Catalog>) {
     );
     // A wrong size, and an append that would drop the object's bytes: nothing changes.
     assert!(matches!(
-        c.append("app", "k", at(2, vec![Segment::Chunk(c2)], 100))
+        c.append("app", "k", at(2, vec![Segment::Chunk(c2)], 100), off)
             .await,
         Err(CatalogError::PreconditionFailed)
     ));
@@ -2172,7 +2406,7 @@ pub async fn appends(c: Arc<dyn Catalog>) {
         Ok(r)
     });
     assert!(matches!(
-        c.append("app", "k", drop_bytes).await,
+        c.append("app", "k", drop_bytes, off).await,
         Err(CatalogError::Corrupt(_))
     ));
     assert_eq!(c.get("app", "k").await.unwrap().unwrap(), got);
@@ -2181,13 +2415,13 @@ pub async fn appends(c: Arc<dyn Catalog>) {
         .map(|i| {
             let c = Arc::clone(&c);
             let f = at(102, vec![Segment::Inline(vec![b'0' + i])], 1);
-            tokio::spawn(async move { c.append("app", "k", f).await })
+            tokio::spawn(async move { c.append("app", "k", f, off).await })
         })
         .collect();
     let mut wins = 0;
     for t in tasks {
         match t.await.unwrap() {
-            Ok(r) => {
+            Ok((r, _)) => {
                 wins += 1;
                 assert_eq!(r.size, 103);
             }
@@ -2213,5 +2447,6 @@ pub async fn run_all(c: Arc<dyn Catalog>) {
     empty_and_delete_bucket(&*c, "inl").await;
     renames(&*c).await;
     conditional_renames(Arc::clone(&c)).await;
+    versioned_renames(Arc::clone(&c)).await;
     run_all_but_renames(c).await;
 }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use crate::{
     Aborted, AppendFn, BucketFn, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit, CompleteFn,
     Cond, ListPage, ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, RenameCheck, Result,
-    SysFn, UploadPage, UploadQuery, UploadRecord, VersionPage, VersionQuery,
+    SysFn, UploadPage, UploadQuery, UploadRecord, VersionPage, VersionQuery, Versioning,
 };
 
 /// What happens to the next commit.
@@ -113,8 +113,14 @@ impl Catalog for FaultyCatalog {
     ) -> Result<(ObjectRecord, Commit)> {
         self.commit(self.inner.copy(src, dst, make)).await
     }
-    async fn append(&self, bucket: &str, key: &str, f: AppendFn) -> Result<ObjectRecord> {
-        self.commit(self.inner.append(bucket, key, f)).await
+    async fn append(
+        &self,
+        bucket: &str,
+        key: &str,
+        f: AppendFn,
+        v: Versioning,
+    ) -> Result<(ObjectRecord, Commit)> {
+        self.commit(self.inner.append(bucket, key, f, v)).await
     }
     async fn update(&self, bucket: &str, key: &str, f: RecordFn) -> Result<ObjectRecord> {
         self.commit(self.inner.update(bucket, key, f)).await
@@ -165,8 +171,9 @@ impl Catalog for FaultyCatalog {
         from: &str,
         to: &str,
         check: RenameCheck,
+        v: Versioning,
     ) -> Result<Commit> {
-        self.commit(self.inner.rename(bucket, from, to, check))
+        self.commit(self.inner.rename(bucket, from, to, check, v))
             .await
     }
     async fn rename_prefix(

@@ -887,18 +887,52 @@ impl Catalog for KvCatalog {
         .await
     }
 
-    async fn append(&self, bucket: &str, key: &str, f: AppendFn) -> Result<ObjectRecord> {
+    async fn append(
+        &self,
+        bucket: &str,
+        key: &str,
+        f: AppendFn,
+        v: Versioning,
+    ) -> Result<(ObjectRecord, Commit)> {
         let (b, k) = (bucket.to_owned(), key.to_owned());
         self.blocking(move |m, gate| {
             let _shared = gate.read().expect("bucket gate");
             let okey = keys::object(&b, &k);
             Self::transact(m, |t| {
                 has_bucket(m, &b)?;
-                let old = get_obj_full(t, &okey)?;
-                let new = f(old.as_ref())?;
-                add_refs(t, appended_segments(old.as_ref(), &new)?, Refs::Fresh)?;
-                put_obj(t, &okey, &split(&new)?, has_payload(old.as_ref()))?;
-                Ok(new)
+                let stored = get_obj(t, &okey)?;
+                let old = match &stored {
+                    Some(r) if r.has_detached() => {
+                        let p = t.get_for_update(Table::Inline, &okey)?;
+                        Some(with_payload(r.clone(), p)?)
+                    }
+                    r => r.clone(),
+                };
+                let mut new = f(old.as_ref())?;
+                let fresh = appended_segments(old.as_ref(), &new)?;
+                add_refs(t, fresh, Refs::Fresh)?;
+                let mut commit = Commit::default();
+                if v != Versioning::Off {
+                    // A new version that shares the current one's chunks; the current one is
+                    // retired as a put retires it (its references dropped if it goes).
+                    let kept = new.segments.len() - fresh.len();
+                    add_refs(t, &new.segments[..kept], Refs::Shared)?;
+                    let (_, id) = retire_current(
+                        m,
+                        t,
+                        &b,
+                        &k,
+                        &okey,
+                        stored.as_ref(),
+                        v,
+                        &mut commit.released,
+                    )?;
+                    new.version_id = id.clone();
+                    commit.version_id = id;
+                }
+                put_obj(t, &okey, &split(&new)?, has_payload(stored.as_ref()))?;
+                commit.previous = stored.map(ObjectRecord::into_head);
+                Ok((new, commit))
             })
         })
         .await
@@ -1124,6 +1158,7 @@ impl Catalog for KvCatalog {
         from: &str,
         to: &str,
         check: RenameCheck,
+        v: Versioning,
     ) -> Result<Commit> {
         let (b, f, to) = (bucket.to_owned(), from.to_owned(), to.to_owned());
         self.blocking(move |m, gate| {
@@ -1141,25 +1176,33 @@ impl Catalog for KvCatalog {
                 let mut released = vec![];
                 let old = get_obj(t, &tk)?;
                 check(&src, old.as_ref())?;
-                if let Some(old) = &old {
-                    drop_refs(t, &old.segments, &mut released)?;
-                }
+                // The target's current record goes (unversioned) or is retired as a put
+                // retires it; the moved record is the target's new version.
+                let (_, version_id) =
+                    retire_current(m, t, &b, &to, &tk, old.as_ref(), v, &mut released)?;
                 let had_payload = src.has_detached();
                 let payload = if had_payload {
                     t.get_for_update(Table::Inline, &fk)?
                 } else {
                     None
                 };
-                let value = split(&with_payload(src, payload)?)?;
-                put_obj(t, &tk, &value, has_payload(old.as_ref()))?;
-                t.delete(Table::Objects, &fk)?;
-                if had_payload {
-                    t.delete(Table::Inline, &fk)?;
+                let mut moved = with_payload(src.clone(), payload)?;
+                if v != Versioning::Off {
+                    moved.version_id = version_id.clone();
+                }
+                put_obj(t, &tk, &split(&moved)?, has_payload(old.as_ref()))?;
+                delete_obj(t, &fk, &src)?;
+                if v != Versioning::Off {
+                    // The source gets a delete marker (its current version moved away).
+                    let (seq, id) = retire_current(m, t, &b, &f, &fk, None, v, &mut released)?;
+                    let vkey = keys::version(&b, &f, &version_suffix(seq, id.as_deref()));
+                    t.put(Table::Versions, &vkey, &records::encode(&delete_marker(id)))?;
                 }
                 Ok(Commit {
                     previous: old.map(ObjectRecord::into_head),
                     released,
-                    ..Default::default()
+                    version_id,
+                    delete_marker: false,
                 })
             })
         })

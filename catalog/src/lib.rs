@@ -80,6 +80,10 @@ pub enum CatalogError {
     /// cluster), so that it cannot be one atomic commit: refused, nothing changed.
     #[error("the rename spans index partitions")]
     CrossPartition,
+    /// A rename in a versioned bucket of a key whose versions share chunks (made by appends),
+    /// which this backend counts per key and so cannot move apart: refused, nothing changed.
+    #[error("the rename's keys have versions that share data")]
+    SharedVersions,
     /// The commit kept losing races with concurrent commits of the same key; retry later.
     #[error("too many concurrent updates of the same key")]
     Contended,
@@ -563,9 +567,19 @@ pub trait Catalog: Send + Sync + 'static {
 
     /// Appends to `bucket/key` (PutObject with `x-amz-write-offset-bytes`) in one commit: `f`
     /// gets the current full record (`None`: absent; it may refuse) and returns the new one,
-    /// whose segments start with the current record's (else `Corrupt`). Those keep their
-    /// references; the ones after them are fresh. Nothing is released. Returns the new record.
-    async fn append(&self, bucket: &str, key: &str, f: AppendFn) -> Result<ObjectRecord>;
+    /// whose segments start with the current record's (else `Corrupt`); the ones after them
+    /// are fresh. Unversioned (`v` is `Off`): the current record's chunks pass to the new one
+    /// and nothing is released. In a versioned bucket the new record is a new version (its id
+    /// in the returned record and in `Commit::version_id`) that shares the current one's
+    /// chunks, which is kept as a noncurrent version as a put keeps it (Suspended: released
+    /// as a put releases it, but never a chunk that a remaining version still holds).
+    async fn append(
+        &self,
+        bucket: &str,
+        key: &str,
+        f: AppendFn,
+        v: Versioning,
+    ) -> Result<(ObjectRecord, Commit)>;
 
     /// Rewrites a record in place: `f` gets the full record and returns the new one, with the
     /// same content (the same segments: chunks and inline bytes; else `Corrupt`).
@@ -579,12 +593,19 @@ pub trait Catalog: Send + Sync + 'static {
     /// payload with it, if `check` passes on the source and the current target, in the same
     /// atomic step. Onto itself: nothing moves (after `check` on the record as both). A
     /// backend atomic per partition makes this atomic when both keys share one.
+    ///
+    /// In a versioned bucket (`v` not `Off`) the source's current version moves: it becomes
+    /// `to`'s new version (a new id, in `Commit::version_id`; its content, ETag and time
+    /// unchanged), `to`'s current version is retired as a put retires it, and `from` gets a
+    /// delete marker. `from`'s other versions stay. No chunk is shared: the moved version
+    /// keeps its own. `previous` is what `to` held.
     async fn rename(
         &self,
         bucket: &str,
         from: &str,
         to: &str,
         check: RenameCheck,
+        v: Versioning,
     ) -> Result<Commit>;
 
     /// Moves every key under the prefix `from` to the same key under `to` (a directory

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use lode_catalog::{
     Catalog, CatalogError, Cond, Fault, FaultyCatalog, KvCatalog, ListQuery, ObjectRecord, Refs,
-    conformance, mem_catalog, replace_check,
+    Versioning, conformance, mem_catalog, replace_check,
 };
 use lode_metadata::{MetadataStore, RocksConfig, RocksMetadataStore, Table, keys, records};
 
@@ -173,7 +173,7 @@ async fn kv_reads_and_migrates_format_2_records() {
     assert_eq!(stored("a").unwrap()[0], records::FORMAT_V5);
     assert_eq!(stored_payloads(&*store, "old"), vec!["a".to_owned()]);
     // A rename rewrites it too; a directory rename moves the value as it is.
-    kv.rename("old", "b", "b2", replace_check(false))
+    kv.rename("old", "b", "b2", replace_check(false), Versioning::Off)
         .await
         .unwrap();
     assert_eq!(

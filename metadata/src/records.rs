@@ -126,7 +126,7 @@ impl Checksums {
 }
 
 /// One stored chunk on a device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ChunkLoc {
     pub dev: u32,
     pub offset: u64,

@@ -74,9 +74,12 @@ pub enum ObjError {
     /// The version asked for is a delete marker (S3: `405 MethodNotAllowed`); its id.
     #[error("The specified method is not allowed against this resource.")]
     DeleteMarker(Option<String>),
-    /// A rename in a versioned bucket (what it would do to the versions of both keys is not
-    /// built): S3 `501`, and `EXDEV` on the mount, so `mv` copies and deletes instead.
-    #[error("Renames in a versioned bucket are not implemented by Lode; copy and delete instead")]
+    /// A rename in a versioned bucket that is not built: a directory, or (in cluster mode) a
+    /// key whose versions share data made by appends. S3 `501`, and `EXDEV` on the mount, so
+    /// `mv` copies and deletes instead.
+    #[error(
+        "This rename in a versioned bucket (a directory, or in cluster mode a key whose versions share data made by appends) is not implemented by Lode; copy and delete instead"
+    )]
     VersionedRename,
     #[error("{0}")]
     InvalidRequest(String),
@@ -141,6 +144,7 @@ impl From<lode_catalog::CatalogError> for ObjError {
             C::DirectoryNotEmpty => ObjError::DirectoryNotEmpty,
             C::KeyTooLong => ObjError::KeyTooLong,
             C::CrossPartition => ObjError::CrossPartition,
+            C::SharedVersions => ObjError::VersionedRename,
             C::Contended => ObjError::Contended,
             C::Unavailable(m) => ObjError::Unavailable(m),
             C::NotSupported(backend, what) => {

@@ -224,10 +224,19 @@ impl ObjectService {
     ) -> ObjResult<()> {
         check_key(from)?;
         check_key(to)?;
-        if self.versioning_of(bucket).await? != lode_catalog::Versioning::Off {
-            return Err(ObjError::VersionedRename);
-        }
-        let done = self.catalog.rename(bucket, from, to, check).await?;
+        let v = self.versioning_of(bucket).await?;
+        let check = if v == lode_catalog::Versioning::Off {
+            check
+        } else {
+            // The source's version leaves its key: a locked one stays (object lock).
+            Arc::new(move |src: &ObjectRecord, dst: Option<&ObjectRecord>| {
+                if let Some(why) = crate::objlock::lock_reason(src, crate::now_ms(), false) {
+                    return Err(crate::service::refused(ObjError::ObjectLocked(why)));
+                }
+                check(src, dst)
+            }) as lode_catalog::RenameCheck
+        };
+        let done = self.catalog.rename(bucket, from, to, check, v).await?;
         self.release_chunks(done.released);
         Ok(())
     }

@@ -966,11 +966,21 @@ impl ObjectService {
         E: std::fmt::Display,
     {
         check_key(key)?;
-        if self.versioning_of(bucket).await? != Versioning::Off {
-            return Err(ObjError::NotImplemented(
-                "Appends to an object of a versioned bucket".into(),
-            ));
-        }
+        let settings = self.settings_of(bucket).await?;
+        let v = if self.catalog.supports_versions() {
+            settings.versioning
+        } else {
+            Versioning::Off
+        };
+        let mut meta = meta;
+        // In a versioned bucket an append makes a new version: it gets its own lock (the
+        // headers', else the bucket's default retention), as a PUT's does.
+        let lock = crate::objlock::lock_for_write(
+            settings.lock.as_ref(),
+            std::mem::take(&mut meta.lock),
+            now_ms(),
+        )?;
+        meta.lock = lock.clone();
         self.bucket(bucket).await?;
         let room = self.cfg.max_object_size.saturating_sub(offset);
         let fits_inline = content_length.is_some_and(|l| {
@@ -1028,11 +1038,15 @@ impl ObjectService {
             let tags: Vec<&str> = parts.iter().map(|p| p.etag.as_str()).collect();
             let mut all = cur.segments.clone();
             all.extend(segments.iter().cloned());
+            let mut meta = cur.meta.clone();
+            if v != Versioning::Off {
+                meta.lock = lock.clone();
+            }
             Ok(ObjectRecord {
                 size: cur.size + size,
                 etag: multipart_etag(&tags),
                 last_modified_ms: now,
-                meta: cur.meta.clone(),
+                meta,
                 checksums: crate::checksum::append_checksums(&cur.checksums, &sums, size),
                 segments: all,
                 parts,
@@ -1041,19 +1055,20 @@ impl ObjectService {
                 delete_marker: false,
             })
         });
-        let rec = match self.catalog.append(bucket, key, f).await {
+        let (rec, done) = match self.catalog.append(bucket, key, f, v).await {
             Ok(r) => r,
             Err(e) => return Err(keep_if_maybe_applied(e, ing.alloc)),
         };
         if let Some(a) = ing.alloc {
             a.commit();
         }
+        self.release_chunks(done.released);
         Ok(PutResult {
             etag: rec.etag,
             size: rec.size,
             checksums: rec.checksums,
             last_modified_ms: rec.last_modified_ms,
-            version_id: None,
+            version_id: done.version_id,
         })
     }
 
