@@ -125,6 +125,11 @@ def test_retention_locks_a_version_until_bypassed(s3, lbucket):
     with pytest.raises(ClientError) as e:
         s3.delete_object(Bucket=lbucket, Key="f", VersionId=v)
     assert err(e) == ("AccessDenied", 403)
+    # Nor does it leave its name by a rename.
+    with pytest.raises(ClientError) as e:
+        s3.rename_object(Bucket=lbucket, Key="g", RenameSource=f"{lbucket}/f")
+    assert err(e) == ("AccessDenied", 403)
+    assert s3.get_object(Bucket=lbucket, Key="f")["VersionId"] == v
     # A delete without a version id adds a marker (allowed); the version is still locked.
     m = s3.delete_object(Bucket=lbucket, Key="f")
     assert m["DeleteMarker"]

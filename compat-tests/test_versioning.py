@@ -199,7 +199,8 @@ def md5(b):
 
 def test_appends_make_versions_that_share_the_old_bytes(s3, vbucket):
     """Each append makes a new version; the version it extended still reads as it was, and
-    removing it (or the new one) leaves the other whole."""
+    removing the older versions leaves the newer one whole, even once new writes have taken
+    the space that was freed."""
     b = vbucket
     base, add, more = os.urandom(300_000), os.urandom(70_000), os.urandom(5)
     v1 = s3.put_object(Bucket=b, Key="log", Body=base)["VersionId"]
@@ -215,22 +216,35 @@ def test_appends_make_versions_that_share_the_old_bytes(s3, vbucket):
     # Removing the older versions leaves the current one's bytes (shared with them) whole.
     for v in (v1, v2):
         s3.delete_object(Bucket=b, Key="log", VersionId=v)
+    for i in range(8):
+        s3.put_object(Bucket=b, Key=f"filler{i}", Body=os.urandom(400_000))
     g = s3.get_object(Bucket=b, Key="log", ChecksumMode="ENABLED")
     assert g["Body"].read() == base + add + more and g["VersionId"] == v3
     # A delete hides it behind a marker; an append at offset 0 then makes a fresh object.
     s3.delete_object(Bucket=b, Key="log")
-    r = s3.put_object(Bucket=b, Key="log", Body=b"new", WriteOffsetBytes=0)
-    assert s3.get_object(Bucket=b, Key="log")["Body"].read() == b"new"
+    new = os.urandom(20_000)
+    v4 = s3.put_object(Bucket=b, Key="log", Body=new, WriteOffsetBytes=0)["VersionId"]
+    assert s3.get_object(Bucket=b, Key="log")["Body"].read() == new
     assert s3.get_object(Bucket=b, Key="log", VersionId=v3)["Body"].read() == base + add + more
-    # Suspended: the append is the null version, and the next one replaces it.
+    # Suspended: the append is the null version, and the next one replaces it (sharing its
+    # bytes); a delete then replaces the null version with a marker.
     s3.put_bucket_versioning(Bucket=b, VersioningConfiguration={"Status": "Suspended"})
-    r = s3.put_object(Bucket=b, Key="log", Body=b"+1", WriteOffsetBytes=3)
+    p1, p2 = os.urandom(30_000), os.urandom(30_000)
+    r = s3.put_object(Bucket=b, Key="log", Body=p1, WriteOffsetBytes=len(new))
     assert r.get("VersionId", "null") == "null"
-    s3.put_object(Bucket=b, Key="log", Body=b"+2", WriteOffsetBytes=5)
+    s3.put_object(Bucket=b, Key="log", Body=p2, WriteOffsetBytes=len(new + p1))
     got, _ = versions(s3, b, Prefix="log")
     assert [v[1] for v in got].count("null") == 1
-    assert s3.get_object(Bucket=b, Key="log", VersionId="null")["Body"].read() == b"new+1+2"
+    assert s3.get_object(Bucket=b, Key="log", VersionId="null")["Body"].read() == new + p1 + p2
+    s3.delete_object(Bucket=b, Key="log")
+    for i in range(8):
+        s3.put_object(Bucket=b, Key=f"filler{i}", Body=os.urandom(400_000))
     assert s3.get_object(Bucket=b, Key="log", VersionId=v3)["Body"].read() == base + add + more
+    # v4's bytes were shared with the null version the delete replaced: they stay.
+    g = s3.get_object(Bucket=b, Key="log", VersionId=v4, ChecksumMode="ENABLED")
+    assert g["Body"].read() == new
+    got, _ = versions(s3, b, Prefix="log")
+    assert sum(1 for v in got if v[3] == "V" and v[0] == "log") == 2
 
 
 def test_rename_moves_the_current_version(s3, vbucket):
@@ -268,16 +282,17 @@ def test_rename_moves_the_current_version(s3, vbucket):
     assert s3.get_object(Bucket=b, Key="src")["Body"].read() == b"again"
     # A key whose versions share bytes (made by an append): the cluster's index counts shared
     # bytes per key, so there such a rename is refused (501, and EXDEV on a mount).
-    s3.put_object(Bucket=b, Key="ap", Body=b"a")
-    s3.put_object(Bucket=b, Key="ap", Body=b"b", WriteOffsetBytes=1)
+    first = os.urandom(20_000)
+    s3.put_object(Bucket=b, Key="ap", Body=first)
+    s3.put_object(Bucket=b, Key="ap", Body=b"b", WriteOffsetBytes=len(first))
     if os.environ.get("LODE_COMPAT_MODE") == "cluster":
         with pytest.raises(ClientError) as e:
             s3.rename_object(Bucket=b, Key="ap2", RenameSource=f"{b}/ap")
         assert err(e) == ("NotImplemented", 501)
-        assert s3.get_object(Bucket=b, Key="ap")["Body"].read() == b"ab"
+        assert s3.get_object(Bucket=b, Key="ap")["Body"].read() == first + b"b"
     else:
         s3.rename_object(Bucket=b, Key="ap2", RenameSource=f"{b}/ap")
-        assert s3.get_object(Bucket=b, Key="ap2")["Body"].read() == b"ab"
+        assert s3.get_object(Bucket=b, Key="ap2")["Body"].read() == first + b"b"
 
 
 def test_unversioned_bucket_lists_null_versions(s3, bucket):

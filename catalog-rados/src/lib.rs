@@ -1177,13 +1177,16 @@ impl Catalog for RadosCatalog {
     }
 
     async fn remove_dir(&self, bucket: &str, prefix: &str) -> Result<Vec<ChunkLoc>> {
-        let p = okey(prefix);
+        let (p, h) = (okey(prefix), Inner::head_key(prefix));
         for _ in 0..RETRIES {
             let l = self
                 .locate(bucket, &pos(prefix), || {
-                    ReadOp::new().omap_get_vals(b"", &p, 2)
+                    ReadOp::new()
+                        .omap_get_vals(b"", &p, 2)
+                        .omap_get_vals_by_keys(std::slice::from_ref(&h))
                 })
                 .await?;
+            let h_raw = find(&l.r.omap_vals_by_keys.clone().unwrap_or_default(), &h);
             let mut vals = l.r.omap_vals.clone().unwrap_or_default().entries;
             // A split's leftovers past the partition's end are not its keys.
             vals.retain(|(k, _)| l.part.holds(&k[1..]));
@@ -1210,7 +1213,15 @@ impl Catalog for RadosCatalog {
                 }
             }
             let old: ObjectRecord = decode(&s.vals[0].1)?;
-            let released = chunks_of(&old.segments).collect();
+            let mut released = chunks_of(&old.segments).collect();
+            // In a versioned bucket the marker's older versions may share its chunks.
+            let cur = s.vals[0].1.clone();
+            if !self
+                .keep_held_by_versions(bucket, prefix, h_raw.as_deref(), &s, &cur, &mut released)
+                .await?
+            {
+                continue;
+            }
             let rm = if old.has_detached() {
                 vec![p.clone(), dkey(prefix)]
             } else {

@@ -18,8 +18,9 @@
 //! Those are counted here, per key (they are never shared with another key, and a key's
 //! versions share its partition): the head is marked `shared`, and an op that would release
 //! a version's chunks of such a key reads the key's versions and releases only the chunks
-//! that none of them still holds. Keys never appended to pay nothing. A rename moves a
-//! version to another key, so in cluster mode it refuses keys whose versions share chunks.
+//! that none of them still holds. Keys never appended to pay nothing. The mark stays until
+//! the key's versions are all gone. A rename moves a version to another key, so it refuses a
+//! key so marked, as source or target ([`CatalogError::SharedVersions`]).
 
 use super::*;
 use lode_catalog::{
@@ -321,6 +322,40 @@ fn removals(rm: Vec<Vec<u8>>, set: &[(Vec<u8>, Vec<u8>)]) -> Vec<Vec<u8>> {
 }
 
 impl Inner {
+    /// The key of `key`'s version head, for ops outside this module that read it.
+    pub(crate) fn head_key(key: &str) -> Vec<u8> {
+        hkey(key)
+    }
+
+    /// For an op outside this module that removes `key`'s current record (`cur`, read at `s`
+    /// with the key's head `h_raw`) and nothing else of the key: drops from `released` every
+    /// chunk one of the key's versions still holds. `Ok(false)`: read again.
+    pub(crate) async fn keep_held_by_versions(
+        &self,
+        bucket: &str,
+        key: &str,
+        h_raw: Option<&[u8]>,
+        s: &Snapshot,
+        cur: &Bytes,
+        released: &mut Vec<ChunkLoc>,
+    ) -> Result<bool> {
+        let head = VHead::parse(h_raw)?;
+        let gone = [okey(key)];
+        keep_held(
+            self,
+            bucket,
+            key,
+            &head,
+            head.shared,
+            s,
+            Some(cur),
+            &[],
+            &gone,
+            released,
+        )
+        .await
+    }
+
     /// A put, an append or a delete (a delete marker) of `bucket/key` in a versioned bucket
     /// (`cond.versioning` not `Off`): one op that retires the current version, writes the new
     /// one and the key's head, guarded on `o<key>` and `h<key>`. Returns the new current
@@ -367,7 +402,11 @@ impl Inner {
                 NewVersion::Marker => None,
             };
             let mut r = retire(key, cur.as_ref(), &head, null_rec.as_ref(), cond.versioning)?;
-            if matches!(write, NewVersion::Append(_)) && cur.is_some() {
+            if matches!(write, NewVersion::Append(_))
+                && cur
+                    .as_ref()
+                    .is_some_and(|c| chunks_of(&c.segments).next().is_some())
+            {
                 // The new version shares the current one's chunks.
                 r.head.shared = true;
             }
@@ -502,9 +541,11 @@ impl Inner {
             set.append(&mut rf.set);
             let mut rm = std::mem::take(&mut rt.rm);
             rm.append(&mut rf.rm);
-            // The moved version, with its payload, as `to`'s new current one.
+            // The moved version, with its payload, as `to`'s new current one (made now, as any
+            // new version: lifecycle times `to`'s retired version from it).
             let mut moved = join_record(src.clone(), find(&s.vals, &fd).as_deref())?;
             moved.version_id = rt.version_id.clone();
+            moved.last_modified_ms = now_ms();
             let (value, payload) = split_record(&moved)?;
             set.push((tk.clone(), value));
             match payload {

@@ -1950,12 +1950,14 @@ fn append_chunk(c: ChunkLoc) -> crate::AppendFn {
 
 /// Appends in a versioned bucket: each makes a new version that shares the chunks of the one
 /// it extends, which stays as a noncurrent version (Suspended: the `null` one is replaced). A
-/// chunk is released only when the last version holding it goes.
+/// chunk is released only when the last version holding it goes: by a removal of a version
+/// (current or not, with promotion), a Suspended append, delete marker or put.
 pub async fn versioned_appends(c: Arc<dyn Catalog>) {
     new_bucket(&*c, "vapp").await;
     let (en, su) = (Versioning::Enabled, Versioning::Suspended);
-    let ch: Vec<ChunkLoc> = (0..6).map(|_| chunk()).collect();
-    let segs = |n: usize| -> Vec<Segment> { ch[..n].iter().map(|c| Segment::Chunk(*c)).collect() };
+    let ch: Vec<ChunkLoc> = (0..7).map(|_| chunk()).collect();
+    let segs =
+        |ids: &[usize]| -> Vec<Segment> { ids.iter().map(|&i| Segment::Chunk(ch[i])).collect() };
     let (r1, d1) = c
         .append("vapp", "k", append_chunk(ch[0]), en)
         .await
@@ -1971,30 +1973,46 @@ pub async fn versioned_appends(c: Arc<dyn Catalog>) {
     assert!(d1.released.is_empty() && d2.released.is_empty());
     assert_eq!(d2.previous.unwrap().etag, "e1");
     let cur = c.get("vapp", "k").await.unwrap().unwrap();
-    assert_eq!((cur.segments, cur.version_id), (segs(2), Some(id2.clone())));
+    assert_eq!(
+        (cur.segments, cur.version_id),
+        (segs(&[0, 1]), Some(id2.clone()))
+    );
     let v1 = c.get_version("vapp", "k", &id1).await.unwrap().unwrap();
     assert_eq!(
         v1.segments,
-        segs(1),
+        segs(&[0]),
         "the appended-to version stays as it was"
     );
+    // Removing the current version releases only its own chunk and brings back the older one.
+    let d = c.delete_version("vapp", "k", &id2, None).await.unwrap();
+    assert_eq!(set(&d.released), set(&ch[1..2]));
+    let cur = c.get("vapp", "k").await.unwrap().unwrap();
+    assert_eq!(
+        (cur.segments, cur.version_id),
+        (segs(&[0]), Some(id1.clone()))
+    );
+    let (r2, _) = c
+        .append("vapp", "k", append_chunk(ch[2]), en)
+        .await
+        .unwrap();
+    let id2 = r2.version_id.unwrap();
     // Removing the old version leaves its chunk to the current one.
     let gone = c.delete_version("vapp", "k", &id1, None).await.unwrap();
     assert!(gone.released.is_empty(), "{:?}", gone.released);
     let (r3, _) = c
-        .append("vapp", "k", append_chunk(ch[2]), en)
+        .append("vapp", "k", append_chunk(ch[3]), en)
         .await
         .unwrap();
     let id3 = r3.version_id.clone().unwrap();
     // Suspended: the first append keeps the current version (it has an id), the second
     // replaces the null version it made, whose chunks the new one still holds.
     let (r4, d4) = c
-        .append("vapp", "k", append_chunk(ch[3]), su)
+        .append("vapp", "k", append_chunk(ch[4]), su)
         .await
         .unwrap();
     assert_eq!((r4.version_id, d4.released.len()), (None, 0));
     let (_, d5) = c
-        .append("vapp", "k", append_chunk(ch[4]), su)
+        .append("vapp", "k", append_chunk(ch[5]), su)
         .await
         .unwrap();
     assert!(d5.released.is_empty(), "{:?}", d5.released);
@@ -2007,28 +2025,35 @@ pub async fn versioned_appends(c: Arc<dyn Catalog>) {
             row("k", "e2", false)
         ]
     );
-    // A Suspended put replaces the null version: of its chunks, only those no version holds.
+    // A Suspended delete replaces the null version with a marker: of its chunks, only those
+    // no version holds go; a Suspended put then replaces the marker.
+    let sus = Cond {
+        versioning: su,
+        ..Default::default()
+    };
+    let m = c.delete("vapp", "k", &sus).await.unwrap();
+    assert!(m.delete_marker);
+    assert_eq!(set(&m.released), set(&ch[4..6]));
     let f = c
-        .put(
-            "vapp",
-            "k",
-            record("f", &[ch[5]]),
-            &Cond {
-                versioning: su,
-                ..Default::default()
-            },
-            Refs::Fresh,
-        )
+        .put("vapp", "k", record("f", &[ch[6]]), &sus, Refs::Fresh)
         .await
         .unwrap();
-    assert_eq!(set(&f.released), set(&ch[3..5]));
+    assert!(f.released.is_empty(), "{:?}", f.released);
     let d = c.delete_version("vapp", "k", &id3, None).await.unwrap();
-    assert_eq!(set(&d.released), set(&ch[2..3]));
+    assert_eq!(set(&d.released), set(&ch[3..4]));
     let d = c.delete_version("vapp", "k", &id2, None).await.unwrap();
-    assert_eq!(set(&d.released), set(&ch[..2]));
+    assert_eq!(set(&d.released), set(&[ch[0], ch[2]]));
     let d = c.delete_version("vapp", "k", "null", None).await.unwrap();
-    assert_eq!(set(&d.released), set(&ch[5..]));
+    assert_eq!(set(&d.released), set(&ch[6..]));
     assert!(c.newest_version("vapp", "k").await.unwrap().is_none());
+    // Removing a directory marker (rmdir on the mount) leaves what its older versions hold.
+    let (x, y) = (chunk(), chunk());
+    c.append("vapp", "d/", append_chunk(x), en).await.unwrap();
+    let (_, dd) = c.append("vapp", "d/", append_chunk(y), en).await.unwrap();
+    let old = dd.previous.unwrap().version_id.unwrap();
+    assert_eq!(set(&c.remove_dir("vapp", "d/").await.unwrap()), set(&[y]));
+    let d = c.delete_version("vapp", "d/", &old, None).await.unwrap();
+    assert_eq!(set(&d.released), set(&[x]));
     c.delete_bucket("vapp").await.unwrap();
 }
 
@@ -2074,6 +2099,10 @@ pub async fn versioned_renames(c: Arc<dyn Catalog>) {
     assert_eq!(moved.segments, record("s1", &[s1]).segments);
     assert!(moved.version_id.is_some() && moved.version_id != Some(id_s1.clone()));
     assert_eq!(moved.version_id, d.version_id);
+    assert!(
+        moved.last_modified_ms > 1,
+        "a new version of the target is made now"
+    );
     assert!(c.get("vren", "src").await.unwrap().is_none());
     assert!(
         c.get_version("vren", "src", &id_s1)

@@ -1188,7 +1188,9 @@ impl Catalog for KvCatalog {
                 };
                 let mut moved = with_payload(src.clone(), payload)?;
                 if v != Versioning::Off {
+                    // A new version of `to`, made now (lifecycle times the retired one from it).
                     moved.version_id = version_id.clone();
+                    moved.last_modified_ms = now_ms();
                 }
                 put_obj(t, &tk, &split(&moved)?, has_payload(old.as_ref()))?;
                 delete_obj(t, &fk, &src)?;

@@ -595,10 +595,10 @@ pub trait Catalog: Send + Sync + 'static {
     /// backend atomic per partition makes this atomic when both keys share one.
     ///
     /// In a versioned bucket (`v` not `Off`) the source's current version moves: it becomes
-    /// `to`'s new version (a new id, in `Commit::version_id`; its content, ETag and time
-    /// unchanged), `to`'s current version is retired as a put retires it, and `from` gets a
-    /// delete marker. `from`'s other versions stay. No chunk is shared: the moved version
-    /// keeps its own. `previous` is what `to` held.
+    /// `to`'s new version (a new id, in `Commit::version_id`, and the time of the rename as
+    /// its last-modified; its content and ETag unchanged), `to`'s current version is retired
+    /// as a put retires it, and `from` gets a delete marker. `from`'s other versions stay. No
+    /// chunk is shared: the moved version keeps its own. `previous` is what `to` held.
     async fn rename(
         &self,
         bucket: &str,
