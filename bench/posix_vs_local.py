@@ -6,10 +6,16 @@ plain directory of the file system that holds the data dir:
 
   creates    N small files (4 KiB) in one directory, from T threads; each is closed (on Lode
              that is a durable commit, on the local disk only a page-cache write)
+  creates+fsync  the same into another directory, each file fsynced before its close: what the
+             local disk does when every close is durable, as every close on Lode is
   readdir    os.listdir of that N-entry directory
   stat       os.stat of every file in random order, cold (kernel caches dropped) and warm
   write      one file of B MiB in 1 MiB writes, then fsync + close
   read       the same file in 1 MiB reads, page cache dropped first
+
+and the read side (readdir, stat, read) once more on the bare FUSE ceiling: `lode bench-ceiling
+--fuse-source` serving an in-memory copy of the local directory over the same FUSE setup as
+Lode's mount, so what is FUSE's and what is Lode's stays visible.
 
 Usage (as root, needs /dev/fuse):  bench/posix_vs_local.py [--files 100000] [--big-mib 1024]
 Prints a table and writes --json (default posix-vs-local.json).
@@ -41,23 +47,54 @@ def timed(fn):
     return time.perf_counter() - t
 
 
-def run_suite(root, files, threads, big_mib, ttl_wait):
-    res = {}
-    d = os.path.join(root, "many")
+def names_of(files):
+    return [f"f{i:07d}" for i in range(files)]
+
+
+def creates(d, files, threads, fsync):
+    """Files per second: `files` 4 KiB files made in `d` from `threads` threads."""
     os.makedirs(d)
     payload = os.urandom(4096)
-    names = [f"f{i:07d}" for i in range(files)]
 
     def create(chunk):
         for n in chunk:
             with open(os.path.join(d, n), "wb") as f:
                 f.write(payload)
+                if fsync:
+                    f.flush()
+                    os.fsync(f.fileno())
 
+    names = names_of(files)
     chunks = [names[i::threads] for i in range(threads)]
     with ThreadPoolExecutor(threads) as ex:
         t = timed(lambda: list(ex.map(create, chunks)))
-    res["creates_per_s"] = files / t
+    return files / t
 
+
+def run_suite(root, files, threads, big_mib, ttl_wait):
+    res = {}
+    res["creates_per_s"] = creates(os.path.join(root, "many"), files, threads, False)
+    res["creates_fsync_per_s"] = creates(os.path.join(root, "synced"), files, threads, True)
+    big = os.path.join(root, "big.bin")
+    block = os.urandom(1 << 20)
+
+    def write_big():
+        with open(big, "wb") as f:
+            for _ in range(big_mib):
+                f.write(block)
+            f.flush()
+            os.fsync(f.fileno())
+
+    res["seq_write_mib_s"] = big_mib / timed(write_big)
+    res.update(read_suite(root, files, big_mib, ttl_wait))
+    return res
+
+
+def read_suite(root, files, big_mib, ttl_wait):
+    """readdir, cold and warm stat, and the cold read of big.bin, on what run_suite made."""
+    res = {}
+    d = os.path.join(root, "many")
+    names = names_of(files)
     time.sleep(ttl_wait)
     drop_caches()
     listed = []
@@ -79,16 +116,6 @@ def run_suite(root, files, threads, big_mib, ttl_wait):
     res["stat_warm_per_s"] = files / timed(stat_all)
 
     big = os.path.join(root, "big.bin")
-    block = os.urandom(1 << 20)
-
-    def write_big():
-        with open(big, "wb") as f:
-            for _ in range(big_mib):
-                f.write(block)
-            f.flush()
-            os.fsync(f.fileno())
-
-    res["seq_write_mib_s"] = big_mib / timed(write_big)
     drop_caches()
 
     def read_big():
@@ -137,24 +164,49 @@ def main():
         loc = run_suite(local, a.files, a.threads, a.big_mib, ttl)
         print(f"==> Lode mount ({bucket})", flush=True)
         lod = run_suite(bucket, a.files, a.threads, a.big_mib, ttl)
-    finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
+        print("==> bare FUSE ceiling (an in-memory copy of the local dir)", flush=True)
+        ceil = ceiling_suite(a, local, os.path.join(work, "ceiling"), ttl)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
         shutil.rmtree(work, ignore_errors=True)
 
     rows = [
         ("creates/s (%d threads, 4 KiB files)" % a.threads, "creates_per_s"),
+        ("creates/s, each fsynced at close", "creates_fsync_per_s"),
         ("readdir entries/s (%d entries)" % a.files, "readdir_entries_per_s"),
         ("stat/s cold", "stat_cold_per_s"),
         ("stat/s warm", "stat_warm_per_s"),
         ("seq write MiB/s (%d MiB, fsync)" % a.big_mib, "seq_write_mib_s"),
         ("seq read MiB/s (cold)", "seq_read_mib_s"),
     ]
-    print(f"\n{'operation':42} {'local disk':>12} {'Lode mount':>12} {'ratio':>7}")
+    print(f"\n{'operation':42} {'local disk':>12} {'Lode mount':>12} {'ratio':>7} {'FUSE ceiling':>13} {'ratio':>7}")
     for label, k in rows:
-        print(f"{label:42} {loc[k]:12.0f} {lod[k]:12.0f} {lod[k] / loc[k]:7.2f}")
+        c = f"{ceil[k]:13.0f} {ceil[k] / loc[k]:7.2f}" if k in ceil else f"{'-':>13} {'-':>7}"
+        print(f"{label:42} {loc[k]:12.0f} {lod[k]:12.0f} {lod[k] / loc[k]:7.2f} {c}")
+    # Every close on Lode is durable: its plain creates against the local disk's fsynced ones.
+    print(f"{'creates: Lode vs local fsynced at close':42} {'':12} {'':12} "
+          f"{lod['creates_per_s'] / loc['creates_fsync_per_s']:7.2f}")
     with open(a.json, "w") as f:
-        json.dump({"params": vars(a), "local": loc, "lode": lod}, f, indent=2)
+        json.dump({"params": vars(a), "local": loc, "lode": lod, "fuse_ceiling": ceil}, f, indent=2)
+
+
+def ceiling_suite(a, local, mnt, ttl):
+    """The read side of the suite on `lode bench-ceiling --fuse-source local`."""
+    env = dict(os.environ, LODE_LOG="warn", RUST_LIB_BACKTRACE="0")
+    ceil = subprocess.Popen([a.lode, "bench-ceiling", "--fuse-source", local, "--fuse-mount", mnt],
+                            stdout=subprocess.PIPE, env=env)
+    try:
+        line = ceil.stdout.readline()
+        if b"bench-ceiling:" not in line:
+            raise RuntimeError(f"bench-ceiling did not start: {line!r}")
+        return read_suite(mnt, a.files, a.big_mib, ttl)
+    finally:
+        ceil.send_signal(signal.SIGTERM)
+        ceil.wait(timeout=60)
 
 
 if __name__ == "__main__":
