@@ -58,6 +58,9 @@ impl Catalog for FaultyCatalog {
     fn backend_name(&self) -> &'static str {
         "faulty"
     }
+    fn allow_blocking_on_this_thread(&self) {
+        self.inner.allow_blocking_on_this_thread()
+    }
     fn counts_references(&self) -> bool {
         self.inner.counts_references()
     }

@@ -8,6 +8,7 @@
 //! the record does the same to the payload in its transaction. Records of older data dirs
 //! (format 2, bytes inside the value) read as they are and are split when next rewritten.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -28,6 +29,11 @@ use crate::{
 
 /// How long an aborted upload is remembered for a retried abort.
 const ABORTED_MEMORY_MS: i64 = 24 * 3600 * 1000;
+
+thread_local! {
+    /// This thread may run the catalog's RocksDB work itself ([`Catalog::allow_blocking_on_this_thread`]).
+    static INLINE_BLOCKING: Cell<bool> = const { Cell::new(false) };
+}
 
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -623,6 +629,10 @@ impl KvCatalog {
         &self,
         f: impl FnOnce(&dyn MetadataStore, &RwLock<()>) -> Result<T> + Send + 'static,
     ) -> Result<T> {
+        if INLINE_BLOCKING.with(Cell::get) {
+            // A thread that may block (see `allow_blocking_on_this_thread`): no hop.
+            return f(&*self.meta, &self.bucket_gate);
+        }
         let meta = Arc::clone(&self.meta);
         let gate = Arc::clone(&self.bucket_gate);
         tokio::task::spawn_blocking(move || f(&*meta, &gate))
@@ -1585,6 +1595,10 @@ impl Catalog for KvCatalog {
 
     fn get_blocking(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
         get_full(&*self.meta, &keys::object(bucket, key))
+    }
+
+    fn allow_blocking_on_this_thread(&self) {
+        INLINE_BLOCKING.with(|c| c.set(true));
     }
 
     fn head_blocking(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {

@@ -482,6 +482,11 @@ pub trait Catalog: Send + Sync + 'static {
     /// The backend's name, for logs and the banner.
     fn backend_name(&self) -> &'static str;
 
+    /// Marks the calling thread (a FUSE worker driving a commit with `block_on`; never an
+    /// async worker) as one that may block in the backend's own work, sparing the hop to a
+    /// blocking pool and back where the backend has one. Default: nothing.
+    fn allow_blocking_on_this_thread(&self) {}
+
     /// Whether commits count chunk references themselves. If so, [`Commit::released`] (and the
     /// other released lists) hold only chunks whose last reference went; if not, they hold
     /// every reference the commit dropped, and the blob store counts holders (a backend that

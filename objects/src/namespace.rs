@@ -75,6 +75,15 @@ impl ObjectService {
         self.blobs.allow_blocking_reads_on_this_thread();
     }
 
+    /// Marks the calling thread (a FUSE worker that waits for each reply anyway; never an async
+    /// worker) as one that may block on chunk reads and in the catalog's own work (a commit
+    /// driven here with `block_on` runs its metadata transaction on this thread), sparing the
+    /// hops to other threads and back.
+    pub fn allow_blocking_on_this_thread(&self) {
+        self.blobs.allow_blocking_reads_on_this_thread();
+        self.catalog.allow_blocking_on_this_thread();
+    }
+
     /// Opens an object for reading from a thread that may block.
     pub fn open_blocking(&self, bucket: &str, key: &str) -> ObjResult<ObjectHandle> {
         if key.is_empty() || key.len() > MAX_KEY_LEN {

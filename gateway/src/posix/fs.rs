@@ -6,7 +6,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -699,9 +698,12 @@ impl LodeFs {
                     let mut d = self.rt.block_on(of.data.lock());
                     if let Some(sz) = size {
                         self.stage(&of, &mut d, &p, sz)?;
-                        let f = d.staging.as_ref().expect("staged");
-                        f.set_len(sz)
-                            .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+                        let dir = &self.cfg.staging_dir;
+                        let st = d.staging.as_mut().expect("staged");
+                        st.set_len(dir, sz).map_err(|e| {
+                            open::staging_error(dir, &e);
+                            e.raw_os_error().unwrap_or(libc::EIO)
+                        })?;
                         d.size = sz;
                         of.set_dirty(true);
                         d.attrs.mtime = Some(SystemTime::now());
@@ -1145,11 +1147,11 @@ impl Filesystem for LodeFs {
         };
         {
             let d = self.rt.block_on(of.data.lock());
-            if let Some(f) = &d.staging {
+            if let Some(st) = &d.staging {
                 let end = (offset + u64::from(size)).min(d.size);
                 let n = end.saturating_sub(offset) as usize;
                 let mut buf = vec![0u8; n];
-                let r = f.read_exact_at(&mut buf, offset);
+                let r = st.read_at(&mut buf, offset);
                 self.rec(
                     Class::Read,
                     self.bucket_of(ino).as_deref(),
@@ -1214,9 +1216,12 @@ impl Filesystem for LodeFs {
             let p = self.path(ino)?;
             let mut d = self.rt.block_on(of.data.lock());
             self.stage(&of, &mut d, &p, u64::MAX)?;
-            let f = d.staging.as_ref().expect("staged");
-            f.write_all_at(data, offset)
-                .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+            let dir = &self.cfg.staging_dir;
+            let st = d.staging.as_mut().expect("staged");
+            st.write_at(dir, data, offset).map_err(|e| {
+                open::staging_error(dir, &e);
+                e.raw_os_error().unwrap_or(libc::EIO)
+            })?;
             d.size = d.size.max(offset + data.len() as u64);
             of.set_dirty(true);
             let now = SystemTime::now();
@@ -1248,13 +1253,16 @@ impl Filesystem for LodeFs {
         let Some((ino, of, _)) = self.handle(fh) else {
             return reply.error(Errno::EBADF);
         };
-        let (svc, inodes) = (Arc::clone(&self.svc), Arc::clone(&self.inodes));
-        self.rt.spawn(async move {
-            match Self::commit_now(&svc, &inodes, ino, &of).await {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(err(e)),
-            }
-        });
+        // On this FUSE thread, which waits for the reply anyway: its metadata commit runs
+        // here, with no hop to a runtime worker and a blocking-pool thread and back.
+        self.svc.allow_blocking_on_this_thread();
+        match self
+            .rt
+            .block_on(Self::commit_now(&self.svc, &self.inodes, ino, &of))
+        {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(err(e)),
+        }
     }
 
     fn fsync(

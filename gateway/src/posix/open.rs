@@ -1,14 +1,18 @@
 //! Files open on the mount: their staging copy and what a close or fsync commits.
 //!
-//! A file written through the mount is staged in an anonymous local file (random writes,
-//! overwrites and truncation work as on any file system), and committed as one new object
-//! version, MD5 ETag and all, by the same commit protocol as a PUT when it is closed or
-//! fsynced. Until then S3 readers see the previous version, never part of the new one.
+//! A file written through the mount is staged (random writes, overwrites and truncation work
+//! as on any file system), and committed as one new object version, MD5 ETag and all, by the
+//! same commit protocol as a PUT when it is closed or fsynced. Until then S3 readers see the
+//! previous version, never part of the new one.
+//!
+//! Small content is staged in memory (up to [`IN_MEMORY`] bytes a file, within a budget of
+//! [`MEMORY_BUDGET`] bytes for all open files); past that it moves to an anonymous local file.
+//! A dataset written as many small files thus costs no local file per file.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -27,9 +31,110 @@ pub struct Snapshot {
     pub attrs: Attrs,
 }
 
+/// Staged content up to this size stays in memory.
+pub const IN_MEMORY: u64 = 256 << 10;
+/// At most this many bytes of all open files are staged in memory at once.
+pub const MEMORY_BUDGET: u64 = 256 << 20;
+
+/// Bytes of [`MEMORY_BUDGET`] not taken.
+static BUDGET_LEFT: AtomicU64 = AtomicU64::new(MEMORY_BUDGET);
+
+/// Takes `n` bytes of the memory budget, if that many are left.
+fn take_budget(n: u64) -> bool {
+    BUDGET_LEFT
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| {
+            left.checked_sub(n)
+        })
+        .is_ok()
+}
+
+fn give_budget(n: u64) {
+    BUDGET_LEFT.fetch_add(n, Ordering::AcqRel);
+}
+
+/// The staged content of an open file: its bytes (the length is the file's size) in memory,
+/// or an anonymous local file.
+pub enum Staging {
+    Mem(Vec<u8>),
+    File(Arc<File>),
+}
+
+impl Staging {
+    /// Moves the content to an anonymous file in `dir` unless it stays in memory at `len`
+    /// bytes.
+    fn fit(&mut self, dir: &Path, len: u64) -> std::io::Result<()> {
+        let Staging::Mem(v) = self else {
+            return Ok(());
+        };
+        let have = v.len() as u64;
+        if len <= have || (len <= IN_MEMORY && take_budget(len - have)) {
+            return Ok(());
+        }
+        let f = staging_file(dir)?;
+        f.write_all_at(v, 0)?;
+        *self = Staging::File(Arc::new(f));
+        Ok(())
+    }
+
+    /// Writes `data` at `off` (a hole before it reads as zeros).
+    pub fn write_at(&mut self, dir: &Path, data: &[u8], off: u64) -> std::io::Result<()> {
+        let end = off + data.len() as u64;
+        self.fit(dir, end)?;
+        match self {
+            Staging::Mem(v) => {
+                if (v.len() as u64) < end {
+                    v.resize(end as usize, 0);
+                }
+                v[off as usize..end as usize].copy_from_slice(data);
+                Ok(())
+            }
+            Staging::File(f) => f.write_all_at(data, off),
+        }
+    }
+
+    /// Reads exactly `buf.len()` bytes at `off`.
+    pub fn read_at(&self, buf: &mut [u8], off: u64) -> std::io::Result<()> {
+        match self {
+            Staging::Mem(v) => {
+                let src = v
+                    .get(off as usize..off as usize + buf.len())
+                    .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
+                buf.copy_from_slice(src);
+                Ok(())
+            }
+            Staging::File(f) => f.read_exact_at(buf, off),
+        }
+    }
+
+    /// Sets the size to `len` (truncating, or extending with zeros).
+    pub fn set_len(&mut self, dir: &Path, len: u64) -> std::io::Result<()> {
+        self.fit(dir, len)?;
+        match self {
+            Staging::Mem(v) => {
+                let have = v.len() as u64;
+                v.resize(len as usize, 0);
+                v.shrink_to(IN_MEMORY as usize);
+                if len < have {
+                    give_budget(have - len);
+                }
+                Ok(())
+            }
+            Staging::File(f) => f.set_len(len),
+        }
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if let Staging::Mem(v) = self {
+            give_budget(v.len() as u64);
+        }
+    }
+}
+
 pub struct FileData {
     /// The staged content; `None` while the file reads through to its object.
-    pub staging: Option<Arc<File>>,
+    pub staging: Option<Staging>,
     pub size: u64,
     /// Removed from the namespace while open: never committed again.
     pub unlinked: bool,
@@ -117,10 +222,7 @@ pub async fn stage(
     if d.staging.is_some() {
         return Ok(());
     }
-    let f = staging_file(staging_dir).map_err(|e| {
-        tracing::error!(error = %e, dir = %staging_dir.display(), "cannot create a staging file");
-        e.raw_os_error().unwrap_or(libc::EIO)
-    })?;
+    let mut st = Staging::Mem(Vec::new());
     let mut size = 0u64;
     if let Some((bucket, key)) = copy_from {
         match svc.stat_blocking(bucket, key) {
@@ -131,7 +233,9 @@ pub async fn stage(
                 let mut off = 0u64;
                 size = svc
                     .read_prefix(bucket, key, limit, |piece| {
-                        f.write_all_at(piece, off)?;
+                        st.write_at(staging_dir, piece, off).inspect_err(|e| {
+                            staging_error(staging_dir, e);
+                        })?;
                         off += piece.len() as u64;
                         Ok(())
                     })
@@ -142,9 +246,15 @@ pub async fn stage(
             Err(e) => return Err(e.errno()),
         }
     }
-    d.staging = Some(Arc::new(f));
+    d.staging = Some(st);
     d.size = size;
     Ok(())
+}
+
+/// Logs a failed write to the staging area (a full or broken local disk); the caller answers
+/// with its errno.
+pub fn staging_error(dir: &Path, e: &std::io::Error) {
+    tracing::error!(error = %e, dir = %dir.display(), "cannot stage a file's content");
 }
 
 /// The staged bytes as a body stream, read in 4 MiB pieces on the blocking pool.
@@ -190,7 +300,11 @@ pub async fn commit(
     d.attrs.store(&mut meta, libc::S_IFREG);
     let body: std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, std::io::Error>> + Send>> =
         match &d.staging {
-            Some(f) => Box::pin(staged_body(Arc::clone(f), d.size)),
+            Some(Staging::File(f)) => Box::pin(staged_body(Arc::clone(f), d.size)),
+            Some(Staging::Mem(v)) => {
+                let b = Bytes::copy_from_slice(&v[..(d.size as usize).min(v.len())]);
+                Box::pin(futures::stream::iter([Ok(b)]))
+            }
             None => Box::pin(futures::stream::empty()),
         };
     let size = if d.staging.is_some() { d.size } else { 0 };
@@ -211,4 +325,46 @@ pub async fn commit(
     of.set_dirty(false);
     of.pending.store(false, Ordering::Release);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_all(st: &Staging, len: usize) -> Vec<u8> {
+        let mut buf = vec![0u8; len];
+        st.read_at(&mut buf, 0).unwrap();
+        buf
+    }
+
+    #[test]
+    fn small_content_stays_in_memory_and_large_moves_to_a_file_intact() {
+        let dir = std::env::temp_dir();
+        let mut st = Staging::Mem(Vec::new());
+        let mut want = vec![0u8; 10];
+        // A write past the end leaves a hole of zeros.
+        st.write_at(&dir, b"abc", 7).unwrap();
+        want[7..].copy_from_slice(b"abc");
+        assert!(matches!(st, Staging::Mem(_)));
+        assert_eq!(read_all(&st, 10), want);
+        // Past the in-memory limit: the content moves to a file, the bytes stay.
+        let big: Vec<u8> = (0..IN_MEMORY as usize + 100)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        st.write_at(&dir, &big, 5).unwrap();
+        assert!(matches!(st, Staging::File(_)));
+        want.truncate(5);
+        want.extend_from_slice(&big);
+        assert_eq!(read_all(&st, want.len()), want);
+        st.set_len(&dir, 8).unwrap();
+        assert_eq!(read_all(&st, 8), want[..8]);
+        // Truncation in memory, then growth with zeros.
+        let mut m = Staging::Mem(Vec::new());
+        m.write_at(&dir, b"hello world", 0).unwrap();
+        m.set_len(&dir, 5).unwrap();
+        m.set_len(&dir, 7).unwrap();
+        assert_eq!(read_all(&m, 7), b"hello\0\0");
+        let mut past = [0u8; 1];
+        assert!(m.read_at(&mut past, 7).is_err(), "no byte past the end");
+    }
 }
