@@ -13,9 +13,10 @@ plain directory of the file system that holds the data dir:
   write      one file of B MiB in 1 MiB writes, then fsync + close
   read       the same file in 1 MiB reads, page cache dropped first
 
-and the read side (readdir, stat, read) once more on the bare FUSE ceiling: `lode bench-ceiling
---fuse-source` serving an in-memory copy of the local directory over the same FUSE setup as
-Lode's mount, so what is FUSE's and what is Lode's stays visible.
+and the read side (readdir, stat, read) and the creates once more on the bare FUSE ceiling:
+`lode bench-ceiling --fuse-source` serving an in-memory copy of the local directory over the
+same FUSE setup as Lode's mount (creates kept in memory), so what is FUSE's and what is Lode's
+stays visible.
 
 Usage (as root, needs /dev/fuse):  bench/posix_vs_local.py [--files 100000] [--big-mib 1024]
 Prints a table and writes --json (default posix-vs-local.json).
@@ -53,7 +54,7 @@ def names_of(files):
 
 def creates(d, files, threads, fsync):
     """Files per second: `files` 4 KiB files made in `d` from `threads` threads."""
-    os.makedirs(d)
+    os.makedirs(d, exist_ok=True)
     payload = os.urandom(4096)
 
     def create(chunk):
@@ -203,7 +204,10 @@ def ceiling_suite(a, local, mnt, ttl):
         line = ceil.stdout.readline()
         if b"bench-ceiling:" not in line:
             raise RuntimeError(f"bench-ceiling did not start: {line!r}")
-        return read_suite(mnt, a.files, a.big_mib, ttl)
+        res = read_suite(mnt, a.files, a.big_mib, ttl)
+        # Its creates go to the top directory (kept in memory beside the tree, unlisted).
+        res["creates_per_s"] = creates(mnt, a.files, a.threads, False)
+        return res
     finally:
         ceil.send_signal(signal.SIGTERM)
         ceil.wait(timeout=60)

@@ -173,7 +173,8 @@ def test_bench_ceiling_serves_the_workloads(tmp_path):
 
 def test_bench_ceiling_fuse_serves_a_copy_of_a_tree(tmp_path):
     """`lode bench-ceiling --fuse-source --fuse-mount` (the bare FUSE ceiling the train-epoch
-    benchmark compares the mount with) serves the same bytes and names as the source tree."""
+    and posix benchmarks compare the mount with) serves the same bytes and names as the source
+    tree, and keeps files created on it in memory."""
     import hashlib
     import random
     src, mnt = tmp_path / "src", tmp_path / "mnt"
@@ -199,6 +200,16 @@ def test_bench_ceiling_fuse_serves_a_copy_of_a_tree(tmp_path):
         with open(mnt / "class_1" / "0001.jpg", "rb") as fh:
             fh.seek(100_000)
             assert fh.read(10) == (src / "class_1" / "0001.jpg").read_bytes()[100_000:100_010]
+        # A file created there (what the creates benchmark measures) is kept in memory beside
+        # the tree: readable by name, not listed; the tree's own files are not written.
+        with open(mnt / "class_0" / "new.bin", "wb") as fh:
+            fh.write(b"made here")
+        assert (mnt / "class_0" / "new.bin").read_bytes() == b"made here"
+        assert "new.bin" not in os.listdir(mnt / "class_0")
+        with pytest.raises(PermissionError):
+            with open(mnt / "class_1" / "0001.jpg", "r+b") as fh:
+                fh.write(b"x")
+                fh.flush()
     finally:
         srv.terminate()
         srv.wait(timeout=30)

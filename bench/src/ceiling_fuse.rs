@@ -3,10 +3,14 @@
 //! FOPEN_NOFLUSH`, `ioctl` answered ENOTTY) serving an in-memory copy of a directory tree: no
 //! metadata store, no disk, no checksums. A file-reading workload on it measures the ceiling of
 //! FUSE itself on this machine; Lode's mount against it is the share Lode's own work costs.
+//!
+//! Files created on it (`open(O_CREAT)`, writes, close) are kept in memory beside the tree,
+//! readable by name but not listed: enough to measure what a create costs through FUSE.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
@@ -27,6 +31,14 @@ struct Tree {
     names: HashMap<(u64, String), u64>,
     started: SystemTime,
     negotiate: fn(&mut KernelConfig),
+    /// Files created on the mount: inode numbers from `nodes.len()` on.
+    created: Mutex<Created>,
+}
+
+#[derive(Default)]
+struct Created {
+    names: HashMap<(u64, String), u64>,
+    files: Vec<Vec<u8>>,
 }
 
 /// What the Lode mount asks of the kernel, done the same way by the ceiling so that the two
@@ -47,6 +59,7 @@ impl Tree {
             nodes: vec![Node::Dir(vec![]), Node::Dir(vec![])],
             names: HashMap::new(),
             started: SystemTime::now(),
+            created: Mutex::default(),
         };
         let mut stack: Vec<(PathBuf, u64)> = vec![(dir.to_path_buf(), 1)];
         while let Some((path, ino)) = stack.pop() {
@@ -71,9 +84,14 @@ impl Tree {
     }
 
     fn attr(&self, ino: u64) -> Option<FileAttr> {
-        let (kind, size, perm) = match self.nodes.get(ino as usize)? {
-            Node::Dir(_) => (FileType::Directory, 0, 0o755),
-            Node::File(b) => (FileType::RegularFile, b.len() as u64, 0o644),
+        let (kind, size, perm) = match self.nodes.get(ino as usize) {
+            Some(Node::Dir(_)) => (FileType::Directory, 0, 0o755),
+            Some(Node::File(b)) => (FileType::RegularFile, b.len() as u64, 0o644),
+            None => {
+                let c = self.created.lock().expect("created");
+                let f = c.files.get(ino as usize - self.nodes.len())?;
+                (FileType::RegularFile, f.len() as u64, 0o644)
+            }
         };
         Some(FileAttr {
             ino: INodeNo(ino),
@@ -95,6 +113,12 @@ impl Tree {
     }
 }
 
+/// The bytes of `b` a read of `size` at `offset` gets.
+fn window(b: &[u8], offset: u64, size: u32) -> &[u8] {
+    let s = (offset as usize).min(b.len());
+    &b[s..(s + size as usize).min(b.len())]
+}
+
 impl Filesystem for Tree {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         (self.negotiate)(config);
@@ -103,10 +127,79 @@ impl Filesystem for Tree {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let key = (parent.0, name.to_string_lossy().into_owned());
-        match self.names.get(&key).and_then(|&i| self.attr(i)) {
+        let ino = self.names.get(&key).copied().or_else(|| {
+            let c = self.created.lock().expect("created");
+            c.names.get(&key).copied()
+        });
+        match ino.and_then(|i| self.attr(i)) {
             Some(a) => reply.entry(&TTL, &a, Generation(0)),
             None => reply.error(Errno::ENOENT),
         }
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: fuser::ReplyCreate,
+    ) {
+        let key = (parent.0, name.to_string_lossy().into_owned());
+        if !matches!(self.nodes.get(parent.0 as usize), Some(Node::Dir(_)))
+            || self.names.contains_key(&key)
+        {
+            return reply.error(Errno::EACCES);
+        }
+        let ino = {
+            let mut c = self.created.lock().expect("created");
+            let ino = (self.nodes.len() + c.files.len()) as u64;
+            c.files.push(vec![]);
+            c.names.insert(key, ino);
+            ino
+        };
+        let a = self.attr(ino).expect("just made");
+        reply.created(&TTL, &a, Generation(0), FileHandle(0), FopenFlags::empty());
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: fuser::WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        reply: fuser::ReplyWrite,
+    ) {
+        let mut c = self.created.lock().expect("created");
+        let Some(f) = (ino.0 as usize)
+            .checked_sub(self.nodes.len())
+            .and_then(|i| c.files.get_mut(i))
+        else {
+            return reply.error(Errno::EACCES);
+        };
+        let end = offset as usize + data.len();
+        if f.len() < end {
+            f.resize(end, 0);
+        }
+        f[offset as usize..end].copy_from_slice(data);
+        reply.written(data.len() as u32);
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: fuser::LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -135,12 +228,15 @@ impl Filesystem for Tree {
         reply: ReplyData,
     ) {
         match self.nodes.get(ino.0 as usize) {
-            Some(Node::File(b)) => {
-                let s = (offset as usize).min(b.len());
-                let e = (s + size as usize).min(b.len());
-                reply.data(&b[s..e]);
+            Some(Node::File(b)) => reply.data(window(b, offset, size)),
+            Some(Node::Dir(_)) => reply.error(Errno::EISDIR),
+            None => {
+                let c = self.created.lock().expect("created");
+                match c.files.get(ino.0 as usize - self.nodes.len()) {
+                    Some(f) => reply.data(window(f, offset, size)),
+                    None => reply.error(Errno::ENOENT),
+                }
             }
-            _ => reply.error(Errno::EISDIR),
         }
     }
 
@@ -222,7 +318,8 @@ impl Filesystem for Tree {
     }
 }
 
-/// Loads `source` into memory and mounts it read-only at `mount` until `shutdown` completes
+/// Loads `source` into memory and mounts it at `mount` (the tree read-only, creates kept
+/// beside it) until `shutdown` completes
 /// (the binary passes SIGINT/SIGTERM).
 pub async fn serve(
     source: &Path,
@@ -242,7 +339,6 @@ pub async fn serve(
     let mut fc = fuser::Config::default();
     fc.mount_options = vec![
         MountOption::FSName("lode-ceiling".into()),
-        MountOption::RO,
         MountOption::NoAtime,
     ];
     fc.n_threads = Some(threads);
