@@ -1253,16 +1253,27 @@ impl Filesystem for LodeFs {
         let Some((ino, of, _)) = self.handle(fh) else {
             return reply.error(Errno::EBADF);
         };
-        // On this FUSE thread, which waits for the reply anyway: its metadata commit runs
-        // here, with no hop to a runtime worker and a blocking-pool thread and back.
-        self.svc.allow_blocking_on_this_thread();
-        match self
-            .rt
-            .block_on(Self::commit_now(&self.svc, &self.inodes, ino, &of))
-        {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(err(e)),
+        if of.snapshot().size <= open::IN_MEMORY {
+            // A small file: committed on this FUSE thread, which waits for the reply anyway,
+            // its metadata transaction too, with no hop to a runtime worker and a
+            // blocking-pool thread and back.
+            self.svc.allow_blocking_on_this_thread();
+            return match self
+                .rt
+                .block_on(Self::commit_now(&self.svc, &self.inodes, ino, &of))
+            {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(err(e)),
+            };
         }
+        // A large one on the runtime: this FUSE thread stays free for other requests meanwhile.
+        let (svc, inodes) = (Arc::clone(&self.svc), Arc::clone(&self.inodes));
+        self.rt.spawn(async move {
+            match Self::commit_now(&svc, &inodes, ino, &of).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(err(e)),
+            }
+        });
     }
 
     fn fsync(
