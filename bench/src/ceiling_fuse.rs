@@ -20,6 +20,8 @@ use fuser::{
 };
 
 const TTL: Duration = Duration::from_secs(30);
+/// The largest file created on the ceiling (they live in memory).
+const MAX_CREATED: usize = 1 << 30;
 
 enum Node {
     Dir(Vec<(String, u64)>),
@@ -155,6 +157,9 @@ impl Filesystem for Tree {
         }
         let ino = {
             let mut c = self.created.lock().expect("created");
+            if c.names.contains_key(&key) {
+                return reply.error(Errno::EEXIST);
+            }
             let ino = (self.nodes.len() + c.files.len()) as u64;
             c.files.push(vec![]);
             c.names.insert(key, ino);
@@ -184,6 +189,9 @@ impl Filesystem for Tree {
             return reply.error(Errno::EACCES);
         };
         let end = offset as usize + data.len();
+        if end > MAX_CREATED {
+            return reply.error(Errno::EFBIG);
+        }
         if f.len() < end {
             f.resize(end, 0);
         }

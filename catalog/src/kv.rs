@@ -630,8 +630,13 @@ impl KvCatalog {
         f: impl FnOnce(&dyn MetadataStore, &RwLock<()>) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         if INLINE_BLOCKING.with(Cell::get) {
-            // A thread that may block (see `allow_blocking_on_this_thread`): no hop.
-            return f(&*self.meta, &self.bucket_gate);
+            // A thread that may block (see `allow_blocking_on_this_thread`): no hop. A panic
+            // is an error of this call, as it is through `spawn_blocking`, not the thread's end.
+            let (meta, gate) = (&*self.meta, &*self.bucket_gate);
+            return std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(meta, gate)))
+                .map_err(|_| {
+                    CatalogError::Backend("a catalog transaction panicked".to_string().into())
+                })?;
         }
         let meta = Arc::clone(&self.meta);
         let gate = Arc::clone(&self.bucket_gate);

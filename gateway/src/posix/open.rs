@@ -53,17 +53,25 @@ fn give_budget(n: u64) {
 }
 
 /// The staged content of an open file: its bytes (the length is the file's size) in memory,
-/// or an anonymous local file.
-pub enum Staging {
+/// or an anonymous local file. Made empty ([`Staging::new`]), so the memory it holds is
+/// always what it took of the budget.
+pub struct Staging(Store);
+
+enum Store {
     Mem(Vec<u8>),
     File(Arc<File>),
 }
 
 impl Staging {
+    /// Empty, in memory.
+    pub fn new() -> Self {
+        Staging(Store::Mem(Vec::new()))
+    }
+
     /// Moves the content to an anonymous file in `dir` unless it stays in memory at `len`
     /// bytes.
     fn fit(&mut self, dir: &Path, len: u64) -> std::io::Result<()> {
-        let Staging::Mem(v) = self else {
+        let Store::Mem(v) = &self.0 else {
             return Ok(());
         };
         let have = v.len() as u64;
@@ -72,7 +80,10 @@ impl Staging {
         }
         let f = staging_file(dir)?;
         f.write_all_at(v, 0)?;
-        *self = Staging::File(Arc::new(f));
+        // The old content's budget goes back as it is dropped (`Drop for Staging` is not
+        // involved: only the inner value is replaced).
+        give_budget(have);
+        self.0 = Store::File(Arc::new(f));
         Ok(())
     }
 
@@ -80,53 +91,85 @@ impl Staging {
     pub fn write_at(&mut self, dir: &Path, data: &[u8], off: u64) -> std::io::Result<()> {
         let end = off + data.len() as u64;
         self.fit(dir, end)?;
-        match self {
-            Staging::Mem(v) => {
+        match &mut self.0 {
+            Store::Mem(v) => {
                 if (v.len() as u64) < end {
+                    // Exactly what the budget counts: no doubling of the allocation.
+                    v.reserve_exact(end as usize - v.len());
                     v.resize(end as usize, 0);
                 }
                 v[off as usize..end as usize].copy_from_slice(data);
                 Ok(())
             }
-            Staging::File(f) => f.write_all_at(data, off),
+            Store::File(f) => f.write_all_at(data, off),
         }
     }
 
-    /// Reads exactly `buf.len()` bytes at `off`.
+    /// Reads exactly `buf.len()` bytes at `off` (none: always fine, as on a file).
     pub fn read_at(&self, buf: &mut [u8], off: u64) -> std::io::Result<()> {
-        match self {
-            Staging::Mem(v) => {
-                let src = v
-                    .get(off as usize..off as usize + buf.len())
+        match &self.0 {
+            Store::Mem(_) if buf.is_empty() => Ok(()),
+            Store::Mem(v) => {
+                let src = usize::try_from(off)
+                    .ok()
+                    .and_then(|o| v.get(o..o.checked_add(buf.len())?))
                     .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
                 buf.copy_from_slice(src);
                 Ok(())
             }
-            Staging::File(f) => f.read_exact_at(buf, off),
+            Store::File(f) => f.read_exact_at(buf, off),
         }
     }
 
     /// Sets the size to `len` (truncating, or extending with zeros).
     pub fn set_len(&mut self, dir: &Path, len: u64) -> std::io::Result<()> {
         self.fit(dir, len)?;
-        match self {
-            Staging::Mem(v) => {
+        match &mut self.0 {
+            Store::Mem(v) => {
                 let have = v.len() as u64;
+                if len > have {
+                    v.reserve_exact((len - have) as usize);
+                }
                 v.resize(len as usize, 0);
-                v.shrink_to(IN_MEMORY as usize);
+                v.shrink_to_fit();
                 if len < have {
                     give_budget(have - len);
                 }
                 Ok(())
             }
-            Staging::File(f) => f.set_len(len),
+            Store::File(f) => f.set_len(len),
         }
+    }
+
+    /// The first `size` bytes as a body stream: one piece from memory, or read from the file
+    /// in 4 MiB pieces on the blocking pool.
+    fn body(&self, size: u64) -> Body {
+        match &self.0 {
+            Store::Mem(v) => {
+                let b = Bytes::copy_from_slice(&v[..(size as usize).min(v.len())]);
+                Box::pin(futures::stream::iter([Ok(b)]))
+            }
+            Store::File(f) => Box::pin(staged_body(Arc::clone(f), size)),
+        }
+    }
+
+    #[cfg(test)]
+    fn in_memory(&self) -> bool {
+        matches!(self.0, Store::Mem(_))
+    }
+}
+
+type Body = std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, std::io::Error>> + Send>>;
+
+impl Default for Staging {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
 impl Drop for Staging {
     fn drop(&mut self) {
-        if let Staging::Mem(v) = self {
+        if let Store::Mem(v) = &self.0 {
             give_budget(v.len() as u64);
         }
     }
@@ -222,7 +265,7 @@ pub async fn stage(
     if d.staging.is_some() {
         return Ok(());
     }
-    let mut st = Staging::Mem(Vec::new());
+    let mut st = Staging::new();
     let mut size = 0u64;
     if let Some((bucket, key)) = copy_from {
         match svc.stat_blocking(bucket, key) {
@@ -298,15 +341,10 @@ pub async fn commit(
     }
     let mut meta = d.meta.clone();
     d.attrs.store(&mut meta, libc::S_IFREG);
-    let body: std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, std::io::Error>> + Send>> =
-        match &d.staging {
-            Some(Staging::File(f)) => Box::pin(staged_body(Arc::clone(f), d.size)),
-            Some(Staging::Mem(v)) => {
-                let b = Bytes::copy_from_slice(&v[..(d.size as usize).min(v.len())]);
-                Box::pin(futures::stream::iter([Ok(b)]))
-            }
-            None => Box::pin(futures::stream::empty()),
-        };
+    let body: Body = match &d.staging {
+        Some(st) => st.body(d.size),
+        None => Box::pin(futures::stream::empty()),
+    };
     let size = if d.staging.is_some() { d.size } else { 0 };
     svc.put_object(
         bucket,
@@ -340,31 +378,35 @@ mod tests {
     #[test]
     fn small_content_stays_in_memory_and_large_moves_to_a_file_intact() {
         let dir = std::env::temp_dir();
-        let mut st = Staging::Mem(Vec::new());
+        let mut st = Staging::new();
         let mut want = vec![0u8; 10];
         // A write past the end leaves a hole of zeros.
         st.write_at(&dir, b"abc", 7).unwrap();
         want[7..].copy_from_slice(b"abc");
-        assert!(matches!(st, Staging::Mem(_)));
+        assert!(st.in_memory());
         assert_eq!(read_all(&st, 10), want);
         // Past the in-memory limit: the content moves to a file, the bytes stay.
         let big: Vec<u8> = (0..IN_MEMORY as usize + 100)
             .map(|i| (i % 251) as u8)
             .collect();
         st.write_at(&dir, &big, 5).unwrap();
-        assert!(matches!(st, Staging::File(_)));
+        assert!(!st.in_memory());
         want.truncate(5);
         want.extend_from_slice(&big);
         assert_eq!(read_all(&st, want.len()), want);
         st.set_len(&dir, 8).unwrap();
         assert_eq!(read_all(&st, 8), want[..8]);
         // Truncation in memory, then growth with zeros.
-        let mut m = Staging::Mem(Vec::new());
+        let mut m = Staging::new();
         m.write_at(&dir, b"hello world", 0).unwrap();
         m.set_len(&dir, 5).unwrap();
         m.set_len(&dir, 7).unwrap();
         assert_eq!(read_all(&m, 7), b"hello\0\0");
         let mut past = [0u8; 1];
         assert!(m.read_at(&mut past, 7).is_err(), "no byte past the end");
+        assert!(
+            m.read_at(&mut [], 9).is_ok(),
+            "an empty read past the end, as on a file"
+        );
     }
 }
