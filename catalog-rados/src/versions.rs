@@ -147,6 +147,19 @@ struct Retired {
     version_id: Option<String>,
 }
 
+impl Retired {
+    /// The entry of `key`'s delete marker with the new version's id (a `null` one becomes the
+    /// head's `null`).
+    fn marker(&mut self, key: &str) -> (Vec<u8>, Vec<u8>) {
+        let suffix = version_suffix(self.seq, self.version_id.as_deref());
+        if self.version_id.is_none() {
+            self.head.null = Some(suffix.clone());
+        }
+        let marker = delete_marker(self.version_id.clone());
+        (vkey(key, &suffix), records::encode(&marker))
+    }
+}
+
 /// Under `v`, retires the current version `old` (whole) of `key` before a new version or a
 /// delete marker takes its place (as the KV catalog's `retire_current`): kept as a noncurrent
 /// version, unless the bucket is Suspended and it is the `null` one, which is released; in
@@ -392,7 +405,7 @@ impl Inner {
             };
             let null_rec: Option<ObjectRecord> =
                 null.as_ref().map(|(_, v)| decode(v)).transpose()?;
-            let new = match write {
+            let mut new = match write {
                 NewVersion::Put(rec) => Some(rec.clone()),
                 NewVersion::Append(f) => {
                     let n = f(cur.as_ref())?;
@@ -412,19 +425,16 @@ impl Inner {
             }
             let mut set = std::mem::take(&mut r.set);
             let mut rm = std::mem::take(&mut r.rm);
-            let mut new_rec = None;
-            match &new {
+            match &mut new {
                 Some(rec) => {
-                    let mut rec = rec.clone();
                     rec.version_id = r.version_id.clone();
-                    let (value, payload) = split_record(&rec)?;
+                    let (value, payload) = split_record(rec)?;
                     set.push((k.clone(), value));
                     match payload {
                         Some(p) => set.push((d.clone(), p)),
                         None if had_payload => rm.push(d.clone()),
                         None => {}
                     }
-                    new_rec = Some(rec);
                 }
                 None => {
                     if cur.is_some() {
@@ -433,12 +443,7 @@ impl Inner {
                             rm.push(d.clone());
                         }
                     }
-                    let suffix = version_suffix(r.seq, r.version_id.as_deref());
-                    if r.version_id.is_none() {
-                        r.head.null = Some(suffix.clone());
-                    }
-                    let marker = delete_marker(r.version_id.clone());
-                    set.push((vkey(key, &suffix), records::encode(&marker)));
+                    set.push(r.marker(key));
                 }
             }
             set.push((h.clone(), r.head.encode()));
@@ -476,7 +481,7 @@ impl Inner {
                     version_id: r.version_id,
                     delete_marker: new.is_none(),
                 };
-                return Ok((commit, new_rec));
+                return Ok((commit, new));
             }
         }
         Err(CatalogError::Contended)
@@ -557,13 +562,7 @@ impl Inner {
             if src.has_detached() {
                 rm.push(fd.clone());
             }
-            // `from`'s delete marker.
-            let suffix = version_suffix(rf.seq, rf.version_id.as_deref());
-            if rf.version_id.is_none() {
-                rf.head.null = Some(suffix.clone());
-            }
-            let marker = delete_marker(rf.version_id.clone());
-            set.push((vkey(from, &suffix), records::encode(&marker)));
+            set.push(rf.marker(from));
             set.push((fh.clone(), rf.head.encode()));
             set.push((th.clone(), rt.head.encode()));
             let rm = removals(rm, &set);

@@ -130,15 +130,17 @@ fn get_obj(t: &mut dyn Transaction, k: &[u8]) -> Result<Option<ObjectRecord>> {
 
 /// The full record at `k`, record and payload read for update.
 fn get_obj_full(t: &mut dyn Transaction, k: &[u8]) -> Result<Option<ObjectRecord>> {
-    let Some(rec) = get_obj(t, k)? else {
-        return Ok(None);
-    };
+    get_obj(t, k)?.map(|r| full_record(t, k, r)).transpose()
+}
+
+/// `rec`, the record stored at `k`, with its payload (read for update) put back.
+fn full_record(t: &mut dyn Transaction, k: &[u8], rec: ObjectRecord) -> Result<ObjectRecord> {
     let payload = if rec.has_detached() {
         t.get_for_update(Table::Inline, k)?
     } else {
         None
     };
-    with_payload(rec, payload).map(Some)
+    with_payload(rec, payload)
 }
 
 /// A full record split for storage: the value and its payload.
@@ -301,12 +303,7 @@ fn retire_current(
         let seq = version_seq(old, None).max(floor.saturating_add(1));
         floor = floor.max(seq);
         if v == Versioning::Enabled || old.version_id.is_some() {
-            let payload = if old.has_detached() {
-                t.get_for_update(Table::Inline, okey)?
-            } else {
-                None
-            };
-            let whole = with_payload(old.clone(), payload)?;
+            let whole = full_record(t, okey, old.clone())?;
             let vkey = keys::version(b, k, &version_suffix(seq, old.version_id.as_deref()));
             t.put(Table::Versions, &vkey, &records::encode(&whole))?;
         } else {
@@ -340,12 +337,7 @@ fn rewrite_current(
     f: &RecordFn,
 ) -> Result<ObjectRecord> {
     let had_payload = cur.has_detached();
-    let payload = if had_payload {
-        t.get_for_update(Table::Inline, okey)?
-    } else {
-        None
-    };
-    let whole = with_payload(cur, payload)?;
+    let whole = full_record(t, okey, cur)?;
     let new = f(&whole)?;
     if new.segments != whole.segments || new.delete_marker {
         return Err(CatalogError::Corrupt(
@@ -916,13 +908,10 @@ impl Catalog for KvCatalog {
             Self::transact(m, |t| {
                 has_bucket(m, &b)?;
                 let stored = get_obj(t, &okey)?;
-                let old = match &stored {
-                    Some(r) if r.has_detached() => {
-                        let p = t.get_for_update(Table::Inline, &okey)?;
-                        Some(with_payload(r.clone(), p)?)
-                    }
-                    r => r.clone(),
-                };
+                let old = stored
+                    .clone()
+                    .map(|r| full_record(t, &okey, r))
+                    .transpose()?;
                 let mut new = f(old.as_ref())?;
                 let fresh = appended_segments(old.as_ref(), &new)?;
                 add_refs(t, fresh, Refs::Fresh)?;
@@ -1195,13 +1184,7 @@ impl Catalog for KvCatalog {
                 // retires it; the moved record is the target's new version.
                 let (_, version_id) =
                     retire_current(m, t, &b, &to, &tk, old.as_ref(), v, &mut released)?;
-                let had_payload = src.has_detached();
-                let payload = if had_payload {
-                    t.get_for_update(Table::Inline, &fk)?
-                } else {
-                    None
-                };
-                let mut moved = with_payload(src.clone(), payload)?;
+                let mut moved = full_record(t, &fk, src.clone())?;
                 if v != Versioning::Off {
                     // A new version of `to`, made now (lifecycle times the retired one from it).
                     moved.version_id = version_id.clone();

@@ -614,6 +614,15 @@ impl ObjectService {
         Ok(self.settings_of(bucket).await?.versioning)
     }
 
+    /// The versioning a write follows under `settings` (`Off` on a catalog without versions).
+    fn versioning_in(&self, settings: &BucketSettings) -> Versioning {
+        if self.catalog.supports_versions() {
+            settings.versioning
+        } else {
+            Versioning::Off
+        }
+    }
+
     /// What a write needs of the bucket's settings (cached for [`VERSIONING_TTL`]; a bucket
     /// that is not there has none: its commit then says so).
     pub(crate) async fn settings_of(&self, bucket: &str) -> ObjResult<BucketSettings> {
@@ -967,11 +976,7 @@ impl ObjectService {
     {
         check_key(key)?;
         let settings = self.settings_of(bucket).await?;
-        let v = if self.catalog.supports_versions() {
-            settings.versioning
-        } else {
-            Versioning::Off
-        };
+        let v = self.versioning_in(&settings);
         let mut meta = meta;
         // In a versioned bucket an append makes a new version: it gets its own lock (the
         // headers', else the bucket's default retention), as a PUT's does.
@@ -1087,11 +1092,7 @@ impl ObjectService {
         let refs = if fresh { Refs::Fresh } else { Refs::Shared };
         // Nothing was committed if this fails: the new chunks go with `alloc`.
         let settings = self.settings_of(bucket).await?;
-        cond.versioning = if self.catalog.supports_versions() {
-            settings.versioning
-        } else {
-            Versioning::Off
-        };
+        cond.versioning = self.versioning_in(&settings);
         let mut record = record;
         record.meta.lock = crate::objlock::lock_for_write(
             settings.lock.as_ref(),
