@@ -119,34 +119,131 @@ impl Drop for Ring {
     }
 }
 
+/// The largest device IO the ring submits. A data op longer than this goes to the kernel as
+/// pieces of at most this size, all in flight at once, and completes when the last piece does.
+/// Measured on this machine's virtio disk with fio: a 16 KiB write queued beside 8 MiB reads
+/// waited 11 ms at p99, beside the same bytes in 1 MiB reads 0.2-0.4 ms, for the same read
+/// throughput (and the same write throughput with 1 MiB against 4 MiB writes). So a
+/// checkpoint's or a stream's chunk never holds the device a whole chunk ahead of a small op.
+pub(crate) const PIECE: usize = 1 << 20;
+
+/// `(start, len)` of each piece of a data IO of `len` bytes, at most `max` pieces: [`PIECE`]
+/// long, or longer (4 KiB aligned, for O_DIRECT) where `max` of those would not cover `len`.
+fn pieces(len: usize, max: usize) -> impl Iterator<Item = (usize, usize)> {
+    let piece = PIECE.max(len.div_ceil(max.max(1)).next_multiple_of(4096));
+    (0..len.max(1))
+        .step_by(piece)
+        .map(move |at| (at, (len - at.min(len)).min(piece)))
+}
+
+/// The pieces of one request still in the kernel and their summed result.
+struct Sum {
+    pending: usize,
+    res: io::Result<usize>,
+}
+
+impl Sum {
+    fn new(pending: usize) -> Self {
+        Self {
+            pending,
+            res: Ok(0),
+        }
+    }
+
+    /// Adds one piece's kernel result; true when it was the last piece.
+    fn complete(&mut self, res: i32) -> bool {
+        if res < 0 {
+            if self.res.is_ok() {
+                self.res = Err(io::Error::from_raw_os_error(-res));
+            }
+        } else if let Ok(n) = &mut self.res {
+            *n += res as usize;
+        }
+        self.pending -= 1;
+        self.pending == 0
+    }
+}
+
+/// One request in the kernel: its buffer, where its outcome goes, its pieces, and the file
+/// whose bulk lane its pieces go through (a request of more than one piece).
 struct InFlight {
     buf: Option<AlignedBuf>,
     done: oneshot::Sender<Done>,
+    sum: Sum,
+    lane: Option<RawFd>,
 }
 
-fn entry_for(op: &mut Op, id: u64, buf: &mut Option<AlignedBuf>) -> io_uring::squeue::Entry {
-    let is_write = matches!(op, Op::Write { .. });
-    match op {
-        Op::Write { fd, offset, .. } | Op::Read { fd, offset, .. } => {
-            let b = buf.as_mut().expect("buffer for data IO");
-            let len = b.io_len() as u32;
-            let ptr = b.as_mut_ptr();
-            if is_write {
-                opcode::Write::new(types::Fd(*fd), ptr, len)
-                    .offset(*offset)
+/// How many pieces of bulk requests (those longer than one [`PIECE`]) one file has in the
+/// kernel at once. A request of one piece (a small object's chunk, a sync) does not wait for
+/// the lane: it goes to the kernel as soon as it arrives, so it finds at most this many
+/// pieces ahead of it at the device instead of whole checkpoint and stream chunks. Measured
+/// here with fio at 1 MiB: 2 in flight read 0.9-1.1 GiB/s and wrote 1.6 GiB/s, as much as
+/// deeper queues, while the ring thread's own trace showed a 36 KiB write waiting 11 ms behind
+/// two streams' 4 MiB chunk reads when every piece went in at once.
+const BULK_IN_FLIGHT: usize = 2;
+
+/// The pieces of bulk requests on one file, waiting for room in its lane.
+#[derive(Default)]
+struct Lane {
+    waiting: VecDeque<io_uring::squeue::Entry>,
+    in_flight: usize,
+}
+
+/// The entries reading or writing `buf.io_len()` bytes at `offset` of `fd`, one per piece (at
+/// most `max`), all with user data `id`. The caller keeps `buf` alive and in place until every
+/// entry's completion.
+fn data_entries(
+    write: bool,
+    fd: RawFd,
+    offset: u64,
+    buf: &mut AlignedBuf,
+    id: u64,
+    max: usize,
+) -> Vec<io_uring::squeue::Entry> {
+    let base = buf.as_mut_ptr();
+    pieces(buf.io_len(), max)
+        .map(|(at, len)| {
+            // SAFETY: `at + len <= io_len`, within the buffer's allocation.
+            let ptr = unsafe { base.add(at) };
+            let (fd, off) = (types::Fd(fd), offset + at as u64);
+            if write {
+                opcode::Write::new(fd, ptr, len as u32)
+                    .offset(off)
                     .build()
                     .user_data(id)
             } else {
-                opcode::Read::new(types::Fd(*fd), ptr, len)
-                    .offset(*offset)
+                opcode::Read::new(fd, ptr, len as u32)
+                    .offset(off)
                     .build()
                     .user_data(id)
             }
-        }
-        Op::Sync { fd } => opcode::Fsync::new(types::Fd(*fd))
-            .flags(types::FsyncFlags::DATASYNC)
-            .build()
-            .user_data(id),
+        })
+        .collect()
+}
+
+/// The submission entries of `op` (one per piece of a data IO, at most `max`), all with user
+/// data `id`.
+fn entries_for(
+    op: &Op,
+    id: u64,
+    buf: &mut Option<AlignedBuf>,
+    max: usize,
+) -> Vec<io_uring::squeue::Entry> {
+    match op {
+        Op::Write { fd, offset, .. } | Op::Read { fd, offset, .. } => data_entries(
+            matches!(op, Op::Write { .. }),
+            *fd,
+            *offset,
+            buf.as_mut().expect("buffer for data IO"),
+            id,
+            max,
+        ),
+        Op::Sync { fd } => vec![
+            opcode::Fsync::new(types::Fd(*fd))
+                .flags(types::FsyncFlags::DATASYNC)
+                .build()
+                .user_data(id),
+        ],
     }
 }
 
@@ -154,6 +251,7 @@ fn run(mut ring: IoUring, rx: mpsc::Receiver<Msg>, wake_fd: RawFd, depth: usize)
     let mut slab: Vec<Option<InFlight>> = Vec::new();
     let mut free_ids: Vec<usize> = Vec::new();
     let mut backlog: VecDeque<(Op, oneshot::Sender<Done>)> = VecDeque::new();
+    let mut lanes: std::collections::HashMap<RawFd, Lane> = std::collections::HashMap::new();
     let mut in_flight = 0usize;
     let mut wake_buf = [0u8; 8];
     let mut wake_armed = false;
@@ -170,7 +268,8 @@ fn run(mut ring: IoUring, rx: mpsc::Receiver<Msg>, wake_fd: RawFd, depth: usize)
                 wake_armed = true;
             }
         }
-        // Move queued requests into the submission queue, bounded by the queue depth.
+        // Move queued requests into the submission queue (one piece) or their file's bulk lane
+        // (more), bounded by the queue depth.
         while in_flight < depth {
             let Some((mut op, done)) = backlog.pop_front() else {
                 break;
@@ -185,24 +284,63 @@ fn run(mut ring: IoUring, rx: mpsc::Receiver<Msg>, wake_fd: RawFd, depth: usize)
                 }
                 Op::Sync { .. } => None,
             };
-            let e = entry_for(&mut op, id as u64, &mut buf);
-            // SAFETY: the buffer the entry points at is moved into the slab just below and stays
-            // there (heap allocation, never moved in memory) until this id's completion.
-            if unsafe { ring.submission().push(&e) }.is_err() {
-                // SQ full: put it back and submit what we have first.
-                free_ids.push(id);
-                if let (Op::Write { buf: b, .. } | Op::Read { buf: b, .. }, Some(x)) =
-                    (&mut op, buf)
-                {
-                    *b = x;
+            let es = entries_for(&op, id as u64, &mut buf, usize::MAX);
+            let lane = match (&op, es.len()) {
+                (Op::Write { fd, .. } | Op::Read { fd, .. }, n) if n > 1 => Some(*fd),
+                _ => None,
+            };
+            if let Some(fd) = lane {
+                lanes
+                    .entry(fd)
+                    .or_default()
+                    .waiting
+                    .extend(es.iter().cloned());
+            } else {
+                // SAFETY: the buffer the entry points into is moved into the slab just below
+                // and stays there (heap allocation, never moved in memory) until this id's
+                // completion.
+                if unsafe { ring.submission().push_multiple(&es) }.is_err() {
+                    // SQ full: put it back and submit what we have first.
+                    free_ids.push(id);
+                    if let (Op::Write { buf: b, .. } | Op::Read { buf: b, .. }, Some(x)) =
+                        (&mut op, buf)
+                    {
+                        *b = x;
+                    }
+                    backlog.push_front((op, done));
+                    break;
                 }
-                backlog.push_front((op, done));
-                break;
+                in_flight += es.len();
             }
-            slab[id] = Some(InFlight { buf, done });
-            in_flight += 1;
+            slab[id] = Some(InFlight {
+                buf,
+                done,
+                sum: Sum::new(es.len()),
+                lane,
+            });
         }
-        if shutting_down && in_flight == 0 && backlog.is_empty() && !wake_armed {
+        // Then the bulk pieces each lane has room for.
+        for lane in lanes.values_mut() {
+            while lane.in_flight < BULK_IN_FLIGHT {
+                let Some(e) = lane.waiting.pop_front() else {
+                    break;
+                };
+                // SAFETY: the piece points into a buffer held in the slab (moved there when its
+                // request was laned) until the last of its request's completions.
+                if unsafe { ring.submission().push(&e) }.is_err() {
+                    lane.waiting.push_front(e);
+                    break;
+                }
+                lane.in_flight += 1;
+                in_flight += 1;
+            }
+        }
+        if shutting_down
+            && in_flight == 0
+            && backlog.is_empty()
+            && lanes.values().all(|l| l.waiting.is_empty())
+            && !wake_armed
+        {
             return;
         }
         let want = 1;
@@ -235,18 +373,24 @@ fn run(mut ring: IoUring, rx: mpsc::Receiver<Msg>, wake_fd: RawFd, depth: usize)
                 }
                 continue;
             }
-            let Some(f) = slab.get_mut(id as usize).and_then(Option::take) else {
+            let Some(slot) = slab.get_mut(id as usize).filter(|s| s.is_some()) else {
                 tracing::error!(id, "io_uring completion for an unknown request");
                 continue;
             };
-            free_ids.push(id as usize);
             in_flight -= 1;
-            let r = if res < 0 {
-                Err(io::Error::from_raw_os_error(-res))
-            } else {
-                Ok(res as usize)
-            };
-            let _ = f.done.send((r, f.buf));
+            if let Some(l) = slot
+                .as_ref()
+                .and_then(|f| f.lane)
+                .and_then(|fd| lanes.get_mut(&fd))
+            {
+                l.in_flight -= 1;
+            }
+            if slot.as_mut().is_some_and(|f| f.sum.complete(res))
+                && let Some(f) = slot.take()
+            {
+                free_ids.push(id as usize);
+                let _ = f.done.send((f.sum.res, f.buf));
+            }
         }
         if shutting_down && wake_armed {
             // The armed eventfd read must complete before wake_buf goes away: kick ourselves.
@@ -261,31 +405,30 @@ fn run(mut ring: IoUring, rx: mpsc::Receiver<Msg>, wake_fd: RawFd, depth: usize)
 /// that thread's own, and blocks the thread until the read completes. For threads that may block
 /// (the FUSE workers): a read then costs no hop to the ring thread and back.
 pub(crate) fn read_here(fd: RawFd, offset: u64, mut buf: AlignedBuf) -> Done {
+    const ENTRIES: u32 = 8;
     thread_local! {
         static RING: RefCell<Option<IoUring>> = const { RefCell::new(None) };
     }
     RING.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.is_none() {
-            match IoUring::new(4) {
+            match IoUring::new(ENTRIES) {
                 Ok(r) => *slot = Some(r),
                 Err(e) => return (Err(e), Some(buf)),
             }
         }
         let ring = slot.as_mut().expect("ring just set");
-        let e = opcode::Read::new(types::Fd(fd), buf.as_mut_ptr(), buf.io_len() as u32)
-            .offset(offset)
-            .build()
-            .user_data(1);
-        // SAFETY: `buf` stays owned by this function until the read's completion is reaped below
-        // (or is leaked if the ring fails with the read in flight), so the kernel never writes
-        // into freed memory.
-        if unsafe { ring.submission().push(&e) }.is_err() {
+        let es = data_entries(false, fd, offset, &mut buf, 1, ENTRIES as usize);
+        // SAFETY: `buf` stays owned by this function until the last piece's completion is
+        // reaped below (or is leaked if the ring fails with pieces in flight), so the kernel
+        // never writes into freed memory.
+        if unsafe { ring.submission().push_multiple(&es) }.is_err() {
             return (
                 Err(io::Error::other("io_uring: empty ring is full")),
                 Some(buf),
             );
         }
+        let mut sum = Sum::new(es.len());
         let mut submitted = false;
         loop {
             match ring.submit_and_wait(1) {
@@ -295,7 +438,7 @@ pub(crate) fn read_here(fd: RawFd, offset: u64, mut buf: AlignedBuf) -> Done {
                         e.raw_os_error(),
                         Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
                     ) => {}
-                Err(e) if !submitted && !ring.submission().is_empty() => {
+                Err(e) if !submitted && ring.submission().len() == es.len() => {
                     // Never reached the kernel: take it back out of the queue by dropping the ring.
                     *slot = None;
                     return (Err(e), Some(buf));
@@ -307,15 +450,43 @@ pub(crate) fn read_here(fd: RawFd, offset: u64, mut buf: AlignedBuf) -> Done {
                     return (Err(e), None);
                 }
             }
-            if let Some(c) = ring.completion().next() {
-                let res = c.result();
-                let r = if res < 0 {
-                    Err(io::Error::from_raw_os_error(-res))
-                } else {
-                    Ok(res as usize)
-                };
-                return (r, Some(buf));
+            for c in ring.completion() {
+                if sum.complete(c.result()) {
+                    return (sum.res, Some(buf));
+                }
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_cover_an_io_in_aligned_slices_no_more_than_asked() {
+        for (len, max) in [
+            (1, 8),
+            (4096, 8),
+            (PIECE, 8),
+            (PIECE + 1, 8),
+            (4 * PIECE + 5000, 63),
+            (9 * PIECE - 1, 3),
+            (16 * PIECE, 1),
+        ] {
+            let ps: Vec<_> = pieces(len, max).collect();
+            assert!(!ps.is_empty() && ps.len() <= max, "{len}/{max}: {ps:?}");
+            let mut at = 0;
+            for (i, &(start, n)) in ps.iter().enumerate() {
+                assert_eq!(start, at, "{len}/{max}: contiguous");
+                assert!(n > 0, "{len}/{max}: piece {i} is empty");
+                if i + 1 < ps.len() {
+                    assert!(n >= PIECE && n % 4096 == 0, "{len}/{max}: piece {i} is {n}");
+                }
+                at += n;
+            }
+            assert_eq!(at, len, "{len}/{max}: covers the IO");
+        }
+        assert_eq!(pieces(4 * PIECE, 64).count(), 4);
+    }
 }

@@ -359,3 +359,55 @@ async fn local_blob_store_conforms_on_every_backend() {
         lode_datapath::blob::conformance::uncommitted_writes_give_space_back(&blobs).await;
     }
 }
+
+/// IOs longer than the ring's piece size (1 MiB) go to the kernel in pieces and come back whole,
+/// through the ring thread and on a blocking thread, also on a ring too shallow for a piece each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_ios_round_trip_in_pieces() {
+    let dir = tempfile::tempdir().unwrap();
+    let devs = vec![(dir.path().join("big.img"), 64u64 << 20)];
+    for depth in [64, 2] {
+        let store: Arc<dyn ChunkStore> = Arc::new(UringChunkStore::open(&devs, depth).unwrap());
+        let mut written = vec![];
+        let mut at = 0u64;
+        for (i, len) in [1usize << 20, (4 << 20) + 5000, (9 << 20) - 1, 3 << 20]
+            .into_iter()
+            .enumerate()
+        {
+            let ext = Extent {
+                dev: 0,
+                offset: at,
+                len: (len as u32).next_multiple_of(4096),
+            };
+            at += u64::from(ext.len);
+            let data = pattern(len, i as u8 + depth as u8);
+            store
+                .write(ext, AlignedBuf::from_slice(&data))
+                .await
+                .unwrap_or_else(|e| panic!("depth {depth}, write {len}: {e}"));
+            written.push((ext, data));
+        }
+        store.sync(0).await.unwrap();
+        for (ext, data) in &written {
+            let mut b = AlignedBuf::with_capacity(data.len());
+            b.set_len(data.len());
+            let got = store.read(*ext, b).await.unwrap();
+            assert!(
+                got[..] == data[..],
+                "depth {depth}: async read of {}",
+                data.len()
+            );
+        }
+        let s = Arc::clone(&store);
+        std::thread::spawn(move || {
+            for (ext, data) in written {
+                let mut b = AlignedBuf::with_capacity(data.len());
+                b.set_len(data.len());
+                let got = s.read_blocking(ext, b).expect("uring reads here").unwrap();
+                assert!(got[..] == data[..], "blocking read of {}", data.len());
+            }
+        })
+        .join()
+        .unwrap();
+    }
+}
