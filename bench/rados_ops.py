@@ -29,6 +29,9 @@ import requests
 from botocore.config import Config
 
 MIB = 1 << 20
+# Runs of each 5 MiB operation. One background op that the subtraction misses adds 1/BIG_N to a
+# figure: at 20 runs a slow machine pushed a figure 0.23 off its integer; at 50, 0.02 an op.
+BIG_N = 50
 
 
 def rados_ops(admin):
@@ -51,7 +54,7 @@ def osd_ops(asok_dir):
     return out
 
 
-def measure(s3, admin, quiet=3.0, counters=None):
+def measure(s3, admin, quiet=5.0, counters=None):
     """{operation: {(pool, kind): ops per S3 op}}, counted by `counters()` (default: the
     gateway's own at `admin`). The background ops are measured over `quiet` seconds without
     traffic first, and subtracted at that rate from each measurement."""
@@ -77,13 +80,13 @@ def measure(s3, admin, quiet=3.0, counters=None):
     s3.create_bucket(Bucket=b)
     big = os.urandom(5 * MIB)
     cost("PUT 1 KiB (inline)", lambda i: s3.put_object(Bucket=b, Key=f"s{i:03}", Body=b"x" * 1024), 100)
-    cost("PUT 5 MiB (2 chunks)", lambda i: s3.put_object(Bucket=b, Key=f"b{i:03}", Body=big), 20)
+    cost("PUT 5 MiB (2 chunks)", lambda i: s3.put_object(Bucket=b, Key=f"b{i:03}", Body=big), BIG_N)
     cost("GET 1 KiB", lambda i: s3.get_object(Bucket=b, Key=f"s{i:03}")["Body"].read(), 100)
-    cost("GET 5 MiB", lambda i: s3.get_object(Bucket=b, Key=f"b{i:03}")["Body"].read(), 20)
+    cost("GET 5 MiB", lambda i: s3.get_object(Bucket=b, Key=f"b{i:03}")["Body"].read(), BIG_N)
     cost("HEAD", lambda i: s3.head_object(Bucket=b, Key=f"s{i:03}"), 100)
     cost("LIST page (120 keys)", lambda i: s3.list_objects_v2(Bucket=b), 50)
     cost("overwrite 1 KiB", lambda i: s3.put_object(Bucket=b, Key=f"s{i:03}", Body=b"y" * 1024), 100)
-    cost("DELETE 5 MiB", lambda i: s3.delete_object(Bucket=b, Key=f"b{i:03}"), 20)
+    cost("DELETE 5 MiB", lambda i: s3.delete_object(Bucket=b, Key=f"b{i:03}"), BIG_N)
     for i in range(100):
         s3.delete_object(Bucket=b, Key=f"s{i:03}")
     s3.delete_bucket(Bucket=b)
