@@ -222,14 +222,8 @@ fn data_entries(
         .collect()
 }
 
-/// The submission entries of `op` (one per piece of a data IO, at most `max`), all with user
-/// data `id`.
-fn entries_for(
-    op: &Op,
-    id: u64,
-    buf: &mut Option<AlignedBuf>,
-    max: usize,
-) -> Vec<io_uring::squeue::Entry> {
+/// The submission entries of `op` (one per [`PIECE`] of a data IO), all with user data `id`.
+fn entries_for(op: &Op, id: u64, buf: &mut Option<AlignedBuf>) -> Vec<io_uring::squeue::Entry> {
     match op {
         Op::Write { fd, offset, .. } | Op::Read { fd, offset, .. } => data_entries(
             matches!(op, Op::Write { .. }),
@@ -237,7 +231,7 @@ fn entries_for(
             *offset,
             buf.as_mut().expect("buffer for data IO"),
             id,
-            max,
+            usize::MAX,
         ),
         Op::Sync { fd } => vec![
             opcode::Fsync::new(types::Fd(*fd))
@@ -285,7 +279,7 @@ fn run(mut ring: IoUring, rx: mpsc::Receiver<Msg>, wake_fd: RawFd, depth: usize)
                 }
                 Op::Sync { .. } => None,
             };
-            let es = entries_for(&op, id as u64, &mut buf, usize::MAX);
+            let es = entries_for(&op, id as u64, &mut buf);
             let lane = match (&op, es.len()) {
                 (Op::Write { fd, .. } | Op::Read { fd, .. }, n) if n > 1 => Some(*fd),
                 _ => None,
