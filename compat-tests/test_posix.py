@@ -118,6 +118,39 @@ def test_a_whole_file_read_is_one_fuse_request(mounted, pb, ps3):
     assert reads() - before == len(data)
 
 
+def test_a_directory_of_several_listing_pages_lists_whole_with_attributes(pb, ps3):
+    """A directory of 2,300 entries takes three catalog pages per readdir: every name comes
+    once, each with its size and its POSIX mode (decoded from the listing's record summaries),
+    and a file that shares its name with a directory whose keys start pages later shows only
+    as that directory (keys `k` and `k/inner` with 1,200 `k-NNNN` between them)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    b, d = pb
+    names = [f"k-{i:04d}" for i in range(1200)] + [f"z{i:04d}" for i in range(1100)]
+
+    def put(n):
+        ps3.put_object(Bucket=b, Key=n, Body=b"x" * (len(n) + int(n[-4:]) % 7))
+
+    with ThreadPoolExecutor(8) as ex:
+        list(ex.map(put, names))
+    ps3.put_object(Bucket=b, Key="k", Body=b"file")
+    ps3.put_object(Bucket=b, Key="k/inner", Body=b"in")
+    with open(os.path.join(d, "made-here"), "wb") as f:
+        f.write(b"abc")
+    os.chmod(os.path.join(d, "made-here"), 0o640)
+    listed = os.listdir(d)
+    assert len(listed) == len(set(listed)), "a name came twice"
+    assert sorted(listed) == sorted(names + ["k", "made-here"])
+    assert os.path.isdir(os.path.join(d, "k"))
+    assert os.listdir(os.path.join(d, "k")) == ["inner"]
+    with os.scandir(d) as it:
+        seen = {e.name: e.stat() for e in it if e.name != "k"}
+    for n in names:
+        assert seen[n].st_size == len(n) + int(n[-4:]) % 7, n
+    assert seen["made-here"].st_size == 3
+    assert seen["made-here"].st_mode & 0o7777 == 0o640
+
+
 def test_file_lifecycle_create_write_read_truncate_unlink(pb, ps3):
     b, d = pb
     p = os.path.join(d, "f.bin")

@@ -12,7 +12,7 @@ use crate::{
     ObjectMeta, ObjectRecord, PartRecord, PartSummary, Refs, Segment, UploadQuery, UploadRecord,
     replace_check,
 };
-use crate::{VersionQuery, Versioning};
+use crate::{ObjectSummary, VersionQuery, Versioning};
 
 static NEXT_CHUNK: AtomicU64 = AtomicU64::new(1);
 
@@ -996,11 +996,31 @@ async fn assert_listed(
             after: None,
             max: 1000,
         };
-        c2.list_blocking(&b2, &q).unwrap().objects
+        let mut summaries = vec![];
+        let rest = c2
+            .list_summaries_blocking(&b2, &q, &mut |k, s| {
+                summaries.push((k.to_owned(), format!("{s:?}")))
+            })
+            .unwrap();
+        assert!(
+            rest.objects.is_empty() && !rest.truncated,
+            "list_summaries_blocking"
+        );
+        (c2.list_blocking(&b2, &q).unwrap().objects, summaries)
     })
     .await
     .unwrap();
-    assert_eq!(blocking, page.objects, "list_blocking {b}/{prefix}");
+    assert_eq!(blocking.0, page.objects, "list_blocking {b}/{prefix}");
+    // The summaries are the listed records' own leading fields, key for key.
+    let want_summaries: Vec<(String, String)> = page
+        .objects
+        .iter()
+        .map(|(k, r)| (k.clone(), format!("{:?}", ObjectSummary::of(r))))
+        .collect();
+    assert_eq!(
+        blocking.1, want_summaries,
+        "list_summaries_blocking {b}/{prefix}"
+    );
 }
 
 /// Objects with inline bytes: `get` returns them exactly; `head` and listings return the

@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use crate::{
     Aborted, AppendFn, BucketFn, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit, CompleteFn,
-    Cond, ListPage, ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, RenameCheck, Result,
-    SysFn, UploadPage, UploadQuery, UploadRecord, VersionPage, VersionQuery, Versioning,
+    Cond, ListPage, ListQuery, ObjectRecord, ObjectSummary, PartRecord, RecordFn, Refs,
+    RenameCheck, Result, SysFn, UploadPage, UploadQuery, UploadRecord, VersionPage, VersionQuery,
+    Versioning,
 };
 
 /// What happens to the next commit.
@@ -251,6 +252,14 @@ impl Catalog for FaultyCatalog {
     }
     fn list_blocking(&self, bucket: &str, q: &ListQuery<'_>) -> Result<ListPage> {
         self.inner.list_blocking(bucket, q)
+    }
+    fn list_summaries_blocking(
+        &self,
+        bucket: &str,
+        q: &ListQuery<'_>,
+        f: &mut dyn FnMut(&str, &ObjectSummary<'_>),
+    ) -> Result<ListPage> {
+        self.inner.list_summaries_blocking(bucket, q, f)
     }
     async fn sys_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.inner.sys_get(key).await

@@ -23,8 +23,8 @@ use crate::{
     check_bucket_update, join_record, split_record,
 };
 use crate::{
-    VersionEntry, VersionPage, VersionQuery, Versioning, delete_marker, is_version, new_version_id,
-    seq_of_suffix, version_seq, version_suffix,
+    ObjectSummary, VersionEntry, VersionPage, VersionQuery, Versioning, delete_marker, is_version,
+    new_version_id, seq_of_suffix, version_seq, version_suffix,
 };
 
 /// How long an aborted upload is remembered for a retried abort.
@@ -1615,6 +1615,20 @@ impl Catalog for KvCatalog {
             bucket,
             q,
         )?))
+    }
+
+    fn list_summaries_blocking(
+        &self,
+        bucket: &str,
+        q: &ListQuery<'_>,
+        f: &mut dyn FnMut(&str, &ObjectSummary<'_>),
+    ) -> Result<ListPage> {
+        Ok(lode_metadata::list::list_summaries(
+            &*self.meta,
+            bucket,
+            q,
+            f,
+        )?)
     }
 
     async fn sys_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {

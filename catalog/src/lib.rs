@@ -41,8 +41,8 @@ use std::sync::Arc;
 
 pub use lode_metadata::list::{ListPage, ListQuery};
 pub use lode_metadata::records::{
-    BucketRecord, Checksums, ChunkLoc, ObjectLock, ObjectMeta, ObjectRecord, PartRecord,
-    PartSummary, Segment, UploadRecord,
+    BucketRecord, Checksums, ChunkLoc, MetaSummary, ObjectLock, ObjectMeta, ObjectRecord,
+    ObjectSummary, PartRecord, PartSummary, Segment, UploadRecord,
 };
 
 pub mod conformance;
@@ -773,6 +773,22 @@ pub trait Catalog: Send + Sync + 'static {
     /// [`Catalog::list`] (head form), blocking.
     fn list_blocking(&self, bucket: &str, q: &ListQuery<'_>) -> Result<ListPage> {
         futures::executor::block_on(self.list(bucket, q))
+    }
+
+    /// [`Catalog::list_blocking`] for a directory listing: `f` gets each object's key and
+    /// [`ObjectSummary`] in order, and the page returned has no `objects`. A backend that
+    /// keeps encoded records overrides it to decode only the summary, borrowed from the value.
+    fn list_summaries_blocking(
+        &self,
+        bucket: &str,
+        q: &ListQuery<'_>,
+        f: &mut dyn FnMut(&str, &ObjectSummary<'_>),
+    ) -> Result<ListPage> {
+        let mut page = self.list_blocking(bucket, q)?;
+        for (k, r) in std::mem::take(&mut page.objects) {
+            f(&k, &ObjectSummary::of(&r));
+        }
+        Ok(page)
     }
 
     // ------------------------------------------------------------------ system key space

@@ -4,7 +4,7 @@
 //! `n` entries costs at most `n + 1` seeks plus the keys it returns, however many keys lie below.
 
 use crate::keys;
-use crate::records::{ObjectRecord, decode};
+use crate::records::{ObjectRecord, ObjectSummary, decode, decode_summary};
 use crate::{MetaError, MetadataStore, Table};
 
 /// What to list.
@@ -34,6 +34,41 @@ pub fn list_objects(
     bucket: &str,
     q: &ListQuery<'_>,
 ) -> Result<ListPage, MetaError> {
+    let mut objects = Vec::new();
+    let mut page = walk(store, bucket, q, &mut |key, v| {
+        objects.push((key.to_owned(), decode::<ObjectRecord>(v)?));
+        Ok(())
+    })?;
+    page.objects = objects;
+    Ok(page)
+}
+
+/// [`list_objects`] for a caller that needs only each object's [`ObjectSummary`] (a directory
+/// listing): `f` gets each key and summary, borrowed from the store's value, in order; the
+/// page returned has the common prefixes and where to go on, and no `objects`.
+pub fn list_summaries(
+    store: &dyn MetadataStore,
+    bucket: &str,
+    q: &ListQuery<'_>,
+    f: &mut dyn FnMut(&str, &ObjectSummary<'_>),
+) -> Result<ListPage, MetaError> {
+    walk(store, bucket, q, &mut |key, v| {
+        f(key, &decode_summary(v)?);
+        Ok(())
+    })
+}
+
+/// What [`walk`] hands each object to: its key and stored value.
+type OnObject<'f> = dyn FnMut(&str, &[u8]) -> Result<(), MetaError> + 'f;
+
+/// One page of `q`: the common prefixes go into the page, each object's key and stored value
+/// to `on_object`.
+fn walk(
+    store: &dyn MetadataStore,
+    bucket: &str,
+    q: &ListQuery<'_>,
+    on_object: &mut OnObject<'_>,
+) -> Result<ListPage, MetaError> {
     let base = keys::bucket_prefix(bucket);
     let mut full_prefix = base.clone();
     full_prefix.extend_from_slice(q.prefix.as_bytes());
@@ -41,6 +76,14 @@ pub fn list_objects(
     let after = q.after.map(str::as_bytes);
 
     let mut page = ListPage::default();
+    let mut entries = 0usize;
+    // The last entry returned, kept as bytes in one buffer (no string per entry).
+    let mut last: Option<Vec<u8>> = None;
+    let set_last = |last: &mut Option<Vec<u8>>, k: &[u8]| {
+        let b = last.get_or_insert_with(Vec::new);
+        b.clear();
+        b.extend_from_slice(k);
+    };
     let mut cur = store.cursor(Table::Objects)?;
     let start = match after {
         Some(a) if a > q.prefix.as_bytes() => {
@@ -67,14 +110,15 @@ pub fn list_objects(
             let cp = &key[..end];
             let skip = after.is_some_and(|a| cp <= a);
             if !skip {
-                if page.common_prefixes.len() + page.objects.len() >= q.max {
+                if entries >= q.max {
                     page.truncated = true;
                     break;
                 }
                 let cp = String::from_utf8(cp.to_vec())
                     .map_err(|e| MetaError::Corrupt(e.to_string()))?;
-                page.last = Some(cp.clone());
+                set_last(&mut last, cp.as_bytes());
                 page.common_prefixes.push(cp);
+                entries += 1;
             }
             let mut next = base.clone();
             match keys::prefix_successor(cp) {
@@ -88,17 +132,20 @@ pub fn list_objects(
             cur.next();
             continue;
         }
-        if page.common_prefixes.len() + page.objects.len() >= q.max {
+        if entries >= q.max {
             page.truncated = true;
             break;
         }
-        let name =
-            String::from_utf8(key.to_vec()).map_err(|e| MetaError::Corrupt(e.to_string()))?;
-        let rec: ObjectRecord = decode(v)?;
-        page.last = Some(name.clone());
-        page.objects.push((name, rec));
+        let name = std::str::from_utf8(key).map_err(|e| MetaError::Corrupt(e.to_string()))?;
+        on_object(name, v)?;
+        set_last(&mut last, key);
+        entries += 1;
         cur.next();
     }
     cur.status()?;
+    page.last = last
+        .map(String::from_utf8)
+        .transpose()
+        .map_err(|e| MetaError::Corrupt(e.to_string()))?;
     Ok(page)
 }

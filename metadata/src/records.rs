@@ -287,6 +287,69 @@ pub fn decode_head(b: &[u8]) -> Result<ObjectRecord, MetaError> {
     decode::<ObjectRecord>(b).map(ObjectRecord::into_head)
 }
 
+/// What a directory listing shows of an object: the leading fields of its record, borrowed
+/// from the stored value. Decoding it copies no string and stops before the checksums and the
+/// segments (a large object's chunk list), which a whole-record decode allocates and fills for
+/// every entry. Every [`ObjectRecord`] format so far starts with these fields in this order.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct ObjectSummary<'a> {
+    pub size: u64,
+    pub etag: &'a str,
+    pub last_modified_ms: i64,
+    #[serde(borrow)]
+    pub meta: MetaSummary<'a>,
+}
+
+/// The leading fields of an [`ObjectMeta`], borrowed (see [`ObjectSummary`]).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct MetaSummary<'a> {
+    pub content_type: Option<&'a str>,
+    pub cache_control: Option<&'a str>,
+    pub content_disposition: Option<&'a str>,
+    pub content_encoding: Option<&'a str>,
+    pub content_language: Option<&'a str>,
+    pub expires: Option<&'a str>,
+    /// `x-amz-meta-*`, as in [`ObjectMeta::user`].
+    #[serde(borrow)]
+    pub user: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a> ObjectSummary<'a> {
+    /// The summary of a decoded record (for a catalog that has no stored value to borrow from).
+    pub fn of(r: &'a ObjectRecord) -> Self {
+        let m = &r.meta;
+        ObjectSummary {
+            size: r.size,
+            etag: &r.etag,
+            last_modified_ms: r.last_modified_ms,
+            meta: MetaSummary {
+                content_type: m.content_type.as_deref(),
+                cache_control: m.cache_control.as_deref(),
+                content_disposition: m.content_disposition.as_deref(),
+                content_encoding: m.content_encoding.as_deref(),
+                content_language: m.content_language.as_deref(),
+                expires: m.expires.as_deref(),
+                user: m
+                    .user
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect(),
+            },
+        }
+    }
+}
+
+/// Decodes the [`ObjectSummary`] of a stored object record, of any format.
+pub fn decode_summary(b: &[u8]) -> Result<ObjectSummary<'_>, MetaError> {
+    match b.first() {
+        Some(&f) if (FORMAT_V1..=ObjectRecord::FORMAT).contains(&f) => {
+            postcard::from_bytes(&b[1..]).map_err(|e| MetaError::Corrupt(e.to_string()))
+        }
+        Some(&f) => Err(MetaError::UnknownFormat(f)),
+        None => Err(MetaError::Corrupt("empty record".into())),
+    }
+}
+
 impl Record for ObjectRecord {
     const FORMAT: u8 = FORMAT_V5;
 
@@ -783,6 +846,47 @@ mod tests {
         // Re-encoding writes the current format.
         assert_eq!(encode(&r)[0], FORMAT_V5);
         assert_eq!(decode::<ObjectRecord>(&encode(&r)).unwrap(), r);
+    }
+
+    /// A summary decoded from the stored bytes is the record's own leading fields, in every
+    /// format (the current one with tags and a lock behind the user metadata, 4, 3 and 1).
+    #[test]
+    fn summaries_decode_from_every_format() {
+        let mut r = v2_fixture_record();
+        r.meta.user.push(("mode".into(), "33188".into()));
+        r.meta.tags = vec![("t".into(), "1".into())];
+        r.meta.lock.legal_hold = true;
+        let mut v4b = vec![FORMAT_V4];
+        v4b.extend(postcard::to_stdvec(&v4::ObjectRecord::from(r.clone())).unwrap());
+        let mut v3b = vec![FORMAT_V3];
+        v3b.extend(postcard::to_stdvec(&v3::ObjectRecord::from(r.clone())).unwrap());
+        for b in [encode(&r), v4b, v3b] {
+            let full: ObjectRecord = decode(&b).unwrap();
+            assert_eq!(
+                decode_summary(&b).unwrap(),
+                ObjectSummary::of(&full),
+                "format {}",
+                b[0]
+            );
+        }
+        let want = ObjectSummary::of(&r);
+        assert_eq!(want.meta.user, vec![("k", "v"), ("mode", "33188")]);
+        assert_eq!((want.size, want.etag), (107, "e-1"));
+        assert_eq!(decode_summary(&encode(&r)).unwrap(), want);
+        let v1: &[u8] = &[
+            1, 3, 3, 97, 98, 99, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 3, 120, 121, 122,
+            0,
+        ];
+        let s = decode_summary(v1).unwrap();
+        assert_eq!((s.size, s.etag, s.last_modified_ms), (3, "abc", 5));
+        assert!(matches!(
+            decode_summary(&[9, 0]),
+            Err(MetaError::UnknownFormat(9))
+        ));
+        assert!(matches!(
+            decode_summary(&encode(&r)[..4]),
+            Err(MetaError::Corrupt(_))
+        ));
     }
 
     /// Records written in format 4 (tags, versions, no object lock) read with no lock;

@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
-use lode_catalog::{BucketRecord, ListPage, ListQuery, ObjectMeta, ObjectRecord, Segment};
+use lode_catalog::{
+    BucketRecord, ListPage, ListQuery, ObjectMeta, ObjectRecord, ObjectSummary, Segment,
+};
 
 use crate::error::{ObjError, ObjResult};
 use crate::service::{MAX_KEY_LEN, ObjectHandle, ObjectService, check_key, chunk_ref};
@@ -51,13 +53,16 @@ impl ObjectService {
         Ok(self.catalog.keys_under_blocking(bucket, prefix, limit)?)
     }
 
-    /// One page of a delimiter listing. Blocks.
-    pub fn list_blocking(
+    /// One page of a delimiter listing, for a directory listing: `f` gets each object's key
+    /// and summary (size, times, metadata; no checksums or segments), and the page returned
+    /// has the common prefixes and no `objects`. Blocks.
+    pub fn list_summaries_blocking(
         &self,
         bucket: &str,
         prefix: &str,
         after: Option<&str>,
         max: usize,
+        f: &mut dyn FnMut(&str, &ObjectSummary<'_>),
     ) -> ObjResult<ListPage> {
         let q = ListQuery {
             prefix,
@@ -65,7 +70,7 @@ impl ObjectService {
             after,
             max,
         };
-        Ok(self.catalog.list_blocking(bucket, &q)?)
+        Ok(self.catalog.list_summaries_blocking(bucket, &q, f)?)
     }
 
     /// Marks the calling thread (a FUSE worker; never an async worker) as one whose chunk reads

@@ -818,10 +818,37 @@ impl LodeFs {
             return Ok(());
         }
         let prefix = dh.path.dir_prefix();
-        let page = self
-            .svc
-            .list_blocking(&dh.path.bucket, &prefix, dh.after.as_deref(), 1000)
-            .map_err(|e| e.errno())?;
+        // Only each object's summary is decoded (no checksums, segments or string copies).
+        let mut held = std::mem::take(&mut dh.held);
+        let before = held.len();
+        let page = self.svc.list_summaries_blocking(
+            &dh.path.bucket,
+            &prefix,
+            dh.after.as_deref(),
+            1000,
+            &mut |key, rec| {
+                if let Some(n) = names::entry_name(&prefix, key) {
+                    held.push(DirEntry {
+                        name: n.to_owned(),
+                        kind: Kind::File,
+                        file: Some((
+                            rec.size,
+                            rec.last_modified_ms,
+                            Attrs::from_user(rec.meta.user.iter().copied()),
+                        )),
+                    });
+                }
+            },
+        );
+        let page = match page {
+            Ok(p) => p,
+            Err(e) => {
+                // Entries held from the previous page stay held for a retry; none of this one.
+                held.truncate(before);
+                dh.held = held;
+                return Err(e.errno());
+            }
+        };
         for cp in &page.common_prefixes {
             if let Some(n) = names::entry_name(&prefix, cp) {
                 dh.dirs.insert(n.to_owned());
@@ -831,17 +858,6 @@ impl LodeFs {
                     file: None,
                 });
             }
-        }
-        let mut held = std::mem::take(&mut dh.held);
-        for (key, rec) in &page.objects {
-            let Some(n) = names::entry_name(&prefix, key) else {
-                continue;
-            };
-            held.push(DirEntry {
-                name: n.to_owned(),
-                kind: Kind::File,
-                file: Some((rec.size, rec.last_modified_ms, Attrs::from_meta(&rec.meta))),
-            });
         }
         for e in held {
             if dh.dirs.contains(&e.name) {
