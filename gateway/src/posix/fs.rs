@@ -864,11 +864,12 @@ impl LodeFs {
                 continue;
             }
             // A directory of the same name may still follow in a later page.
+            // (`prefix + name + "/" > last`, compared without building the string.)
             let later = page.truncated
-                && page
-                    .last
-                    .as_deref()
-                    .is_some_and(|l| format!("{prefix}{}/", e.name).as_str() > l);
+                && page.last.as_deref().is_some_and(|l| {
+                    let dir = prefix.bytes().chain(e.name.bytes()).chain(Some(b'/'));
+                    dir.cmp(l.bytes()).is_gt()
+                });
             if later {
                 dh.held.push(e);
             } else {
