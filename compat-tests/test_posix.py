@@ -151,6 +151,40 @@ def test_a_directory_of_several_listing_pages_lists_whole_with_attributes(pb, ps
     assert seen["made-here"].st_mode & 0o7777 == 0o640
 
 
+def test_names_that_become_directories_after_a_listing_resolve_as_directories(pb, ps3):
+    """A lookup after a whole listing skips the `name/` range scan for the names the listing
+    showed as files; every change that can make a name a directory must void that: S3 keys
+    under a listed file's name or under a new name, and a mkdir or rename through the mount.
+    The kernel's own name cache is dropped before each check, so the lookup reaches Lode."""
+
+    def forget():
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("2")
+
+    b, d = pb
+    for n in ["f1", "f2"]:
+        ps3.put_object(Bucket=b, Key=n, Body=b"x")
+    assert sorted(os.listdir(d)) == ["f1", "f2"]
+    forget()
+    assert os.path.isfile(os.path.join(d, "f2"))
+    ps3.put_object(Bucket=b, Key="f1/inner", Body=b"y")
+    forget()
+    assert os.path.isdir(os.path.join(d, "f1"))
+    assert sorted(os.listdir(d)) == ["f1", "f2"]
+    ps3.put_object(Bucket=b, Key="n3/x", Body=b"z")
+    forget()
+    assert os.listdir(os.path.join(d, "n3")) == ["x"]
+    assert sorted(os.listdir(d)) == ["f1", "f2", "n3"]
+    os.mkdir(os.path.join(d, "m1"))
+    forget()
+    assert os.path.isdir(os.path.join(d, "m1"))
+    assert sorted(os.listdir(d)) == ["f1", "f2", "m1", "n3"]
+    os.rename(os.path.join(d, "n3"), os.path.join(d, "m2"))
+    forget()
+    assert os.listdir(os.path.join(d, "m2")) == ["x"]
+    assert not os.path.exists(os.path.join(d, "n3"))
+
+
 def test_file_lifecycle_create_write_read_truncate_unlink(pb, ps3):
     b, d = pb
     p = os.path.join(d, "f.bin")

@@ -65,7 +65,24 @@ struct DirHandle {
     /// Objects held back until we know no directory of the same name follows.
     held: Vec<DirEntry>,
     dirs: HashSet<String>,
+    /// [`LodeFs::seq`] when the handle was opened: a listing that completes with it unchanged
+    /// is remembered ([`Listed`]).
+    seq0: u64,
 }
+
+/// What a whole listing of a directory showed to be a directory, remembered for lookups.
+/// Valid while [`LodeFs::seq`] is what it was when the listing began (every S3-side change,
+/// any gateway's in cluster mode, and every mkdir and rename through this mount bump it) and
+/// for at most the mount's attribute TTL (what bounds a lost cluster notify, as for the
+/// kernel's own caches).
+struct Listed {
+    seq: u64,
+    at: Instant,
+    dirs: HashSet<String>,
+}
+
+/// Directories whose listing [`LodeFs::listed`] remembers at most (then it starts over).
+const LISTED_MAX: usize = 4096;
 
 pub struct LodeFs {
     svc: Arc<ObjectService>,
@@ -79,6 +96,11 @@ pub struct LodeFs {
     seq: Arc<AtomicU64>,
     handles: Mutex<HashMap<u64, Handle>>,
     dirs: Mutex<HashMap<u64, Arc<Mutex<DirHandle>>>>,
+    /// By bucket and directory key (not inode: numbers change when the kernel forgets one):
+    /// the last whole listing's directories. A lookup of a name it lists
+    /// as a file then skips the range scan that asks whether `name/` holds keys, which was the
+    /// largest part of a cold `stat` after a listing (`ls -l`, `find`, a dataset's scan).
+    listed: Mutex<HashMap<String, HashMap<String, Listed>>>,
     next_fh: AtomicU64,
     started: SystemTime,
 }
@@ -131,6 +153,7 @@ impl LodeFs {
             seq,
             handles: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
+            listed: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             started: SystemTime::now(),
         }
@@ -249,6 +272,44 @@ impl LodeFs {
         Ok(Some(Found::Dir(marker)))
     }
 
+    /// Remembers what the whole listing in `dh` showed to be directories, if nothing changed
+    /// while it ran.
+    fn remember_listing(&self, dh: &DirHandle) {
+        if self.cfg.ttl.is_zero() || self.seq.load(Ordering::Acquire) != dh.seq0 {
+            return;
+        }
+        let mut l = self.listed.lock().expect("listed");
+        if l.values().map(HashMap::len).sum::<usize>() >= LISTED_MAX {
+            l.clear();
+        }
+        l.entry(dh.path.bucket.clone()).or_default().insert(
+            dh.path.key.clone(),
+            Listed {
+                seq: dh.seq0,
+                at: Instant::now(),
+                dirs: dh.dirs.clone(),
+            },
+        );
+    }
+
+    /// Whether a still valid listing of the directory `parent` shows that `name` is not a
+    /// directory.
+    fn listed_as_file(&self, parent: &NodePath, name: &str) -> bool {
+        let l = self.listed.lock().expect("listed");
+        let known = l.get(&parent.bucket).and_then(|b| b.get(&parent.key));
+        known.is_some_and(|d| {
+            d.seq == self.seq.load(Ordering::Acquire)
+                && d.at.elapsed() < self.cfg.ttl
+                && !d.dirs.contains(name)
+        })
+    }
+
+    /// A change through this mount that may make a name a directory: remembered listings and
+    /// replies computed across it are no longer current.
+    fn namespace_changed(&self) {
+        self.seq.fetch_add(1, Ordering::AcqRel);
+    }
+
     /// Resolves `name` in directory `parent`.
     fn resolve(&self, parent: u64, name: &str) -> Result<(NodePath, Found), i32> {
         let p = self.path(parent)?;
@@ -269,7 +330,9 @@ impl LodeFs {
         {
             return Ok((p, Found::Open(of)));
         }
-        if let Some(d) = self.dir_at(&p.bucket, &format!("{key}/"))? {
+        if !self.listed_as_file(&p, name)
+            && let Some(d) = self.dir_at(&p.bucket, &format!("{key}/"))?
+        {
             return Ok((p, d));
         }
         match self.svc.stat_blocking(&p.bucket, &key) {
@@ -879,6 +942,7 @@ impl LodeFs {
         dh.after = page.last.clone();
         if !page.truncated {
             dh.done = true;
+            self.remember_listing(dh);
             for e in std::mem::take(&mut dh.held) {
                 if !dh.dirs.contains(&e.name) {
                     dh.entries.push(e);
@@ -1078,7 +1142,9 @@ impl Filesystem for LodeFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        match name_str(name).and_then(|n| self.mkdir_inner(req, parent.0, n, mode, umask)) {
+        let r = name_str(name).and_then(|n| self.mkdir_inner(req, parent.0, n, mode, umask));
+        self.namespace_changed();
+        match r {
             Ok((_, attr)) => reply.entry(&self.cfg.ttl, &attr, Generation(0)),
             Err(e) => reply.error(err(e)),
         }
@@ -1112,6 +1178,7 @@ impl Filesystem for LodeFs {
             let nn = name_str(newname)?;
             self.rename_inner(parent.0, n, newparent.0, nn, flags)
         });
+        self.namespace_changed();
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
@@ -1361,6 +1428,7 @@ impl Filesystem for LodeFs {
                 done: false,
                 held: vec![],
                 dirs: HashSet::new(),
+                seq0: self.seq.load(Ordering::Acquire),
             })),
         );
         reply.opened(FileHandle(fh), FopenFlags::empty());
