@@ -12,7 +12,7 @@ use crate::{
     ObjectMeta, ObjectRecord, PartRecord, PartSummary, Refs, Segment, UploadQuery, UploadRecord,
     replace_check,
 };
-use crate::{ObjectSummary, VersionQuery, Versioning};
+use crate::{Brief, ObjectSummary, VersionQuery, Versioning};
 
 static NEXT_CHUNK: AtomicU64 = AtomicU64::new(1);
 
@@ -426,6 +426,15 @@ pub async fn listing(c: &dyn Catalog) {
                         max,
                     };
                     let page = c.list("lst", &q).await.unwrap();
+                    let (bp, briefs) = c.list_briefs("lst", &q).await.unwrap();
+                    let brief_keys: Vec<&String> = briefs.iter().map(|b| &b.key).collect();
+                    let page_keys: Vec<&String> = page.objects.iter().map(|(k, _)| k).collect();
+                    assert_eq!(brief_keys, page_keys, "briefs {prefix:?} {delim:?} {max}");
+                    assert_eq!(
+                        (&bp.common_prefixes, bp.truncated, &bp.last),
+                        (&page.common_prefixes, page.truncated, &page.last),
+                        "brief page {prefix:?} {delim:?} {max}"
+                    );
                     let mut entries: Vec<String> = page
                         .objects
                         .iter()
@@ -457,6 +466,18 @@ pub async fn listing(c: &dyn Catalog) {
         .await
         .unwrap();
     assert!(zero.objects.is_empty() && !zero.truncated);
+    let q0 = ListQuery {
+        prefix: "",
+        delimiter: None,
+        after: None,
+        max: 0,
+    };
+    let (zp, zb) = c.list_briefs("lst", &q0).await.unwrap();
+    assert!(zb.is_empty() && !zp.truncated && zp.common_prefixes.is_empty());
+    assert!(matches!(
+        c.list_briefs("lst-none", &q0).await,
+        Err(CatalogError::NoSuchBucket)
+    ));
     // A marker equal to the prefix (a first page of one key that was the prefix itself)
     // excludes that key.
     keys.insert("a".into());
@@ -982,6 +1003,24 @@ async fn assert_listed(
         max: 1000,
     };
     let page = c.list(b, &q).await.unwrap();
+    // What S3 ListObjects shows of the same page, decoded on its own.
+    let (brief_page, briefs) = c.list_briefs(b, &q).await.unwrap();
+    let want_briefs: Vec<Brief> = page
+        .objects
+        .iter()
+        .map(|(k, r)| Brief::new(k, &ObjectSummary::of(r)))
+        .collect();
+    assert_eq!(briefs, want_briefs, "list_briefs {b}/{prefix}");
+    assert!(brief_page.objects.is_empty(), "list_briefs {b}/{prefix}");
+    assert_eq!(
+        (
+            &brief_page.common_prefixes,
+            brief_page.truncated,
+            &brief_page.last
+        ),
+        (&page.common_prefixes, page.truncated, &page.last),
+        "list_briefs {b}/{prefix}"
+    );
     let keys: Vec<&str> = page.objects.iter().map(|(k, _)| k.as_str()).collect();
     let want_keys: Vec<&str> = want.iter().map(|(k, _)| *k).collect();
     assert_eq!(keys, want_keys, "list {b}/{prefix}");

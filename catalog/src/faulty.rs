@@ -6,8 +6,8 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use crate::{
-    Aborted, AppendFn, BucketFn, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit, CompleteFn,
-    Cond, ListPage, ListQuery, ObjectRecord, ObjectSummary, PartRecord, RecordFn, Refs,
+    Aborted, AppendFn, Brief, BucketFn, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit,
+    CompleteFn, Cond, ListPage, ListQuery, ObjectRecord, ObjectSummary, PartRecord, RecordFn, Refs,
     RenameCheck, Result, SysFn, UploadPage, UploadQuery, UploadRecord, VersionPage, VersionQuery,
     Versioning,
 };
@@ -168,6 +168,9 @@ impl Catalog for FaultyCatalog {
     }
     async fn list(&self, bucket: &str, q: &ListQuery<'_>) -> Result<ListPage> {
         self.inner.list(bucket, q).await
+    }
+    async fn list_briefs(&self, bucket: &str, q: &ListQuery<'_>) -> Result<(ListPage, Vec<Brief>)> {
+        self.inner.list_briefs(bucket, q).await
     }
     async fn rename(
         &self,

@@ -23,8 +23,8 @@ use crate::{
     check_bucket_update, join_record, split_record,
 };
 use crate::{
-    ObjectSummary, VersionEntry, VersionPage, VersionQuery, Versioning, delete_marker, is_version,
-    new_version_id, seq_of_suffix, version_seq, version_suffix,
+    Brief, ObjectSummary, VersionEntry, VersionPage, VersionQuery, Versioning, delete_marker,
+    is_version, new_version_id, seq_of_suffix, version_seq, version_suffix,
 };
 
 /// How long an aborted upload is remembered for a retried abort.
@@ -616,6 +616,37 @@ impl KvCatalog {
         }
     }
 
+    /// Runs the listing `f` of `q` on the blocking pool, on an owned copy of the query, once
+    /// the bucket is known to exist (a query for no entries answers an empty page).
+    async fn listing<T: Default + Send + 'static>(
+        &self,
+        bucket: &str,
+        q: &ListQuery<'_>,
+        f: impl FnOnce(&dyn MetadataStore, &str, &ListQuery<'_>) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let b = bucket.to_owned();
+        let (prefix, delimiter, after, max) = (
+            q.prefix.to_owned(),
+            q.delimiter.map(str::to_owned),
+            q.after.map(str::to_owned),
+            q.max,
+        );
+        self.blocking(move |m, _| {
+            has_bucket(m, &b)?;
+            if max == 0 {
+                return Ok(T::default());
+            }
+            let q = ListQuery {
+                prefix: &prefix,
+                delimiter: delimiter.as_deref(),
+                after: after.as_deref(),
+                max,
+            };
+            f(m, &b, &q)
+        })
+        .await
+    }
+
     /// Runs `f` on the blocking pool (RocksDB calls may block on IO and fsync).
     async fn blocking<T: Send + 'static>(
         &self,
@@ -1133,25 +1164,19 @@ impl Catalog for KvCatalog {
     }
 
     async fn list(&self, bucket: &str, q: &ListQuery<'_>) -> Result<ListPage> {
-        let b = bucket.to_owned();
-        let (prefix, delimiter, after, max) = (
-            q.prefix.to_owned(),
-            q.delimiter.map(str::to_owned),
-            q.after.map(str::to_owned),
-            q.max,
-        );
-        self.blocking(move |m, _| {
-            has_bucket(m, &b)?;
-            if max == 0 {
-                return Ok(ListPage::default());
-            }
-            let q = ListQuery {
-                prefix: &prefix,
-                delimiter: delimiter.as_deref(),
-                after: after.as_deref(),
-                max,
-            };
-            Ok(head_page(lode_metadata::list::list_objects(m, &b, &q)?))
+        self.listing(bucket, q, |m, b, q| {
+            Ok(head_page(lode_metadata::list::list_objects(m, b, q)?))
+        })
+        .await
+    }
+
+    async fn list_briefs(&self, bucket: &str, q: &ListQuery<'_>) -> Result<(ListPage, Vec<Brief>)> {
+        self.listing(bucket, q, |m, b, q| {
+            let mut briefs = vec![];
+            let page = lode_metadata::list::list_summaries(m, b, q, &mut |k, s| {
+                briefs.push(Brief::new(k, s))
+            })?;
+            Ok((page, briefs))
         })
         .await
     }

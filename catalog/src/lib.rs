@@ -45,6 +45,27 @@ pub use lode_metadata::records::{
     ObjectSummary, PartRecord, PartSummary, Segment, UploadRecord,
 };
 
+/// One object of a listing as S3 ListObjects shows it ([`Catalog::list_briefs`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Brief {
+    pub key: String,
+    pub size: u64,
+    /// As in [`ObjectRecord::etag`].
+    pub etag: String,
+    pub last_modified_ms: i64,
+}
+
+impl Brief {
+    pub fn new(key: &str, s: &ObjectSummary<'_>) -> Self {
+        Brief {
+            key: key.to_owned(),
+            size: s.size,
+            etag: s.etag.to_owned(),
+            last_modified_ms: s.last_modified_ms,
+        }
+    }
+}
+
 pub mod conformance;
 mod faulty;
 mod kv;
@@ -593,6 +614,18 @@ pub trait Catalog: Send + Sync + 'static {
     /// One page of a bucket's keys in S3 order, O(page). Records are in head form: no payload
     /// is read.
     async fn list(&self, bucket: &str, q: &ListQuery<'_>) -> Result<ListPage>;
+
+    /// [`Catalog::list`] for an S3 ListObjects page, which shows of each object only its key,
+    /// size, ETag and time: the page (without `objects`) and those, in order. A backend that
+    /// keeps encoded records overrides it to decode only that much of each.
+    async fn list_briefs(&self, bucket: &str, q: &ListQuery<'_>) -> Result<(ListPage, Vec<Brief>)> {
+        let mut page = self.list(bucket, q).await?;
+        let briefs = std::mem::take(&mut page.objects)
+            .iter()
+            .map(|(k, r)| Brief::new(k, &ObjectSummary::of(r)))
+            .collect();
+        Ok((page, briefs))
+    }
 
     /// Moves `from` to `to` within a bucket (the POSIX door's rename, S3 RenameObject), its
     /// payload with it, if `check` passes on the source and the current target, in the same

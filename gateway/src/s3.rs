@@ -693,15 +693,15 @@ fn max_keys(m: Option<i32>) -> S3Result<usize> {
 
 fn list_entries(
     page: &lode_objects::ListPage,
+    objects: Vec<lode_catalog::Brief>,
     fetch_owner: Option<&str>,
     enc: bool,
 ) -> (Vec<Object>, Vec<CommonPrefix>) {
     let e = |s: &str| if enc { url_encode(s) } else { s.to_owned() };
-    let contents = page
-        .objects
-        .iter()
-        .map(|(k, r)| Object {
-            key: Some(e(k)),
+    let contents = objects
+        .into_iter()
+        .map(|r| Object {
+            key: Some(if enc { url_encode(&r.key) } else { r.key }),
             e_tag: Some(etag(&r.etag)),
             last_modified: Some(ts(r.last_modified_ms)),
             size: Some(r.size as i64),
@@ -1836,15 +1836,22 @@ impl S3 for LodeS3 {
             Some(t) => Some(parse_token(t)?),
             None => i.start_after.clone(),
         };
-        let prefix = i.prefix.clone().unwrap_or_default();
-        let page = self
+        let prefix = i.prefix.as_deref().unwrap_or_default();
+        let (page, objects) = self
             .svc
-            .list_objects(&i.bucket, prefix, i.delimiter.clone(), after, max)
+            .list_object_briefs(
+                &i.bucket,
+                prefix,
+                i.delimiter.as_deref(),
+                after.as_deref(),
+                max,
+            )
             .await
             .s3()?;
         let me = owner_of(req.credentials.as_ref());
         let (contents, prefixes) = list_entries(
             &page,
+            objects,
             i.fetch_owner.unwrap_or(false).then_some(me.as_str()),
             enc,
         );
@@ -1878,20 +1885,20 @@ impl S3 for LodeS3 {
         let i = req.input;
         let max = max_keys(i.max_keys)?;
         let enc = url_encoding(i.encoding_type.as_ref())?;
-        let prefix = i.prefix.clone().unwrap_or_default();
-        let page = self
+        let prefix = i.prefix.as_deref().unwrap_or_default();
+        let (page, objects) = self
             .svc
-            .list_objects(
+            .list_object_briefs(
                 &i.bucket,
                 prefix,
-                i.delimiter.clone(),
-                i.marker.clone(),
+                i.delimiter.as_deref(),
+                i.marker.as_deref(),
                 max,
             )
             .await
             .s3()?;
         let me = owner_of(req.credentials.as_ref());
-        let (contents, prefixes) = list_entries(&page, Some(me.as_str()), enc);
+        let (contents, prefixes) = list_entries(&page, objects, Some(me.as_str()), enc);
         let e = |s: Option<String>| if enc { s.map(|s| url_encode(&s)) } else { s };
         Ok(S3Response::new(ListObjectsOutput {
             name: Some(i.bucket),

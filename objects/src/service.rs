@@ -1478,6 +1478,26 @@ impl ObjectService {
         Ok(self.catalog.list(bucket, &q).await?)
     }
 
+    /// [`ObjectService::list_objects`] as S3 ListObjects shows it: the page (its common
+    /// prefixes and where to go on) and each object's key, size, ETag and time, decoded
+    /// without the rest of its record.
+    pub async fn list_object_briefs(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        delimiter: Option<&str>,
+        after: Option<&str>,
+        max: usize,
+    ) -> ObjResult<(lode_catalog::ListPage, Vec<lode_catalog::Brief>)> {
+        let q = lode_catalog::ListQuery {
+            prefix,
+            delimiter,
+            after,
+            max,
+        };
+        Ok(self.catalog.list_briefs(bucket, &q).await?)
+    }
+
     // ---------------------------------------------------------------- multipart
 
     pub async fn create_upload(
