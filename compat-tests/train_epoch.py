@@ -101,14 +101,17 @@ def main():
         print("\n== train-epoch (median of %d rounds%s)" % (a.rounds, ", caches dropped before each epoch" if cold
                                                            else "; NOT cold: could not drop caches (needs root)"))
         print(f"{'path':<14}{'samples/s':>11}{'MiB/s':>9}{'vs local':>10}   target")
-        targets = {"s3": 0.70, "mount": 0.85}
+        # Issue 16's targets: the mount at 0.9 of local; S3 at 0.85 of its ceiling (below).
+        targets = {"mount": 0.90}
         for k in med:
             ratio = med[k] / med["local"]
             tgt = f">= {targets[k]:.2f}: {'met' if ratio >= targets[k] else 'MISSED'}" if k in targets else ""
             print(f"{k:<14}{med[k]:>11.0f}{med[k] * total_bytes / a.samples / 2**20:>9.0f}{ratio:>10.3f}   {tgt}")
         if a.ceilings:
             for k in ("s3", "mount"):
-                print(f"{k} reaches {med[k] / med[k + '-ceiling']:.2f} of its ceiling; the ceiling is "
+                share = med[k] / med[k + '-ceiling']
+                tgt = f" (target >= 0.85: {'met' if share >= 0.85 else 'MISSED'})" if k == "s3" else ""
+                print(f"{k} reaches {share:.2f} of its ceiling{tgt}; the ceiling is "
                       f"{med[k + '-ceiling'] / med['local']:.2f} of local")
         if a.json:
             with open(a.json, "w") as f:
