@@ -1,8 +1,9 @@
 //! `lode bench-ceiling`: a bare in-memory S3 handler on hyper + tokio (no auth, no hashing, no
 //! metadata store, no disk) that answers what the bench workloads send: bucket PUT, object
 //! PUT/GET (with Range)/HEAD, ListObjectsV2 (a real listing of the keys it holds: prefix,
-//! delimiter, max-keys, continuation) and multipart (parts kept in memory). Running a workload against it measures the ceiling of the HTTP stack and the
-//! bench client on this machine; Lode's ops/s against it is the share Lode's own work costs.
+//! delimiter, max-keys, continuation) and multipart (parts kept in memory). Running a workload
+//! against it measures the ceiling of the HTTP stack and the bench client on this machine; Lode's
+//! ops/s against it is the share Lode's own work costs.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -12,14 +13,10 @@ use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 
+use crate::report::esc;
+
 /// Objects by path (`/bucket/key`); a multipart part is `path\0upload\0number`.
 type Store = Arc<RwLock<BTreeMap<String, Bytes>>>;
-
-fn xml_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
 
 /// One ListObjectsV2 page of `bucket`: keys after `after` (the continuation token or
 /// start-after) under `prefix`, at most `max` entries, keys under one `delimiter` rolled up into
@@ -76,7 +73,7 @@ fn list_v2(
                 contents += &format!(
                     "<Contents><Key>{}</Key><LastModified>2026-01-01T00:00:00.000Z</LastModified>\
                      <ETag>&quot;0&quot;</ETag><Size>{}</Size><StorageClass>STANDARD</StorageClass></Contents>",
-                    xml_escape(key),
+                    esc(key),
                     body.len()
                 );
             }
@@ -85,20 +82,20 @@ fn list_v2(
     let mut out = format!(
         "<ListBucketResult><Name>{}</Name><Prefix>{}</Prefix><KeyCount>{n}</KeyCount>\
          <MaxKeys>{max}</MaxKeys><IsTruncated>{truncated}</IsTruncated>",
-        xml_escape(bucket),
-        xml_escape(prefix)
+        esc(bucket),
+        esc(prefix)
     );
     if truncated {
         out += &format!(
             "<NextContinuationToken>{}</NextContinuationToken>",
-            xml_escape(&last)
+            esc(&last)
         );
     }
     out += &contents;
     for p in prefixes {
         out += &format!(
             "<CommonPrefixes><Prefix>{}</Prefix></CommonPrefixes>",
-            xml_escape(&p)
+            esc(&p)
         );
     }
     out + "</ListBucketResult>"

@@ -125,7 +125,7 @@ const COLORS: [&str; 8] = [
     "#2e6fd8", "#e07b20", "#3a9d5d", "#8a63c9", "#c62828", "#00838f", "#6d4c41", "#9e9d24",
 ];
 
-fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
