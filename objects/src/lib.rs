@@ -15,7 +15,6 @@
 //! [`ObjError`] onto the wire in one place each. Modules depend one way: `service` (the core)
 //! <- `namespace`, `scrub`, `lifecycle`; `notify`, `checksum`, `error`, `failpoint`, `tags` are leaves.
 
-mod body_md5;
 pub mod checksum;
 pub mod error;
 pub mod failpoint;

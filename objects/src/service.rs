@@ -28,7 +28,6 @@ use lode_catalog::{
 use lode_datapath::{AlignedBuf, BlobGuard, BlobStore, BlobWriter, ChunkRef, Extent, PendingBlobs};
 use md5::{Digest, Md5};
 
-use crate::body_md5::Md5Engines;
 use crate::checksum::{Algo, ChecksumSet};
 use crate::error::{ObjError, ObjResult};
 use crate::tags::TagSet;
@@ -80,8 +79,6 @@ pub struct ObjectService {
     versioning: Arc<SettingsCache>,
     /// Cluster mode: tells the other gateways of a settings change before it is acknowledged.
     announcer: std::sync::OnceLock<Arc<dyn crate::SettingsAnnouncer>>,
-    /// Where upload bodies' MD5 is computed, several bodies at once.
-    md5: Arc<Md5Engines>,
 }
 
 /// Buckets' versioning states as this gateway read them lately. In cluster mode the other
@@ -219,6 +216,82 @@ struct Ingested {
     checksums: Checksums,
     segments: Vec<Segment>,
     alloc: Option<Box<dyn PendingBlobs>>,
+}
+
+/// MD5 of a body: inline for small bodies; once a body turns out large, on a thread of its own
+/// fed through a bounded channel, so hashing overlaps receiving and the device writes. That
+/// thread runs at a lower CPU priority ([`BULK_NICE`]): when the cores are busy, small requests'
+/// work runs first and a large transfer's hashing takes what is left.
+enum Md5Pipe {
+    Inline(Md5),
+    Offloaded {
+        tx: tokio::sync::mpsc::Sender<Bytes>,
+        done: tokio::sync::oneshot::Receiver<[u8; 16]>,
+    },
+    Moving,
+}
+
+/// How much a large body's hashing thread lowers its CPU priority: added to the process's nice
+/// value (at most 19). Under a blend of small requests and checkpoint writes on two cores, 10
+/// took the HEAD p99 from 30-36 to 23-25 ms and the small-PUT p99 from 1.1-1.4 s to 0.9 s; 19
+/// measured the same as 10.
+const BULK_NICE: i32 = 10;
+
+/// Lowers the calling thread's CPU priority by [`BULK_NICE`] (on Linux the nice value is per
+/// thread). Best effort: on failure the thread keeps the process's priority.
+fn lower_this_threads_priority() {
+    let cur = rustix::process::getpriority_process(None).unwrap_or(0);
+    if let Err(e) = rustix::process::setpriority_process(None, (cur + BULK_NICE).min(19)) {
+        tracing::debug!(error = %e, "could not lower the MD5 thread's priority");
+    }
+}
+
+impl Md5Pipe {
+    fn offload(&mut self) -> ObjResult<()> {
+        if let Md5Pipe::Inline(h) = std::mem::replace(self, Md5Pipe::Moving) {
+            let mut h = h;
+            let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(32);
+            let (done_tx, done) = tokio::sync::oneshot::channel();
+            // A thread per large body, not the blocking pool: the pool reuses its threads, and
+            // an unprivileged thread cannot raise its priority back.
+            std::thread::Builder::new()
+                .name("lode-md5".into())
+                .spawn(move || {
+                    lower_this_threads_priority();
+                    while let Some(b) = rx.blocking_recv() {
+                        h.update(&b);
+                    }
+                    let _ = done_tx.send(h.finalize().into());
+                })
+                .map_err(|e| ObjError::Internal(format!("could not start the MD5 thread: {e}")))?;
+            *self = Md5Pipe::Offloaded { tx, done };
+        }
+        Ok(())
+    }
+
+    async fn update(&mut self, b: &Bytes) -> ObjResult<()> {
+        match self {
+            Md5Pipe::Inline(h) => h.update(b),
+            Md5Pipe::Offloaded { tx, .. } => tx
+                .send(b.clone())
+                .await
+                .map_err(|_| ObjError::Internal("the MD5 thread stopped".into()))?,
+            Md5Pipe::Moving => unreachable!("offload always leaves a state"),
+        }
+        Ok(())
+    }
+
+    async fn finish(self) -> ObjResult<[u8; 16]> {
+        match self {
+            Md5Pipe::Inline(h) => Ok(h.finalize().into()),
+            Md5Pipe::Offloaded { tx, done } => {
+                drop(tx);
+                done.await
+                    .map_err(|_| ObjError::Internal("the MD5 thread stopped".into()))
+            }
+            Md5Pipe::Moving => unreachable!("offload always leaves a state"),
+        }
+    }
 }
 
 /// Expected digests and the algorithms to compute for one upload.
@@ -385,7 +458,6 @@ impl ObjectService {
             listeners: Default::default(),
             versioning: Default::default(),
             announcer: Default::default(),
-            md5: Arc::new(Md5Engines::start()?),
         })
     }
 
@@ -726,9 +798,7 @@ impl ObjectService {
         if content_length.is_some_and(|l| l as u64 > max) {
             return Err(ObjError::EntityTooLarge);
         }
-        // Bodies of more than a chunk (or of unknown length) hash on the lower-priority engine.
-        let bulk = content_length.is_none_or(|l| l as u64 > self.cfg.chunk_size as u64);
-        let mut md5 = self.md5.body(bulk);
+        let mut md5 = Md5Pipe::Inline(Md5::new());
         let mut sums = crate::checksum::Hasher::new(&integrity.algos);
         let mut size = 0u64;
         let mut head = BytesMut::new();
@@ -764,7 +834,11 @@ impl ObjectService {
                     head.extend_from_slice(&piece);
                     continue;
                 }
-                // Too big to inline: switch to chunks, starting with what was buffered.
+                // Too big to inline: switch to chunks, starting with what was buffered. Bodies
+                // of more than a chunk hash MD5 on their own thread from here on.
+                if content_length.is_none_or(|l| l as u64 > chunk_size as u64) {
+                    md5.offload()?;
+                }
                 writer = Some(self.blobs.writer(self.cfg.write_depth));
                 let mut b = AlignedBuf::with_capacity(cap_for(0));
                 b.extend_from_slice(&head);
@@ -1741,6 +1815,37 @@ mod tests {
     use lode_datapath::{Datapath, LocalBlobStore, MemChunkStore};
 
     use super::*;
+
+    #[test]
+    fn a_large_bodys_hashing_thread_runs_at_lower_priority_and_only_that_thread() {
+        let before = rustix::process::getpriority_process(None).unwrap();
+        let lowered = std::thread::spawn(|| {
+            lower_this_threads_priority();
+            rustix::process::getpriority_process(None).unwrap()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(lowered, (before + BULK_NICE).min(19));
+        assert_eq!(rustix::process::getpriority_process(None).unwrap(), before);
+    }
+
+    #[tokio::test]
+    async fn an_offloaded_md5_matches_the_inline_one() {
+        let pieces: Vec<Bytes> = (0..40u8).map(|i| Bytes::from(vec![i; 70_001])).collect();
+        let mut inline = Md5Pipe::Inline(Md5::new());
+        let mut offloaded = Md5Pipe::Inline(Md5::new());
+        for (n, p) in pieces.iter().enumerate() {
+            if n == 3 {
+                offloaded.offload().unwrap();
+                assert!(matches!(offloaded, Md5Pipe::Offloaded { .. }));
+            }
+            inline.update(p).await.unwrap();
+            offloaded.update(p).await.unwrap();
+        }
+        let want: [u8; 16] = Md5::digest(pieces.concat()).into();
+        assert_eq!(inline.finish().await.unwrap(), want);
+        assert_eq!(offloaded.finish().await.unwrap(), want);
+    }
 
     fn body(n: usize, fill: u8) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Unpin {
         futures::stream::iter(vec![Ok(Bytes::from(vec![fill; n]))])
