@@ -3,6 +3,7 @@
 import urllib.parse
 
 import pytest
+import requests
 from botocore.exceptions import ClientError
 
 KEYS = [
@@ -102,3 +103,38 @@ def test_negative_max_keys(s3, filled):
     with pytest.raises(ClientError) as e:
         s3.list_objects_v2(Bucket=filled, MaxKeys=-1)
     assert e.value.response["Error"]["Code"] == "InvalidArgument"
+
+
+def test_listings_name_each_objects_checksum(s3, bucket):
+    """ListObjectsV2, ListObjects and ListObjectVersions name each object's checksum algorithm
+    and type, as S3 does since it gives every new object a checksum (CRC64NVME when the upload
+    sent none): the same algorithm HEAD with checksum mode returns."""
+    s3.put_object(Bucket=bucket, Key="sha", Body=b"x" * 100, ChecksumAlgorithm="SHA256")
+    s3.put_object(Bucket=bucket, Key="c32c", Body=b"y" * 100, ChecksumAlgorithm="CRC32C")
+    url = s3.generate_presigned_url("put_object", Params={"Bucket": bucket, "Key": "plain"}, ExpiresIn=60)
+    assert requests.put(url, data=b"no checksum sent").status_code == 200
+    part = b"p" * (5 << 20)
+    up = s3.create_multipart_upload(Bucket=bucket, Key="mp", ChecksumAlgorithm="CRC32")
+    parts = []
+    for n in (1, 2):
+        r = s3.upload_part(Bucket=bucket, Key="mp", UploadId=up["UploadId"], PartNumber=n, Body=part, ChecksumAlgorithm="CRC32")
+        parts.append({"PartNumber": n, "ETag": r["ETag"], "ChecksumCRC32": r["ChecksumCRC32"]})
+    s3.complete_multipart_upload(Bucket=bucket, Key="mp", UploadId=up["UploadId"], MultipartUpload={"Parts": parts})
+    want = {
+        "c32c": (["CRC32C"], "FULL_OBJECT"),
+        "mp": (["CRC32"], "COMPOSITE"),
+        "plain": (["CRC64NVME"], "FULL_OBJECT"),
+        "sha": (["SHA256"], "FULL_OBJECT"),
+    }
+    for key, (algos, kind) in want.items():
+        h = s3.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+        assert [a for a in ("CRC32", "CRC32C", "CRC64NVME", "SHA1", "SHA256") if f"Checksum{a}" in h] == algos, key
+        assert h["ChecksumType"] == kind, key
+
+    def named(entries):
+        return {o["Key"]: (o.get("ChecksumAlgorithm"), o.get("ChecksumType")) for o in entries}
+
+    assert named(s3.list_objects_v2(Bucket=bucket)["Contents"]) == want
+    assert named(s3.list_objects(Bucket=bucket)["Contents"]) == want
+    assert named(s3.list_objects_v2(Bucket=bucket, MaxKeys=1, StartAfter="mp")["Contents"]) == {"plain": want["plain"]}
+    assert named(s3.list_object_versions(Bucket=bucket)["Versions"]) == want

@@ -994,11 +994,7 @@ async fn assert_listed(
     let page = c.list(b, &q).await.unwrap();
     // What S3 ListObjects shows of the same page, decoded on its own.
     let (brief_page, briefs) = c.list_briefs(b, &q).await.unwrap();
-    let want_briefs: Vec<Brief> = page
-        .objects
-        .iter()
-        .map(|(k, r)| Brief::new(k, &ObjectSummary::of(r)))
-        .collect();
+    let want_briefs: Vec<Brief> = page.objects.iter().map(|(k, r)| Brief::of(k, r)).collect();
     assert_eq!(briefs, want_briefs, "list_briefs {b}/{prefix}");
     assert!(brief_page.objects.is_empty(), "list_briefs {b}/{prefix}");
     assert_eq!(
@@ -1074,6 +1070,18 @@ pub async fn inline_payloads(c: Arc<dyn Catalog>, bucket: &str) {
     ];
     mixed.size = 4 + 100 + 300;
     mixed.meta.content_type = Some("a/b".into());
+    // Fields between the metadata and the checksums (tags, a lock), which a listing's brief
+    // decode steps over, and checksums of two kinds.
+    mixed.meta.user = vec![("mode".into(), "33188".into())];
+    mixed.meta.tags = vec![("t".into(), "1".into())];
+    mixed.meta.lock.mode = Some("GOVERNANCE".into());
+    mixed.meta.lock.retain_until_ms = Some(7);
+    mixed.checksums.crc64nvme = Some("AAAAAAAAAAA=".into());
+    mixed.checksums.sha256 = Some("47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=".into());
+    mixed.checksums.kind = Some("FULL_OBJECT".into());
+    let mut small = small;
+    small.checksums.crc32c = Some("AAAAAA==-2".into());
+    small.checksums.kind = Some("COMPOSITE".into());
     for (k, r) in [
         ("big", &big),
         ("small", &small),
@@ -1087,7 +1095,35 @@ pub async fn inline_payloads(c: Arc<dyn Catalog>, bucket: &str) {
         assert!(done.previous.is_none());
         assert_stored(&c, b, k, Some(r)).await;
     }
-    // (b) Listings carry lengths, not bytes.
+    // (b) Listings carry lengths, not bytes; briefs name the checksums.
+    let (_, briefs) = c
+        .list_briefs(
+            b,
+            &ListQuery {
+                prefix: "",
+                delimiter: None,
+                after: None,
+                max: 10,
+            },
+        )
+        .await
+        .unwrap();
+    let names: Vec<(&str, Vec<&str>, Option<&str>)> = briefs
+        .iter()
+        .map(|r| {
+            let c = &r.checksums;
+            (r.key.as_str(), c.algorithms().collect(), c.kind())
+        })
+        .collect();
+    assert_eq!(
+        names,
+        vec![
+            ("big", vec![], None),
+            ("empty", vec![], None),
+            ("mixed", vec!["CRC64NVME", "SHA256"], Some("FULL_OBJECT")),
+            ("small", vec!["CRC32C"], Some("COMPOSITE")),
+        ]
+    );
     assert_listed(
         &c,
         b,

@@ -1173,8 +1173,8 @@ impl Catalog for KvCatalog {
     async fn list_briefs(&self, bucket: &str, q: &ListQuery<'_>) -> Result<(ListPage, Vec<Brief>)> {
         self.listing(bucket, q, |m, b, q| {
             let mut briefs = vec![];
-            let page = lode_metadata::list::list_summaries(m, b, q, &mut |k, s| {
-                briefs.push(Brief::new(k, s))
+            let page = lode_metadata::list::list_briefs(m, b, q, &mut |k, s, c| {
+                briefs.push(Brief::new(k, s, c))
             })?;
             Ok((page, briefs))
         })

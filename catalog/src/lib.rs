@@ -41,8 +41,8 @@ use std::sync::Arc;
 
 pub use lode_metadata::list::{ListPage, ListQuery};
 pub use lode_metadata::records::{
-    BucketRecord, Checksums, ChunkLoc, MetaSummary, ObjectLock, ObjectMeta, ObjectRecord,
-    ObjectSummary, PartRecord, PartSummary, Segment, UploadRecord,
+    BucketRecord, ChecksumNames, Checksums, ChunkLoc, MetaSummary, ObjectLock, ObjectMeta,
+    ObjectRecord, ObjectSummary, PartRecord, PartSummary, Segment, UploadRecord,
 };
 
 /// One object of a listing as S3 ListObjects shows it ([`Catalog::list_briefs`]).
@@ -53,16 +53,24 @@ pub struct Brief {
     /// As in [`ObjectRecord::etag`].
     pub etag: String,
     pub last_modified_ms: i64,
+    /// Which checksums it has (`ChecksumAlgorithm`, `ChecksumType`).
+    pub checksums: ChecksumNames,
 }
 
 impl Brief {
-    pub fn new(key: &str, s: &ObjectSummary<'_>) -> Self {
+    pub fn new(key: &str, s: &ObjectSummary<'_>, checksums: ChecksumNames) -> Self {
         Brief {
             key: key.to_owned(),
             size: s.size,
             etag: s.etag.to_owned(),
             last_modified_ms: s.last_modified_ms,
+            checksums,
         }
+    }
+
+    /// The brief of a decoded record.
+    pub fn of(key: &str, r: &ObjectRecord) -> Self {
+        Brief::new(key, &ObjectSummary::of(r), ChecksumNames::of(&r.checksums))
     }
 }
 
@@ -616,13 +624,13 @@ pub trait Catalog: Send + Sync + 'static {
     async fn list(&self, bucket: &str, q: &ListQuery<'_>) -> Result<ListPage>;
 
     /// [`Catalog::list`] for an S3 ListObjects page, which shows of each object only its key,
-    /// size, ETag and time: the page (without `objects`) and those, in order. A backend that
+    /// size, ETag, time and checksum names: the page (without `objects`) and those, in order. A backend that
     /// keeps encoded records overrides it to decode only that much of each.
     async fn list_briefs(&self, bucket: &str, q: &ListQuery<'_>) -> Result<(ListPage, Vec<Brief>)> {
         let mut page = self.list(bucket, q).await?;
         let briefs = std::mem::take(&mut page.objects)
             .iter()
-            .map(|(k, r)| Brief::new(k, &ObjectSummary::of(r)))
+            .map(|(k, r)| Brief::of(k, r))
             .collect();
         Ok((page, briefs))
     }

@@ -691,9 +691,16 @@ fn max_keys(m: Option<i32>) -> S3Result<usize> {
     }
 }
 
+/// A listed object's `ChecksumAlgorithm` (S3 lists the algorithms of the checksums an object
+/// has; every object Lode stores from S3 has one, CRC64NVME by default).
+fn checksum_algorithms(c: lode_objects::ChecksumNames) -> Option<Vec<ChecksumAlgorithm>> {
+    let v: Vec<ChecksumAlgorithm> = c.algorithms().map(ChecksumAlgorithm::from_static).collect();
+    (!v.is_empty()).then_some(v)
+}
+
 fn list_entries(
     page: &lode_objects::ListPage,
-    objects: Vec<lode_catalog::Brief>,
+    objects: Vec<lode_objects::Brief>,
     fetch_owner: Option<&str>,
     enc: bool,
 ) -> (Vec<Object>, Vec<CommonPrefix>) {
@@ -709,8 +716,8 @@ fn list_entries(
                 ObjectStorageClass::STANDARD,
             )),
             owner: fetch_owner.map(owner),
-            checksum_algorithm: None,
-            checksum_type: None,
+            checksum_algorithm: checksum_algorithms(r.checksums),
+            checksum_type: r.checksums.kind().map(ChecksumType::from_static),
             restore_status: None,
         })
         .collect();
@@ -1781,6 +1788,7 @@ impl S3 for LodeS3 {
                     version_id: Some(id(&v.record)),
                 });
             } else {
+                let names = lode_objects::ChecksumNames::of(&v.record.checksums);
                 versions.push(ObjectVersion {
                     e_tag: Some(etag(&v.record.etag)),
                     is_latest: Some(v.is_latest),
@@ -1792,6 +1800,8 @@ impl S3 for LodeS3 {
                         ObjectVersionStorageClass::STANDARD,
                     )),
                     version_id: Some(id(&v.record)),
+                    checksum_algorithm: checksum_algorithms(names),
+                    checksum_type: names.kind().map(ChecksumType::from_static),
                     ..Default::default()
                 });
             }

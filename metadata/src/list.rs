@@ -4,7 +4,9 @@
 //! `n` entries costs at most `n + 1` seeks plus the keys it returns, however many keys lie below.
 
 use crate::keys;
-use crate::records::{ObjectRecord, ObjectSummary, decode, decode_summary};
+use crate::records::{
+    ChecksumNames, ObjectRecord, ObjectSummary, decode, decode_brief, decode_summary,
+};
 use crate::{MetaError, MetadataStore, Table};
 
 /// What to list.
@@ -54,6 +56,21 @@ pub fn list_summaries(
 ) -> Result<ListPage, MetaError> {
     walk(store, bucket, q, &mut |key, v| {
         f(key, &decode_summary(v)?);
+        Ok(())
+    })
+}
+
+/// [`list_objects`] for an S3 ListObjects page: `f` gets each key, [`ObjectSummary`] and
+/// [`ChecksumNames`], borrowed from the store's value, in order (as [`list_summaries`]).
+pub fn list_briefs(
+    store: &dyn MetadataStore,
+    bucket: &str,
+    q: &ListQuery<'_>,
+    f: &mut dyn FnMut(&str, &ObjectSummary<'_>, ChecksumNames),
+) -> Result<ListPage, MetaError> {
+    walk(store, bucket, q, &mut |key, v| {
+        let (s, c) = decode_brief(v)?;
+        f(key, &s, c);
         Ok(())
     })
 }

@@ -350,6 +350,159 @@ pub fn decode_summary(b: &[u8]) -> Result<ObjectSummary<'_>, MetaError> {
     }
 }
 
+/// Which flexible checksums an object has, as S3 listings show them (each `Object`'s and
+/// `ObjectVersion`'s `ChecksumAlgorithm` and `ChecksumType`): names only, no values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChecksumNames {
+    /// Bit `i` set: the object has the `i`-th of [`ChecksumNames::ALGORITHMS`].
+    present: u8,
+    composite: bool,
+}
+
+impl ChecksumNames {
+    /// S3's algorithm names, in the order of [`Checksums`]' fields.
+    pub const ALGORITHMS: [&'static str; 5] = ["CRC32", "CRC32C", "CRC64NVME", "SHA1", "SHA256"];
+
+    fn from_present(values: [bool; 5], kind: Option<&str>) -> Self {
+        let present = values
+            .iter()
+            .enumerate()
+            .fold(0u8, |m, (i, &p)| if p { m | 1 << i } else { m });
+        ChecksumNames {
+            present,
+            composite: kind == Some("COMPOSITE"),
+        }
+    }
+
+    /// The names of a decoded record's checksums.
+    pub fn of(c: &Checksums) -> Self {
+        Self::from_present(
+            [
+                c.crc32.is_some(),
+                c.crc32c.is_some(),
+                c.crc64nvme.is_some(),
+                c.sha1.is_some(),
+                c.sha256.is_some(),
+            ],
+            c.kind.as_deref(),
+        )
+    }
+
+    /// The algorithms the object has a checksum of, in S3's names.
+    pub fn algorithms(&self) -> impl Iterator<Item = &'static str> + '_ {
+        Self::ALGORITHMS
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.present & (1 << i) != 0)
+            .map(|(_, a)| *a)
+    }
+
+    /// `FULL_OBJECT` or `COMPOSITE`; `None` for an object without checksums.
+    pub fn kind(&self) -> Option<&'static str> {
+        match (self.present, self.composite) {
+            (0, _) => None,
+            (_, true) => Some("COMPOSITE"),
+            (_, false) => Some("FULL_OBJECT"),
+        }
+    }
+}
+
+/// [`Checksums`] borrowed from a stored value (what a listing needs of them is which are there).
+#[derive(Deserialize)]
+struct ChecksumsRef<'a> {
+    crc32: Option<&'a str>,
+    crc32c: Option<&'a str>,
+    crc64nvme: Option<&'a str>,
+    sha1: Option<&'a str>,
+    sha256: Option<&'a str>,
+    kind: Option<&'a str>,
+}
+
+impl From<ChecksumsRef<'_>> for ChecksumNames {
+    fn from(c: ChecksumsRef<'_>) -> Self {
+        ChecksumNames::from_present(
+            [
+                c.crc32.is_some(),
+                c.crc32c.is_some(),
+                c.crc64nvme.is_some(),
+                c.sha1.is_some(),
+                c.sha256.is_some(),
+            ],
+            c.kind,
+        )
+    }
+}
+
+/// What an S3 listing shows of a stored record, decoded in one borrowed pass per format:
+/// postcard writes a struct as its fields in order with nothing between, so the metadata's
+/// later fields (tags since format 4, the lock since 5) can follow [`MetaSummary`] flat, and
+/// the checksums come next.
+mod brief {
+    use serde::Deserialize;
+
+    use super::{ChecksumsRef, ObjectSummary};
+
+    #[derive(Deserialize)]
+    pub struct LockRef<'a> {
+        pub _mode: Option<&'a str>,
+        pub _retain_until_ms: Option<i64>,
+        pub _legal_hold: bool,
+    }
+
+    #[derive(Deserialize)]
+    pub struct V3<'a> {
+        #[serde(borrow)]
+        pub summary: ObjectSummary<'a>,
+        #[serde(borrow)]
+        pub checksums: ChecksumsRef<'a>,
+    }
+
+    #[derive(Deserialize)]
+    pub struct V4<'a> {
+        #[serde(borrow)]
+        pub summary: ObjectSummary<'a>,
+        #[serde(borrow)]
+        pub _tags: Vec<(&'a str, &'a str)>,
+        #[serde(borrow)]
+        pub checksums: ChecksumsRef<'a>,
+    }
+
+    #[derive(Deserialize)]
+    pub struct V5<'a> {
+        #[serde(borrow)]
+        pub summary: ObjectSummary<'a>,
+        #[serde(borrow)]
+        pub _tags: Vec<(&'a str, &'a str)>,
+        #[serde(borrow)]
+        pub _lock: LockRef<'a>,
+        #[serde(borrow)]
+        pub checksums: ChecksumsRef<'a>,
+    }
+}
+
+/// Decodes what an S3 listing shows of a stored object record, of any format: its
+/// [`ObjectSummary`] and [`ChecksumNames`], with no string copied (the segments, a large
+/// object's chunk list, are not read).
+pub fn decode_brief(b: &[u8]) -> Result<(ObjectSummary<'_>, ChecksumNames), MetaError> {
+    let body = b.get(1..).unwrap_or_default();
+    let corrupt = |e: postcard::Error| MetaError::Corrupt(e.to_string());
+    match b.first() {
+        Some(&FORMAT_V5) => postcard::from_bytes::<brief::V5<'_>>(body)
+            .map(|r| (r.summary, r.checksums.into()))
+            .map_err(corrupt),
+        Some(&FORMAT_V4) => postcard::from_bytes::<brief::V4<'_>>(body)
+            .map(|r| (r.summary, r.checksums.into()))
+            .map_err(corrupt),
+        Some(&f) if (FORMAT_V1..=FORMAT_V3).contains(&f) => {
+            postcard::from_bytes::<brief::V3<'_>>(body)
+                .map(|r| (r.summary, r.checksums.into()))
+                .map_err(corrupt)
+        }
+        Some(&f) => Err(MetaError::UnknownFormat(f)),
+        None => Err(MetaError::Corrupt("empty record".into())),
+    }
+}
+
 impl Record for ObjectRecord {
     const FORMAT: u8 = FORMAT_V5;
 
@@ -856,6 +1009,14 @@ mod tests {
         r.meta.user.push(("mode".into(), "33188".into()));
         r.meta.tags = vec![("t".into(), "1".into())];
         r.meta.lock.legal_hold = true;
+        r.meta.lock.mode = Some("COMPLIANCE".into());
+        r.meta.lock.retain_until_ms = Some(9);
+        r.checksums = Checksums {
+            crc32c: Some("AAAAAA==-2".into()),
+            sha1: Some("2jmj7l5rSw0yVb/vlWAYkK/YBwk=".into()),
+            kind: Some("COMPOSITE".into()),
+            ..Default::default()
+        };
         let mut v4b = vec![FORMAT_V4];
         v4b.extend(postcard::to_stdvec(&v4::ObjectRecord::from(r.clone())).unwrap());
         let mut v3b = vec![FORMAT_V3];
@@ -868,6 +1029,16 @@ mod tests {
                 "format {}",
                 b[0]
             );
+            // A listing's brief: the same summary, and the checksums behind tags and lock.
+            assert_eq!(
+                decode_brief(&b).unwrap(),
+                (ObjectSummary::of(&full), ChecksumNames::of(&full.checksums)),
+                "format {}",
+                b[0]
+            );
+            let names = decode_brief(&b).unwrap().1;
+            assert_eq!(names.algorithms().collect::<Vec<_>>(), ["CRC32C", "SHA1"]);
+            assert_eq!(names.kind(), Some("COMPOSITE"));
         }
         let want = ObjectSummary::of(&r);
         assert_eq!(want.meta.user, vec![("k", "v"), ("mode", "33188")]);
@@ -879,6 +1050,17 @@ mod tests {
         ];
         let s = decode_summary(v1).unwrap();
         assert_eq!((s.size, s.etag, s.last_modified_ms), (3, "abc", 5));
+        let (s, names) = decode_brief(v1).unwrap();
+        assert_eq!((s.size, names), (3, ChecksumNames::default()));
+        assert_eq!((names.algorithms().count(), names.kind()), (0, None));
+        assert!(matches!(
+            decode_brief(&[9, 0]),
+            Err(MetaError::UnknownFormat(9))
+        ));
+        assert!(matches!(
+            decode_brief(&encode(&r)[..4]),
+            Err(MetaError::Corrupt(_))
+        ));
         assert!(matches!(
             decode_summary(&[9, 0]),
             Err(MetaError::UnknownFormat(9))

@@ -28,8 +28,8 @@ pub mod tags;
 
 pub use error::{ObjError, ObjResult};
 pub use lode_catalog::{
-    BucketRecord, Checksums, ChunkLoc, ListPage, ObjectLock, ObjectMeta, ObjectRecord, PartRecord,
-    PartSummary, Segment, UploadPage, UploadRecord,
+    Brief, BucketRecord, ChecksumNames, Checksums, ChunkLoc, ListPage, ObjectLock, ObjectMeta,
+    ObjectRecord, PartRecord, PartSummary, Segment, UploadPage, UploadRecord,
 };
 pub use namespace::SegmentCache;
 pub use notify::{ChangeListener, SettingsAnnouncer};
