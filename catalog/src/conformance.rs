@@ -1096,18 +1096,11 @@ pub async fn inline_payloads(c: Arc<dyn Catalog>, bucket: &str) {
         assert_stored(&c, b, k, Some(r)).await;
     }
     // (b) Listings carry lengths, not bytes; briefs name the checksums.
-    let (_, briefs) = c
-        .list_briefs(
-            b,
-            &ListQuery {
-                prefix: "",
-                delimiter: None,
-                after: None,
-                max: 10,
-            },
-        )
-        .await
-        .unwrap();
+    let all = ListQuery {
+        max: 10,
+        ..Default::default()
+    };
+    let (_, briefs) = c.list_briefs(b, &all).await.unwrap();
     let names: Vec<(&str, Vec<&str>, Option<&str>)> = briefs
         .iter()
         .map(|r| {
