@@ -7,6 +7,7 @@ right after each S3 change, which holds on the mount's own gateway; another gate
 reach it by a notify after their reply (milliseconds, SEMANTICS.md rule 18), which
 test_cluster.py's mount tests check and measure."""
 
+import base64
 import errno
 import hashlib
 import os
@@ -16,6 +17,7 @@ import subprocess
 import time
 import uuid
 
+import awscrt.checksums
 import pytest
 from botocore.exceptions import ClientError
 
@@ -563,6 +565,14 @@ def test_posix_writes_keep_content_type_and_user_metadata(pb, ps3):
     assert head["Metadata"]["owner-team"] == "vision"
     # The write records its mtime; mode/uid/gid appear only when created on the mount or set.
     assert "mtime" in head["Metadata"] and "mode" not in head["Metadata"]
+    # The old checksums go with the old content; the new content has a CRC64NVME of its own,
+    # as any upload sent without a checksum, and listings name it.
+    head = ps3.head_object(Bucket=b, Key="doc.json", ChecksumMode="ENABLED")
+    crc = base64.b64encode(awscrt.checksums.crc64nvme(b"{}\n").to_bytes(8, "big")).decode()
+    assert {k: v for k, v in head.items() if k.startswith("Checksum")} == {
+        "ChecksumCRC64NVME": crc, "ChecksumType": "FULL_OBJECT"}
+    listed = ps3.list_objects_v2(Bucket=b, Prefix="doc.json")["Contents"][0]
+    assert (listed["ChecksumAlgorithm"], listed["ChecksumType"]) == (["CRC64NVME"], "FULL_OBJECT")
     # A new file gets no content type of its own (S3's default) and POSIX attributes.
     open(os.path.join(d, "new.bin"), "wb").write(b"1")
     head = ps3.head_object(Bucket=b, Key="new.bin")
