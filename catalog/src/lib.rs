@@ -624,8 +624,8 @@ pub trait Catalog: Send + Sync + 'static {
     async fn list(&self, bucket: &str, q: &ListQuery<'_>) -> Result<ListPage>;
 
     /// [`Catalog::list`] for an S3 ListObjects page, which shows of each object only its key,
-    /// size, ETag, time and checksum names: the page (without `objects`) and those, in order. A backend that
-    /// keeps encoded records overrides it to decode only that much of each.
+    /// size, ETag, time and checksum names: the page (without `objects`) and those, in order.
+    /// A backend that keeps encoded records overrides it to decode only that much of each.
     async fn list_briefs(&self, bucket: &str, q: &ListQuery<'_>) -> Result<(ListPage, Vec<Brief>)> {
         let mut page = self.list(bucket, q).await?;
         let briefs = std::mem::take(&mut page.objects)

@@ -691,8 +691,8 @@ fn max_keys(m: Option<i32>) -> S3Result<usize> {
     }
 }
 
-/// A listed object's `ChecksumAlgorithm` (S3 lists the algorithms of the checksums an object
-/// has; every object Lode stores from S3 has one, CRC64NVME by default).
+/// A listed object's `ChecksumAlgorithm`: the algorithms of the checksums it has (every object
+/// Lode stores has one, CRC64NVME when its upload or its write on the mount named none).
 fn checksum_algorithms(c: lode_objects::ChecksumNames) -> Option<Vec<ChecksumAlgorithm>> {
     let v: Vec<ChecksumAlgorithm> = c.algorithms().map(ChecksumAlgorithm::from_static).collect();
     (!v.is_empty()).then_some(v)
