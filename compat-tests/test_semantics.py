@@ -21,13 +21,6 @@ def test_nul_in_key_is_refused(s3, bucket):
     assert s3.list_objects_v2(Bucket=bucket)["KeyCount"] == 0
 
 
-def test_create_existing_bucket_is_409_in_every_region(s3, bucket):
-    with pytest.raises(ClientError) as e:
-        s3.create_bucket(Bucket=bucket)
-    assert code(e) == "BucketAlreadyOwnedByYou"
-    assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 409
-
-
 def test_location_constraint_must_match_the_region(s3):
     name = "lc-" + uuid.uuid4().hex[:10]
     with pytest.raises(ClientError) as e:

@@ -11,6 +11,7 @@ import os
 import pytest
 from botocore.exceptions import ClientError
 
+from conftest import empty_versions
 
 
 def err(e):
@@ -26,17 +27,7 @@ def headers(e):
 def vbucket(s3, bucket):
     s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
     yield bucket
-    empty(s3, bucket)
-
-
-def empty(s3, bucket):
-    """What tools do to empty a versioned bucket: every version and marker, by id."""
-    for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
-        objs = [{"Key": v["Key"], "VersionId": v["VersionId"]}
-                for v in page.get("Versions", []) + page.get("DeleteMarkers", [])]
-        if objs:
-            r = s3.delete_objects(Bucket=bucket, Delete={"Objects": objs})
-            assert not r.get("Errors"), r["Errors"]
+    empty_versions(s3, bucket)
 
 
 def versions(s3, bucket, **kw):
@@ -135,7 +126,7 @@ def test_suspended_writes_the_null_version(s3, bucket):
     assert d["DeleteMarker"] is True and d["VersionId"] == "null"
     vs, _ = versions(s3, b)
     assert sorted((v[1], v[3]) for v in vs) == sorted([("null", "DM"), (v1, "V")])
-    empty(s3, b)
+    empty_versions(s3, b)
 
 
 def test_list_object_versions_pages_and_prefixes(s3, vbucket):

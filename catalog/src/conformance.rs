@@ -1751,6 +1751,23 @@ pub async fn versions(c: Arc<dyn Catalog>) {
     }
     assert_eq!(c.get("ver", "k").await.unwrap().unwrap().etag, "v2");
     assert!(c.get_version("ver", "k", &id1).await.unwrap().is_some());
+    // The check sees the version it addresses (a conditional delete of a version judges that
+    // version, not the current one).
+    let only_v1: crate::RecordCheck = Arc::new(|r| match r.etag.as_str() {
+        "v1" => Err(CatalogError::PreconditionFailed),
+        _ => Ok(()),
+    });
+    assert!(matches!(
+        c.delete_version("ver", "k", &id1, Some(only_v1)).await,
+        Err(CatalogError::PreconditionFailed)
+    ));
+    assert!(c.get_version("ver", "k", &id1).await.unwrap().is_some());
+    // An id no version has: nothing removed, nothing named, the check never run.
+    let absent = c
+        .delete_version("ver", "k", "0000000000000000ffffff", Some(Arc::clone(&no)))
+        .await
+        .unwrap();
+    assert!(absent.previous.is_none() && absent.released.is_empty());
     c.delete_version("ver", "k", &id2, None).await.unwrap();
     let cur = c.get("ver", "k").await.unwrap().unwrap();
     assert_eq!(

@@ -16,6 +16,9 @@ use lode_objects::checksum::{Algo, ChecksumSet};
 use lode_objects::tags::TagSet;
 use lode_objects::{Integrity, ObjectService, WriteCond};
 
+/// The region where S3 answers a CreateBucket of a bucket the caller already owns with `200 OK`.
+const LEGACY_REGION: &str = "us-east-1";
+
 /// s3s's tag list (`TagSet` is Lode's pairs).
 type TagSet_ = s3s::dto::TagSet;
 
@@ -74,6 +77,27 @@ impl LodeS3 {
         match r {
             Err(ObjError::NoSuchKey) => Err(self.absent(bucket, key).await),
             r => r.s3(),
+        }
+    }
+
+    /// The record (without its inline payload) of the object or one version of it, for HEAD
+    /// and GetObjectAttributes; absent keys and delete markers as [`Self::open_for_read`].
+    async fn head_for_read(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+    ) -> S3Result<ObjectRecord> {
+        match version_id {
+            Some(v) => Ok(self
+                .open_for_read(bucket, key, Some(v))
+                .await?
+                .record
+                .into_head()),
+            None => match self.svc.head_object(bucket, key).await {
+                Err(ObjError::NoSuchKey) => Err(self.absent(bucket, key).await),
+                r => r.s3(),
+            },
         }
     }
 
@@ -507,32 +531,33 @@ fn read_conditions(
 }
 
 /// The bucket and key of `x-amz-copy-source` (access points and versions are not built).
-fn source_object<'a>(c: &'a CopySource, op: &str) -> S3Result<(&'a str, &'a str)> {
-    match c {
-        CopySource::Bucket {
-            version_id: Some(v),
-            ..
-        } if &**v != "null" => Err(obj_s3(ObjError::NotImplemented(format!(
-            "{op} from a version id"
-        )))),
-        CopySource::Bucket { bucket, key, .. } => Ok((bucket, key)),
-        _ => Err(obj_s3(ObjError::NotImplemented(format!(
-            "{op} from an access point"
-        )))),
-    }
-}
-
-/// The bucket, key and version (if named) of CopyObject's `x-amz-copy-source`.
-fn source_version(c: &CopySource) -> S3Result<(&str, &str, Option<&str>)> {
+/// The bucket, key and version (if named) of the `x-amz-copy-source` of CopyObject or
+/// UploadPartCopy (`op`).
+fn source_version<'a>(
+    c: &'a CopySource,
+    op: &str,
+) -> S3Result<(&'a str, &'a str, Option<&'a str>)> {
     match c {
         CopySource::Bucket {
             bucket,
             key,
             version_id,
         } => Ok((bucket, key, version_id.as_deref())),
-        _ => Err(obj_s3(ObjError::NotImplemented(
-            "CopyObject from an access point".into(),
-        ))),
+        _ => Err(obj_s3(ObjError::NotImplemented(format!(
+            "{op} from an access point"
+        )))),
+    }
+}
+
+/// A copy source that names a delete marker by its version id: `400 InvalidRequest`, as S3
+/// answers (a GET of it is `405`).
+fn copy_source_error(e: ObjError) -> s3s::S3Error {
+    match e {
+        ObjError::DeleteMarker(_) => s3_error!(
+            InvalidRequest,
+            "The source of a copy request may not specifically refer to a delete marker by version id."
+        ),
+        e => obj_s3(e),
     }
 }
 
@@ -608,7 +633,13 @@ fn plan_read(
     // Checksums only on request, and only for the whole object or a whole part.
     if checksum_mode.is_some_and(|m| m.as_str() == ChecksumMode::ENABLED) {
         if let Some(p) = part_sums {
-            plan.sums = p;
+            // A part's own checksum, typed as the object's: a part of a COMPOSITE object
+            // reports COMPOSITE, as S3 does.
+            let kind = match p.is_empty() {
+                true => None,
+                false => rec.checksums.kind.clone().or(p.kind.clone()),
+            };
+            plan.sums = Checksums { kind, ..p };
         } else if plan.content_range.is_none() {
             plan.sums = rec.checksums.clone();
         }
@@ -752,16 +783,18 @@ impl S3 for LodeS3 {
             ));
         }
         let creator = self.user(req.credentials.as_ref());
-        if req.input.object_lock_enabled_for_bucket == Some(true) {
+        let made = if req.input.object_lock_enabled_for_bucket == Some(true) {
             self.svc
                 .create_bucket_locked(&req.input.bucket, &creator)
                 .await
-                .s3()?;
         } else {
-            self.svc
-                .create_bucket(&req.input.bucket, &creator)
-                .await
-                .s3()?;
+            self.svc.create_bucket(&req.input.bucket, &creator).await
+        };
+        match made {
+            // S3's legacy rule in us-east-1: creating a bucket you already own succeeds (and
+            // changes nothing); every other region answers 409 BucketAlreadyOwnedByYou.
+            Err(ObjError::BucketAlreadyOwnedByYou) if self.region == LEGACY_REGION => {}
+            r => r.s3()?,
         }
         self.svc.notify_bucket(&req.input.bucket);
         Ok(S3Response::new(CreateBucketOutput {
@@ -1059,17 +1092,9 @@ impl S3 for LodeS3 {
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let i = req.input;
-        let rec = &match i.version_id.as_deref() {
-            Some(v) => self
-                .open_for_read(&i.bucket, &i.key, Some(v))
-                .await?
-                .record
-                .into_head(),
-            None => match self.svc.head_object(&i.bucket, &i.key).await {
-                Err(ObjError::NoSuchKey) => return Err(self.absent(&i.bucket, &i.key).await),
-                r => r.s3()?,
-            },
-        };
+        let rec = &self
+            .head_for_read(&i.bucket, &i.key, i.version_id.as_deref())
+            .await?;
         let version_id = version_header(rec.version_id.as_deref(), self.versioned(&i.bucket).await);
         let expiration = match i.version_id {
             None => self.expiration(&i.bucket, &i.key, rec).await,
@@ -1136,9 +1161,6 @@ impl S3 for LodeS3 {
         req: S3Request<GetObjectAttributesInput>,
     ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
         let i = req.input;
-        if i.version_id.as_deref().is_some_and(|v| v != "null") {
-            return Err(s3_error!(InvalidArgument, "Invalid version id specified"));
-        }
         // SDKs send one `x-amz-object-attributes` header with comma-separated names.
         let names: Vec<&str> = i
             .object_attributes
@@ -1171,7 +1193,10 @@ impl S3 for LodeS3 {
             Some(_) => return Err(s3_error!(InvalidArgument, "max-parts must be non-negative")),
         };
         let marker = i.part_number_marker.unwrap_or(0);
-        let rec = self.svc.head_object(&i.bucket, &i.key).await.s3()?;
+        let rec = self
+            .head_for_read(&i.bucket, &i.key, i.version_id.as_deref())
+            .await?;
+        let version_id = version_header(rec.version_id.as_deref(), self.versioned(&i.bucket).await);
         let checksum =
             (wanted(ObjectAttributes::CHECKSUM) && !rec.checksums.is_empty()).then(|| {
                 let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) =
@@ -1227,6 +1252,7 @@ impl S3 for LodeS3 {
             storage_class: wanted(ObjectAttributes::STORAGE_CLASS)
                 .then(|| StorageClass::from_static(StorageClass::STANDARD)),
             object_size: wanted(ObjectAttributes::OBJECT_SIZE).then_some(rec.size as i64),
+            version_id,
             ..Default::default()
         }))
     }
@@ -1250,7 +1276,7 @@ impl S3 for LodeS3 {
         let done = match i.version_id.as_deref() {
             Some(v) => self
                 .svc
-                .delete_object_version(&i.bucket, &i.key, v, bypass)
+                .delete_object_version(&i.bucket, &i.key, v, &cond, bypass)
                 .await
                 .s3()?,
             None => self
@@ -1292,9 +1318,9 @@ impl S3 for LodeS3 {
                 o.last_modified_time.as_ref(),
             );
             let done = match (cond, o.version_id.as_deref()) {
-                (Ok(_), Some(v)) => {
+                (Ok(cond), Some(v)) => {
                     self.svc
-                        .delete_object_version(&i.bucket, &o.key, v, bypass)
+                        .delete_object_version(&i.bucket, &o.key, v, &cond, bypass)
                         .await
                 }
                 (Ok(cond), None) => self.svc.delete_object_if(&i.bucket, &o.key, &cond).await,
@@ -1341,7 +1367,7 @@ impl S3 for LodeS3 {
         req: S3Request<CopyObjectInput>,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
         let i = req.input;
-        let (sb, sk, src_version) = source_version(&i.copy_source)?;
+        let (sb, sk, src_version) = source_version(&i.copy_source, "CopyObject")?;
         let replace = i
             .metadata_directive
             .as_ref()
@@ -1382,7 +1408,7 @@ impl S3 for LodeS3 {
             .svc
             .copy_object((sb, sk), src_version, (&i.bucket, &i.key), changes, check)
             .await
-            .s3()?;
+            .map_err(copy_source_error)?;
         let versioned = self.versioned(&i.bucket).await;
         self.svc.notify_changed(&i.bucket, &i.key, false);
         let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) = checksum_fields(&rec.checksums);
@@ -2046,12 +2072,16 @@ impl S3 for LodeS3 {
         req: S3Request<UploadPartCopyInput>,
     ) -> S3Result<S3Response<UploadPartCopyOutput>> {
         let i = req.input;
-        let (sb, sk) = source_object(&i.copy_source, "UploadPartCopy")?;
+        let (sb, sk, src_version) = source_version(&i.copy_source, "UploadPartCopy")?;
         self.svc
             .upload(&i.bucket, &i.key, &i.upload_id)
             .await
             .s3()?;
-        let h = self.svc.open_object(sb, sk).await.s3()?;
+        let h = match src_version {
+            Some(v) => self.svc.open_object_version(sb, sk, v).await,
+            None => self.svc.open_object(sb, sk).await,
+        }
+        .map_err(copy_source_error)?;
         CopySourceConds {
             if_match: i.copy_source_if_match.clone(),
             if_none_match: i.copy_source_if_none_match.clone(),
@@ -2061,6 +2091,8 @@ impl S3 for LodeS3 {
         .check(&h.record)
         .s3()?;
         let size = h.record.size;
+        let source_version =
+            version_header(h.record.version_id.as_deref(), self.versioned(sb).await);
         let range = match &i.copy_source_range {
             None => (0, size),
             Some(r) => {
@@ -2097,6 +2129,7 @@ impl S3 for LodeS3 {
                 last_modified: Some(ts(p.last_modified_ms)),
                 ..Default::default()
             }),
+            copy_source_version_id: source_version,
             ..Default::default()
         }))
     }

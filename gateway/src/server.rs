@@ -796,6 +796,7 @@ pub async fn serve(
             let s3 = s3.clone();
             let req = req.map(s3s::Body::from);
             let form_upload = crate::wire::is_form_upload(&req);
+            let attributes = crate::wire::is_object_attributes(&req);
             let has_body = crate::wire::has_body(&req);
             let body_limits = (
                 objects.config().max_object_size,
@@ -817,6 +818,9 @@ pub async fn serve(
                 };
                 if form_upload {
                     crate::wire::fix_policy_refusal(&mut resp, &rid);
+                }
+                if attributes {
+                    crate::wire::unquote_attributes_etag(&mut resp);
                 }
                 crate::wire::add_request_id(&mut resp, &rid);
                 if has_body && resp.status().as_u16() >= 400 {

@@ -10,6 +10,8 @@
 //!   their `key` field replaced by the uploaded file's name, as S3 does.
 //! * [`add_request_id`]: every XML error body carries `<RequestId>` (and `<HostId>`) equal to
 //!   the `x-amz-request-id` header.
+//! * [`unquote_attributes_etag`]: GetObjectAttributes' `<ETag>` is the bare hex, as S3 writes it
+//!   there (s3s quotes every ETag element).
 
 use std::collections::VecDeque;
 use std::io::{Read, Seek, Write};
@@ -440,6 +442,39 @@ pub fn add_request_id(resp: &mut http::Response<s3s::Body>, request_id: &str) {
     resp.headers_mut().remove(http::header::CONTENT_LENGTH);
 }
 
+/// Whether `req` is GetObjectAttributes (`GET /bucket/key?attributes`).
+pub fn is_object_attributes<B>(req: &http::Request<B>) -> bool {
+    req.method() == http::Method::GET
+        && req.uri().query().is_some_and(|q| {
+            q.split('&')
+                .any(|p| p == "attributes" || p.starts_with("attributes="))
+        })
+}
+
+/// Takes the quotes off the `<ETag>` of a GetObjectAttributes answer: S3 writes it unquoted
+/// there (and quoted everywhere else).
+pub fn unquote_attributes_etag(resp: &mut http::Response<s3s::Body>) {
+    if resp.status() != http::StatusCode::OK {
+        return;
+    }
+    let Some(b) = resp.body().bytes() else {
+        return;
+    };
+    let Some(start) = find(&b, b"<ETag>\"") else {
+        return;
+    };
+    let from = start + b"<ETag>".len();
+    let Some(len) = find(&b[from..], b"\"</ETag>") else {
+        return;
+    };
+    let mut out = Vec::with_capacity(b.len());
+    out.extend_from_slice(&b[..from]);
+    out.extend_from_slice(&b[from + 1..from + len]);
+    out.extend_from_slice(&b[from + len + 1..]);
+    *resp.body_mut() = s3s::Body::from(out);
+    resp.headers_mut().remove(http::header::CONTENT_LENGTH);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -483,6 +518,34 @@ mod tests {
         );
         let plain = form("fixed", "cat.jpg");
         assert_eq!(rewrite(plain.clone(), 9).await, plain);
+    }
+
+    #[test]
+    fn object_attributes_etag_loses_its_quotes_only_there() {
+        let xml = "<GetObjectAttributesResponse><ETag>\"5d41\"</ETag><ObjectSize>5</ObjectSize>\
+                   </GetObjectAttributesResponse>";
+        let mut r = http::Response::new(s3s::Body::from(xml.to_owned()));
+        unquote_attributes_etag(&mut r);
+        let out = r.body().bytes().unwrap();
+        assert_eq!(
+            &out[..],
+            &b"<GetObjectAttributesResponse><ETag>5d41</ETag><ObjectSize>5</ObjectSize>\
+               </GetObjectAttributesResponse>"[..]
+        );
+        // Without an ETag element, or on an error: unchanged.
+        let mut r = http::Response::new(s3s::Body::from(
+            "<A><ObjectSize>5</ObjectSize></A>".to_owned(),
+        ));
+        unquote_attributes_etag(&mut r);
+        assert_eq!(
+            &r.body().bytes().unwrap()[..],
+            b"<A><ObjectSize>5</ObjectSize></A>"
+        );
+        let get = |q: &str| http::Request::get(format!("/b/k{q}")).body(()).unwrap();
+        assert!(is_object_attributes(&get("?attributes")));
+        assert!(is_object_attributes(&get("?versionId=x&attributes=")));
+        assert!(!is_object_attributes(&get("?attributesx")));
+        assert!(!is_object_attributes(&get("")));
     }
 
     #[test]

@@ -473,7 +473,7 @@ async fn remove_version(
     marker: bool,
 ) -> ObjResult<()> {
     match svc
-        .delete_object_version(bucket, key, version_id, false)
+        .delete_object_version(bucket, key, version_id, &Cond::default(), false)
         .await
     {
         Ok(_) => {

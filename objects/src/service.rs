@@ -1230,12 +1230,16 @@ impl ObjectService {
 
     /// DeleteObject with a `versionId`: removes that version for good (a delete marker too);
     /// if it was the current one, the previous version becomes current. An absent version is
-    /// no error (`NoSuchVersion` is not S3's answer to a delete).
+    /// no error (`NoSuchVersion` is not S3's answer to a delete), unless `cond` has `If-Match`
+    /// (`NoSuchKey`, as for an absent key). `cond` (`If-Match`, size, last-modified time) is
+    /// checked against the addressed version in the commit that removes it, as the object lock
+    /// is: a false one removes nothing (`PreconditionFailed`).
     pub async fn delete_object_version(
         &self,
         bucket: &str,
         key: &str,
         version_id: &str,
+        cond: &WriteCond,
         bypass_governance: bool,
     ) -> ObjResult<Deleted> {
         check_key(key)?;
@@ -1243,20 +1247,37 @@ impl ObjectService {
         if !self.catalog.supports_versions() {
             // The only version there is: the `null` one.
             return if version_id == "null" {
-                self.delete_object(bucket, key).await.map(|_| Deleted {
-                    version_id: Some("null".into()),
-                    delete_marker: false,
-                })
+                self.delete_object_if(bucket, key, cond)
+                    .await
+                    .map(|_| Deleted {
+                        version_id: Some("null".into()),
+                        delete_marker: false,
+                    })
+            } else if cond.if_match.is_some() {
+                self.bucket(bucket).await?;
+                Err(ObjError::NoSuchKey)
             } else {
                 self.bucket(bucket).await.map(|_| Deleted::default())
             };
         }
-        // Object lock is checked in the commit that removes the version.
-        let check = crate::objlock::removal_check(bypass_governance);
+        let lock = crate::objlock::removal_check(bypass_governance);
+        let check: lode_catalog::RecordCheck = if *cond == WriteCond::default() {
+            lock
+        } else {
+            let cond = cond.clone();
+            Arc::new(move |rec: &ObjectRecord| {
+                cond.check(Some(rec))?;
+                lock(rec)
+            })
+        };
         let done = self
             .catalog
             .delete_version(bucket, key, version_id, Some(check))
             .await?;
+        if done.previous.is_none() && cond.if_match.is_some() {
+            // Nothing had that id when the commit looked: If-Match needs an object.
+            return Err(ObjError::NoSuchKey);
+        }
         self.release_chunks(done.released);
         Ok(Deleted {
             version_id: Some(version_id.to_owned()),
