@@ -2,18 +2,30 @@
 //! operation on which bucket (the rules are in `crate::users`), and the key store SigV4
 //! authentication asks for secrets.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
+use http::{HeaderMap, Uri};
+use lode_objects::policy::{self, Context, Decision, Policy, Principal, Request};
 use s3s::access::{S3Access, S3AccessContext};
 use s3s::dto::{CopyObjectInput, UploadPartCopyInput};
 use s3s::{S3Request, S3Result, s3_error};
 
-use crate::users::{Perm, Users};
+use crate::users::{Perm, ROOT, Users};
 use lode_objects::ObjectService;
 
+#[derive(Clone)]
 pub struct Authz {
     pub users: Arc<Users>,
     pub svc: Arc<ObjectService>,
+}
+
+/// Where a request came from, put in its extensions by the server (for `aws:SourceIp` and
+/// `aws:SecureTransport`).
+#[derive(Debug, Clone, Copy)]
+pub struct Peer {
+    pub ip: IpAddr,
+    pub secure: bool,
 }
 
 /// What an operation needs on its bucket.
@@ -41,50 +53,348 @@ fn needed(op: &str) -> Perm {
         | "AbortMultipartUpload"
         | "PutObjectTagging"
         | "DeleteObjectTagging"
-        | "PostObject" => Perm::Write,
+        | "PostObject"
+        | "RenameObject" => Perm::Write,
         // DeleteBucket and every bucket configuration call: the owner's.
         _ => Perm::Own,
     }
+}
+
+/// The operations an anonymous caller may be allowed by a policy: reads, listings and
+/// uploads of objects, never bucket configuration.
+fn anonymous_may(op: &str) -> bool {
+    matches!(
+        op,
+        "GetObject"
+            | "HeadObject"
+            | "GetObjectAttributes"
+            | "ListObjects"
+            | "ListObjectsV2"
+            | "ListObjectVersions"
+            | "HeadBucket"
+            | "GetBucketLocation"
+            | "PutObject"
+            | "PostObject"
+            | "CopyObject"
+            | "CreateMultipartUpload"
+            | "UploadPart"
+            | "UploadPartCopy"
+            | "CompleteMultipartUpload"
+            | "AbortMultipartUpload"
+            | "ListParts"
+            | "ListMultipartUploads"
+            | "DeleteObject"
+            | "DeleteObjects"
+    )
+}
+
+/// The policy action an S3 operation is judged as (`versioned`: it names a `versionId`).
+pub fn action_of(op: &str, versioned: bool) -> String {
+    let a = match (op, versioned) {
+        ("GetObject" | "HeadObject", false) => "GetObject",
+        ("GetObject" | "HeadObject", true) => "GetObjectVersion",
+        ("GetObjectAttributes", false) => "GetObjectAttributes",
+        ("GetObjectAttributes", true) => "GetObjectVersionAttributes",
+        ("DeleteObject", false) => "DeleteObject",
+        ("DeleteObject", true) => "DeleteObjectVersion",
+        ("GetObjectTagging", false) => "GetObjectTagging",
+        ("GetObjectTagging", true) => "GetObjectVersionTagging",
+        ("PutObjectTagging", false) => "PutObjectTagging",
+        ("PutObjectTagging", true) => "PutObjectVersionTagging",
+        ("DeleteObjectTagging", false) => "DeleteObjectTagging",
+        ("DeleteObjectTagging", true) => "DeleteObjectVersionTagging",
+        (
+            "PutObject"
+            | "PostObject"
+            | "CopyObject"
+            | "CreateMultipartUpload"
+            | "UploadPart"
+            | "UploadPartCopy"
+            | "CompleteMultipartUpload"
+            | "RenameObject",
+            _,
+        ) => "PutObject",
+        ("ListParts", _) => "ListMultipartUploadParts",
+        ("ListMultipartUploads", _) => "ListBucketMultipartUploads",
+        ("ListObjects" | "ListObjectsV2" | "HeadBucket", _) => "ListBucket",
+        ("ListObjectVersions", _) => "ListBucketVersions",
+        ("GetBucketLifecycleConfiguration", _) => "GetLifecycleConfiguration",
+        ("PutBucketLifecycleConfiguration" | "DeleteBucketLifecycle", _) => {
+            "PutLifecycleConfiguration"
+        }
+        ("DeleteBucketTagging", _) => "PutBucketTagging",
+        ("GetObjectLockConfiguration", _) => "GetBucketObjectLockConfiguration",
+        ("PutObjectLockConfiguration", _) => "PutBucketObjectLockConfiguration",
+        ("DeleteBucketCors", _) => "PutBucketCORS",
+        ("GetBucketCors", _) => "GetBucketCORS",
+        ("PutBucketCors", _) => "PutBucketCORS",
+        ("GetBucketEncryption", _) => "GetEncryptionConfiguration",
+        ("PutBucketEncryption" | "DeleteBucketEncryption", _) => "PutEncryptionConfiguration",
+        (op, _) => return format!("s3:{op}"),
+    };
+    format!("s3:{a}")
+}
+
+/// The operations a bucket's owner may always run, whatever its policy says (as on AWS,
+/// where the account can always change or remove a policy that locks it out).
+fn owner_always(op: &str) -> bool {
+    matches!(
+        op,
+        "PutBucketPolicy" | "GetBucketPolicy" | "DeleteBucketPolicy" | "GetBucketPolicyStatus"
+    )
 }
 
 fn denied() -> s3s::S3Error {
     s3_error!(AccessDenied, "Access Denied")
 }
 
-impl Authz {
-    /// Checks `perm` on `bucket` for the caller; a bucket that does not exist passes (the
-    /// operation then answers NoSuchBucket).
-    pub(crate) async fn require(&self, access_key: &str, bucket: &str, perm: Perm) -> S3Result<()> {
-        let Some(user) = self.users.name_of(access_key) else {
-            return Err(denied());
+/// What of a request authorization reads beyond its operation: headers, URL and peer.
+pub struct ReqInfo<'a> {
+    pub headers: &'a HeaderMap,
+    pub uri: &'a Uri,
+    pub peer: Option<Peer>,
+}
+
+fn query_value(uri: &Uri, name: &str) -> Option<String> {
+    uri.query()?.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        (k == name).then(|| {
+            urlencoding::decode(&v.replace('+', " "))
+                .map(|c| c.into_owned())
+                .unwrap_or_default()
+        })
+    })
+}
+
+/// The condition keys of one request.
+fn context(
+    info: &ReqInfo<'_>,
+    op: &str,
+    user: Option<&str>,
+    existing_tags: Option<&[(String, String)]>,
+) -> Context {
+    let mut c = Context::default();
+    let now = time::OffsetDateTime::now_utc();
+    c.set(
+        "aws:CurrentTime",
+        now.format(&time::format_description::well_known::Rfc3339)
+            .unwrap_or_default(),
+    );
+    c.set("aws:EpochTime", now.unix_timestamp().to_string());
+    if let Some(p) = info.peer {
+        let ip = match p.ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(p.ip, IpAddr::V4),
+            ip => ip,
         };
-        if user == crate::users::ROOT {
+        c.set("aws:SourceIp", ip.to_string());
+        c.set("aws:SecureTransport", p.secure.to_string());
+    }
+    match user {
+        Some(name) => {
+            c.set("aws:username", name);
+            c.set("aws:userid", policy::canonical_id(name));
+            c.set("aws:PrincipalArn", policy::user_arn(name));
+            c.set("aws:PrincipalAccount", policy::ACCOUNT);
+            c.set("aws:PrincipalType", "User");
+            c.set("s3:signatureversion", "AWS4-HMAC-SHA256");
+            let auth = if op == "PostObject" {
+                "POST"
+            } else if info
+                .uri
+                .query()
+                .is_some_and(|q| q.contains("X-Amz-Signature="))
+            {
+                "REST-QUERY-STRING"
+            } else {
+                "REST-HEADER"
+            };
+            c.set("s3:authType", auth);
+        }
+        None => c.set("aws:PrincipalType", "Anonymous"),
+    }
+    let h = |name: &str| info.headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(v) = h("referer") {
+        c.set("aws:Referer", v);
+    }
+    if let Some(v) = h("user-agent") {
+        c.set("aws:UserAgent", v);
+    }
+    for q in ["prefix", "delimiter", "max-keys", "versionId"] {
+        if let Some(v) = query_value(info.uri, q) {
+            c.set(&format!("s3:{q}"), v);
+        }
+    }
+    for name in [
+        "x-amz-acl",
+        "x-amz-content-sha256",
+        "x-amz-copy-source",
+        "x-amz-grant-full-control",
+        "x-amz-grant-read",
+        "x-amz-grant-read-acp",
+        "x-amz-grant-write",
+        "x-amz-grant-write-acp",
+        "x-amz-metadata-directive",
+        "x-amz-server-side-encryption",
+        "x-amz-server-side-encryption-aws-kms-key-id",
+        "x-amz-server-side-encryption-customer-algorithm",
+        "x-amz-storage-class",
+        "x-amz-website-redirect-location",
+    ] {
+        if let Some(v) = h(name) {
+            c.set(&format!("s3:{name}"), v);
+        }
+    }
+    if let Some(v) = h("x-amz-object-lock-mode") {
+        c.set("s3:object-lock-mode", v);
+    }
+    if let Some(v) = h("x-amz-object-lock-legal-hold") {
+        c.set("s3:object-lock-legal-hold", v);
+    }
+    if let Some(v) = h("x-amz-object-lock-retain-until-date") {
+        c.set("s3:object-lock-retain-until-date", v);
+        if let Ok(t) =
+            time::OffsetDateTime::parse(v, &time::format_description::well_known::Rfc3339)
+        {
+            let days = (t - now).whole_days().max(0);
+            c.set("s3:object-lock-remaining-retention-days", days.to_string());
+        }
+    }
+    if let Some(tags) = h("x-amz-tagging").and_then(|t| lode_objects::tags::parse_header(t).ok()) {
+        for (k, v) in &tags {
+            c.set(&format!("s3:RequestObjectTag/{k}"), v.clone());
+        }
+        c.set_many(
+            "s3:RequestObjectTagKeys",
+            tags.into_iter().map(|(k, _)| k).collect(),
+        );
+    }
+    for (k, v) in existing_tags.unwrap_or_default() {
+        c.set(&format!("s3:ExistingObjectTag/{k}"), v.clone());
+    }
+    c
+}
+
+impl Authz {
+    /// Whether the caller (`access_key`; `None`: anonymous) may run `op` on `bucket` (and
+    /// `key`), judged as `action`: an explicit `Deny` of the bucket's policy refuses it (but
+    /// for root, and for the owner's policy calls); an `Allow` grants it; otherwise the
+    /// caller's own rights decide (owner, grants; nothing for the anonymous caller). A bucket
+    /// that does not exist passes (the operation then answers NoSuchBucket).
+    pub async fn authorize(
+        &self,
+        access_key: Option<&str>,
+        info: &ReqInfo<'_>,
+        op: &str,
+        bucket: &str,
+        key: Option<&str>,
+        action: &str,
+    ) -> S3Result<()> {
+        let user = match access_key {
+            Some(ak) => Some(self.users.name_of(ak).ok_or_else(denied)?),
+            None => None,
+        };
+        if user.as_deref() == Some(ROOT) {
             return Ok(()); // root may do anything: no bucket lookup on its hot path
         }
-        let rec = match self.svc.bucket(bucket).await {
-            Ok(r) => r,
+        if user.is_none() && !anonymous_may(op) {
+            return Err(denied());
+        }
+        let owner = match self.svc.bucket(bucket).await {
+            Ok(r) => r.owner,
             Err(crate::error::ObjError::NoSuchBucket) => return Ok(()),
             Err(e) => return Err(crate::error::s3_error(e)),
         };
-        if self.users.allowed(&user, bucket, &rec.owner, perm) {
+        let is_owner = user
+            .as_deref()
+            .is_some_and(|u| self.users.is_owner(u, &owner));
+        if is_owner && owner_always(op) {
+            return Ok(());
+        }
+        let decision = match self
+            .svc
+            .policy_of(bucket)
+            .await
+            .map_err(crate::error::s3_error)?
+        {
+            None => Decision::None,
+            Some(p) => {
+                self.judge(&p, user.as_deref(), info, op, bucket, key, action)
+                    .await
+            }
+        };
+        let ok = match decision {
+            Decision::Deny => false,
+            Decision::Allow => true,
+            Decision::None => user
+                .as_deref()
+                .is_some_and(|u| self.users.allowed(u, bucket, &owner, needed(op))),
+        };
+        if ok {
             Ok(())
         } else {
-            tracing::debug!(user, bucket, ?perm, "access denied");
+            tracing::debug!(user, bucket, op, ?decision, "access denied");
             Err(denied())
         }
     }
 
-    async fn copy_source(
+    /// The policy's decision for one request.
+    #[allow(clippy::too_many_arguments)]
+    async fn judge(
         &self,
-        access_key: Option<&str>,
+        p: &Policy,
+        user: Option<&str>,
+        info: &ReqInfo<'_>,
+        op: &str,
+        bucket: &str,
+        key: Option<&str>,
+        action: &str,
+    ) -> Decision {
+        let tags = match key {
+            Some(k) if p.needs_existing_tags() => {
+                let v = query_value(info.uri, "versionId");
+                self.svc.object_tags(bucket, k, v.as_deref()).await.ok()
+            }
+            _ => None,
+        };
+        let cx = context(info, op, user, tags.as_deref());
+        let resource = match key {
+            Some(k) => format!("arn:aws:s3:::{bucket}/{k}"),
+            None => format!("arn:aws:s3:::{bucket}"),
+        };
+        p.evaluate(&Request {
+            principal: user.map_or(Principal::Anonymous, Principal::User),
+            action,
+            resource: &resource,
+            context: &cx,
+        })
+    }
+
+    /// Whether the bucket has a policy (DeleteObjects then judges each key).
+    pub async fn has_policy(&self, bucket: &str) -> bool {
+        matches!(self.svc.policy_of(bucket).await, Ok(Some(_)))
+    }
+
+    /// CopyObject's and UploadPartCopy's source: `s3:GetObject` (or `GetObjectVersion`) on it.
+    async fn copy_source<T>(
+        &self,
+        req: &S3Request<T>,
         source: &s3s::dto::CopySource,
     ) -> S3Result<()> {
-        let Some(ak) = access_key else {
-            return Err(denied());
+        let ak = req.credentials.as_ref().map(|c| c.access_key.as_str());
+        let info = ReqInfo {
+            headers: &req.headers,
+            uri: &req.uri,
+            peer: req.extensions.get::<Peer>().copied(),
         };
         match source {
-            s3s::dto::CopySource::Bucket { bucket, .. } => {
-                self.require(ak, bucket, Perm::Read).await
+            s3s::dto::CopySource::Bucket {
+                bucket,
+                key,
+                version_id,
+            } => {
+                let action = action_of("GetObject", version_id.is_some());
+                self.authorize(ak, &info, "GetObject", bucket, Some(key), &action)
+                    .await
             }
             _ => Err(denied()), // access points, outposts
         }
@@ -94,30 +404,45 @@ impl Authz {
 #[async_trait::async_trait]
 impl S3Access for Authz {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
-        let Some(creds) = cx.credentials() else {
-            return Err(denied()); // anonymous requests
-        };
-        let ak = creds.access_key.clone();
+        let peer = cx.extensions_mut().get::<Peer>().copied();
+        let ak = cx.credentials().map(|c| c.access_key.clone());
         let op = cx.s3_op().name();
         let Some(bucket) = cx.s3_path().get_bucket_name().map(str::to_owned) else {
-            return Ok(()); // ListBuckets: filtered to what the caller may see
+            // ListBuckets: filtered to what the caller may see; never anonymous.
+            return if ak.is_some() { Ok(()) } else { Err(denied()) };
         };
         if op == "CreateBucket" {
-            return Ok(()); // any user; the creator owns it
+            // Any user; the creator owns it.
+            return if ak.is_some() { Ok(()) } else { Err(denied()) };
         }
-        self.require(&ak, &bucket, needed(op)).await
+        let key = cx.s3_path().get_object_key().map(str::to_owned);
+        let info = ReqInfo {
+            headers: cx.headers(),
+            uri: cx.uri(),
+            peer,
+        };
+        if op == "DeleteObjects" && self.has_policy(&bucket).await {
+            // Judged key by key in the handler (a policy may name some keys and not others);
+            // here only that the caller may delete at all.
+            if ak.is_none() || self.users.name_of(ak.as_deref().unwrap_or("")).is_some() {
+                return Ok(());
+            }
+            return Err(denied());
+        }
+        let versioned = query_value(info.uri, "versionId").is_some();
+        let action = action_of(op, versioned);
+        self.authorize(ak.as_deref(), &info, op, &bucket, key.as_deref(), &action)
+            .await
     }
 
     async fn copy_object(&self, req: &mut S3Request<CopyObjectInput>) -> S3Result<()> {
-        let ak = req.credentials.as_ref().map(|c| c.access_key.clone());
-        self.copy_source(ak.as_deref(), &req.input.copy_source)
-            .await
+        let source = req.input.copy_source.clone();
+        self.copy_source(req, &source).await
     }
 
     async fn upload_part_copy(&self, req: &mut S3Request<UploadPartCopyInput>) -> S3Result<()> {
-        let ak = req.credentials.as_ref().map(|c| c.access_key.clone());
-        self.copy_source(ak.as_deref(), &req.input.copy_source)
-            .await
+        let source = req.input.copy_source.clone();
+        self.copy_source(req, &source).await
     }
 }
 

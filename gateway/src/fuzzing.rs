@@ -96,6 +96,57 @@ where
     }
 }
 
+/// Bucket policies: arbitrary text never panics the parser; a policy that parses evaluates
+/// (anonymous and a user, several actions and resources, condition values taken from the
+/// input) without a panic, and a refusal always names its reason.
+pub fn policy(data: &[u8]) {
+    use lode_objects::policy::{Context, Policy, Principal, Request};
+    let text = String::from_utf8_lossy(data);
+    let p = match Policy::parse(&text, "bucket") {
+        Ok(p) => p,
+        Err(e) => {
+            assert!(!e.0.is_empty());
+            return;
+        }
+    };
+    let tail = String::from_utf8_lossy(&data[..data.len().min(64)]).into_owned();
+    let mut cx = Context::default();
+    for key in [
+        "aws:SourceIp",
+        "aws:CurrentTime",
+        "aws:EpochTime",
+        "aws:username",
+        "s3:prefix",
+        "s3:max-keys",
+        "aws:SecureTransport",
+    ] {
+        cx.set(key, tail.clone());
+    }
+    cx.set_many("s3:RequestObjectTagKeys", vec![tail.clone(), "team".into()]);
+    let resources = [
+        "arn:aws:s3:::bucket".to_owned(),
+        format!("arn:aws:s3:::bucket/{tail}"),
+    ];
+    for who in [Principal::Anonymous, Principal::User("alice")] {
+        for action in [
+            "s3:GetObject",
+            "s3:PutObject",
+            "s3:ListBucket",
+            tail.as_str(),
+        ] {
+            for resource in &resources {
+                let _ = p.evaluate(&Request {
+                    principal: who,
+                    action,
+                    resource,
+                    context: &cx,
+                });
+            }
+        }
+    }
+    let _ = (p.is_public(), p.needs_existing_tags());
+}
+
 /// Record decoding: arbitrary bytes never panic; whatever decodes re-encodes to itself.
 pub fn records(data: &[u8]) {
     roundtrip::<ObjectRecord>(data);
@@ -187,8 +238,7 @@ fn harness() -> &'static Harness {
         });
         // No auth provider: requests reach the handlers and parsers unsigned.
         let s3 = s3s::service::S3ServiceBuilder::new(crate::s3::LodeS3::new(
-            svc,
-            users,
+            crate::access::Authz { users, svc },
             "us-east-1".into(),
         ))
         .build();

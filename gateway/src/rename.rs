@@ -16,9 +16,8 @@ use s3s::path::S3Path;
 use s3s::route::S3Route;
 use s3s::{Body, S3Request, S3Response, S3Result, s3_error};
 
-use crate::access::Authz;
+use crate::access::{Authz, Peer, ReqInfo};
 use crate::host::VirtualHosts;
-use crate::users::Perm;
 use lode_catalog::{CatalogError, ObjectRecord, RenameCheck};
 
 pub struct RenameRoute {
@@ -190,8 +189,21 @@ impl S3Route for RenameRoute {
             return Err(s3_error!(AccessDenied, "Access Denied"));
         };
         let (bucket, key) = self.target(&req.uri, &req.headers)?;
+        let info = ReqInfo {
+            headers: &req.headers,
+            uri: &req.uri,
+            peer: req.extensions.get::<Peer>().copied(),
+        };
+        let ak = Some(creds.access_key.as_str());
         self.authz
-            .require(&creds.access_key, &bucket, Perm::Write)
+            .authorize(
+                ak,
+                &info,
+                "RenameObject",
+                &bucket,
+                Some(&key),
+                "s3:PutObject",
+            )
             .await?;
         let Some(raw) = header(&req.headers, "x-amz-rename-source")? else {
             return Err(s3_error!(
@@ -200,6 +212,16 @@ impl S3Route for RenameRoute {
             ));
         };
         let from = source_key(raw, &bucket)?;
+        self.authz
+            .authorize(
+                ak,
+                &info,
+                "DeleteObject",
+                &bucket,
+                Some(&from),
+                "s3:DeleteObject",
+            )
+            .await?;
         if from.ends_with('/') || key.ends_with('/') {
             return Err(s3_error!(
                 InvalidRequest,

@@ -25,12 +25,19 @@ type TagSet_ = s3s::dto::TagSet;
 pub struct LodeS3 {
     svc: Arc<ObjectService>,
     users: Arc<crate::users::Users>,
+    /// For what is judged inside an operation (DeleteObjects' keys under a bucket policy).
+    authz: crate::access::Authz,
     region: String,
 }
 
 impl LodeS3 {
-    pub fn new(svc: Arc<ObjectService>, users: Arc<crate::users::Users>, region: String) -> Self {
-        Self { svc, users, region }
+    pub fn new(authz: crate::access::Authz, region: String) -> Self {
+        Self {
+            svc: Arc::clone(&authz.svc),
+            users: Arc::clone(&authz.users),
+            authz,
+            region,
+        }
     }
 
     /// `x-amz-expiration` for the current object `rec` at `bucket/key`: when a lifecycle rule
@@ -1299,7 +1306,7 @@ impl S3 for LodeS3 {
         &self,
         req: S3Request<DeleteObjectsInput>,
     ) -> S3Result<S3Response<DeleteObjectsOutput>> {
-        let i = req.input;
+        let i = &req.input;
         self.svc.bucket(&i.bucket).await.s3()?;
         if i.delete.objects.len() > 1000 {
             return Err(s3_error!(
@@ -1311,7 +1318,32 @@ impl S3 for LodeS3 {
         let bypass = i.bypass_governance_retention == Some(true);
         let mut deleted = vec![];
         let mut errors = vec![];
-        for o in i.delete.objects {
+        // Under a bucket policy each key is judged on its own (the access check let the
+        // request through for this).
+        let judged = self.authz.has_policy(&i.bucket).await;
+        let info = crate::access::ReqInfo {
+            headers: &req.headers,
+            uri: &req.uri,
+            peer: req.extensions.get::<crate::access::Peer>().copied(),
+        };
+        let ak = req.credentials.as_ref().map(|c| c.access_key.as_str());
+        for o in i.delete.objects.iter().cloned() {
+            if judged {
+                let action = crate::access::action_of("DeleteObject", o.version_id.is_some());
+                if let Err(e) = self
+                    .authz
+                    .authorize(ak, &info, "DeleteObject", &i.bucket, Some(&o.key), &action)
+                    .await
+                {
+                    errors.push(Error {
+                        code: Some(e.code().as_str().to_owned()),
+                        key: Some(o.key),
+                        message: e.message().map(str::to_owned),
+                        version_id: o.version_id.clone(),
+                    });
+                    continue;
+                }
+            }
             let cond = delete_cond(
                 o.e_tag.as_ref().map(ETag::value),
                 o.size,
@@ -1568,6 +1600,73 @@ impl S3 for LodeS3 {
             .await
             .s3()?;
         Ok(S3Response::new(DeleteBucketLifecycleOutput::default()))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn put_bucket_policy(
+        &self,
+        req: S3Request<PutBucketPolicyInput>,
+    ) -> S3Result<S3Response<PutBucketPolicyOutput>> {
+        let i = req.input;
+        self.svc.bucket(&i.bucket).await.s3()?;
+        if let Err(e) = lode_objects::policy::Policy::parse(&i.policy, &i.bucket) {
+            return Err(s3_error!(MalformedPolicy, "{}", e.0));
+        }
+        self.svc
+            .set_bucket_policy(&i.bucket, Some(i.policy))
+            .await
+            .s3()?;
+        Ok(S3Response::new(PutBucketPolicyOutput::default()))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn get_bucket_policy(
+        &self,
+        req: S3Request<GetBucketPolicyInput>,
+    ) -> S3Result<S3Response<GetBucketPolicyOutput>> {
+        match self.svc.bucket_policy(&req.input.bucket).await.s3()? {
+            Some(policy) => Ok(S3Response::new(GetBucketPolicyOutput {
+                policy: Some(policy),
+            })),
+            None => Err(s3_error!(
+                NoSuchBucketPolicy,
+                "The bucket policy does not exist"
+            )),
+        }
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn delete_bucket_policy(
+        &self,
+        req: S3Request<DeleteBucketPolicyInput>,
+    ) -> S3Result<S3Response<DeleteBucketPolicyOutput>> {
+        self.svc
+            .set_bucket_policy(&req.input.bucket, None)
+            .await
+            .s3()?;
+        Ok(S3Response::new(DeleteBucketPolicyOutput::default()))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn get_bucket_policy_status(
+        &self,
+        req: S3Request<GetBucketPolicyStatusInput>,
+    ) -> S3Result<S3Response<GetBucketPolicyStatusOutput>> {
+        let b = &req.input.bucket;
+        let text = self
+            .svc
+            .bucket_policy(b)
+            .await
+            .s3()?
+            .ok_or_else(|| s3_error!(NoSuchBucketPolicy, "The bucket policy does not exist"))?;
+        let public = lode_objects::policy::Policy::parse(&text, b)
+            .map(|p| p.is_public())
+            .unwrap_or(false);
+        Ok(S3Response::new(GetBucketPolicyStatusOutput {
+            policy_status: Some(PolicyStatus {
+                is_public: Some(public),
+            }),
+        }))
     }
 
     #[instrument(skip_all, fields(bucket = %req.input.bucket))]

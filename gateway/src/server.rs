@@ -608,25 +608,22 @@ pub async fn serve(
     profile.enabled.store(cfg.server.profile, Ordering::Relaxed);
     let scrub_stats = Arc::new(lode_objects::scrub::ScrubStats::default());
     let lifecycle_stats = Arc::new(lode_objects::lifecycle::LifecycleStats::default());
+    let authz = crate::access::Authz {
+        users: Arc::clone(&users),
+        svc: Arc::clone(&svc),
+    };
     let mut builder = S3ServiceBuilder::new(crate::s3::LodeS3::new(
-        Arc::clone(&svc),
-        Arc::clone(&users),
+        authz.clone(),
         cfg.server.region.clone(),
     ));
     builder.set_auth(KeyStore::new(Arc::clone(&users)));
-    builder.set_access(crate::access::Authz {
-        users: Arc::clone(&users),
-        svc: Arc::clone(&svc),
-    });
+    builder.set_access(authz.clone());
     if !cfg.server.domain.is_empty() {
         builder.set_host(crate::host::VirtualHosts::new(&cfg.server.domain));
     }
     // RenameObject, which s3s does not model (after s3s checks the signature).
     builder.set_route(crate::rename::RenameRoute {
-        authz: Arc::new(crate::access::Authz {
-            users: Arc::clone(&users),
-            svc: Arc::clone(&svc),
-        }),
+        authz: Arc::new(authz),
         hosts: (!cfg.server.domain.is_empty())
             .then(|| crate::host::VirtualHosts::new(&cfg.server.domain)),
     });
@@ -773,7 +770,7 @@ pub async fn serve(
             p = Arc::clone(&conns).acquire_owned() => p?,
             _ = &mut shutdown => break,
         };
-        let (stream, _peer) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(x) => x,
                 Err(e) => {
@@ -792,9 +789,14 @@ pub async fn serve(
         let objects = Arc::clone(&svc);
         let profile = Arc::clone(&profile);
         let domain = domain.clone();
+        let secure = tls.is_some();
         let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
             let s3 = s3.clone();
-            let req = req.map(s3s::Body::from);
+            let mut req = req.map(s3s::Body::from);
+            req.extensions_mut().insert(crate::access::Peer {
+                ip: peer.ip(),
+                secure,
+            });
             let form_upload = crate::wire::is_form_upload(&req);
             let attributes = crate::wire::is_object_attributes(&req);
             let has_body = crate::wire::has_body(&req);

@@ -71,3 +71,8 @@ fn records_corpus() {
 fn s3_request_corpus() {
     assert!(run("s3_request", fuzzing::s3_request, 2000) >= 2000);
 }
+
+#[test]
+fn policy_corpus() {
+    assert!(run("policy", fuzzing::policy, 3000) >= 3000);
+}

@@ -22,6 +22,7 @@ pub mod lifecycle;
 pub mod namespace;
 pub mod notify;
 pub mod objlock;
+pub mod policy;
 pub mod scrub;
 pub mod service;
 pub mod tags;

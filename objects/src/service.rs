@@ -97,6 +97,8 @@ pub(crate) struct BucketSettings {
     pub lock: Option<crate::objlock::LockConfig>,
     /// Lifecycle rules (`None`: none).
     pub lifecycle: Option<Arc<crate::lifecycle::Lifecycle>>,
+    /// The bucket policy (`None`: none).
+    pub policy: Option<Arc<crate::policy::Policy>>,
 }
 
 impl SettingsCache {
@@ -618,6 +620,37 @@ impl ObjectService {
         Ok(())
     }
 
+    /// The bucket's policy as it was sent (GetBucketPolicy): `None` when it has none.
+    pub async fn bucket_policy(&self, name: &str) -> ObjResult<Option<String>> {
+        let b = self.bucket(name).await?;
+        Ok(name_setting(&b, crate::policy::SETTING).map(str::to_owned))
+    }
+
+    /// Replaces the bucket's policy (`None`: removes it), in one commit of the bucket's record;
+    /// every gateway follows it before this returns. The text was checked by
+    /// [`crate::policy::Policy::parse`] (the caller's, so that its refusal names the problem).
+    pub async fn set_bucket_policy(&self, name: &str, text: Option<String>) -> ObjResult<()> {
+        let f: lode_catalog::BucketFn = Arc::new(move |b: &BucketRecord| {
+            let mut b = b.clone();
+            b.settings.retain(|(n, _)| n != crate::policy::SETTING);
+            if let Some(t) = &text {
+                b.settings
+                    .push((crate::policy::SETTING.to_owned(), t.clone()));
+                b.settings.sort();
+            }
+            Ok(b)
+        });
+        self.catalog.update_bucket(name, f).await?;
+        self.settings_changed(name).await;
+        Ok(())
+    }
+
+    /// The bucket's policy for authorization (cached with the bucket's other settings, and
+    /// dropped on every gateway when it changes): `None` when it has none, or no bucket.
+    pub async fn policy_of(&self, bucket: &str) -> ObjResult<Option<Arc<crate::policy::Policy>>> {
+        Ok(self.settings_of(bucket).await?.policy)
+    }
+
     /// Cluster mode: `a` tells the other gateways of this gateway's settings changes (once;
     /// later calls are ignored).
     pub fn set_announcer(&self, a: Arc<dyn crate::SettingsAnnouncer>) {
@@ -665,6 +698,7 @@ impl ObjectService {
                     .find(|(n, _)| n == crate::lifecycle::SETTING)
                     .and_then(|(_, j)| crate::lifecycle::Lifecycle::decode(j).ok())
                     .map(Arc::new),
+                policy: stored_policy(name_setting(&b, crate::policy::SETTING), bucket),
             },
             None => BucketSettings::default(),
         };
@@ -1826,6 +1860,28 @@ fn build_completion(
         record,
         used_parts: chosen.iter().map(|(n, _)| *n).collect(),
     })
+}
+
+/// A bucket setting's value.
+fn name_setting<'a>(b: &'a BucketRecord, name: &str) -> Option<&'a str> {
+    b.settings
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// A stored policy, parsed for evaluation. It was checked when it was stored; one that no
+/// longer parses (a later, stricter check) is logged and denies everything but the owner's
+/// and root's own rights, rather than being ignored.
+fn stored_policy(text: Option<&str>, bucket: &str) -> Option<Arc<crate::policy::Policy>> {
+    let text = text?;
+    match crate::policy::Policy::parse(text, bucket) {
+        Ok(p) => Some(Arc::new(p)),
+        Err(e) => {
+            tracing::error!(bucket, error = %e, "a stored bucket policy does not parse; denying all");
+            Some(Arc::new(crate::policy::Policy::deny_all()))
+        }
+    }
 }
 
 #[cfg(test)]
