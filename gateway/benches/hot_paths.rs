@@ -82,5 +82,60 @@ fn chunked_decoder(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, keys, allocator, checksums, chunked_decoder);
+/// A 10-statement bucket policy (nine Allows for other principals with IP and user-agent
+/// conditions, one conditional Deny) judged for one GET: what authorization adds per request
+/// under a policy (the context of the three keys it reads, then the evaluation).
+fn bucket_policy(c: &mut Criterion) {
+    use lode_objects::policy::{Context, Policy, Principal, Request};
+    let mut st = vec![];
+    for i in 0..9 {
+        st.push(format!(
+            r#"{{"Sid":"s{i}","Effect":"Allow","Principal":{{"AWS":"arn:aws:iam::000000000000:user/team{i}"}},
+            "Action":["s3:GetObject","s3:PutObject"],"Resource":"arn:aws:s3:::lode-bench/team{i}/*",
+            "Condition":{{"IpAddress":{{"aws:SourceIp":"10.0.0.0/8"}},"StringLike":{{"aws:UserAgent":"*train*"}}}}}}"#
+        ));
+    }
+    st.push(
+        r#"{"Sid":"deny-plain","Effect":"Deny","Principal":"*","Action":"s3:DeleteObject",
+        "Resource":"arn:aws:s3:::lode-bench/keep/*","Condition":{"Bool":{"aws:SecureTransport":"false"}}}"#
+            .into(),
+    );
+    let text = format!(
+        r#"{{"Version":"2012-10-17","Statement":[{}]}}"#,
+        st.join(",")
+    );
+    let p = Policy::parse(&text, "lode-bench").expect("policy");
+    let mut g = c.benchmark_group("policy");
+    g.bench_function("context_and_evaluate_10_statements", |b| {
+        b.iter(|| {
+            let mut cx = Context::default();
+            for k in p.reads() {
+                cx.set_many(
+                    k,
+                    vec![match k {
+                        "aws:sourceip" => "127.0.0.1".to_owned(),
+                        "aws:securetransport" => "false".to_owned(),
+                        _ => "Botocore/1.40 lode-bench".to_owned(),
+                    }],
+                );
+            }
+            let resource = format!("arn:aws:s3:::{}/{}", "lode-bench", black_box("obj/000123"));
+            p.evaluate(&Request {
+                principal: Principal::User(black_box("alice")),
+                action: "s3:GetObject",
+                resource: &resource,
+                context: &cx,
+            })
+        })
+    });
+}
+
+criterion_group!(
+    benches,
+    keys,
+    allocator,
+    checksums,
+    chunked_decoder,
+    bucket_policy
+);
 criterion_main!(benches);

@@ -166,112 +166,115 @@ fn query_value(uri: &Uri, name: &str) -> Option<String> {
     })
 }
 
-/// The condition keys of one request.
+/// The condition keys of one request that policy `p` reads (it names them in conditions and
+/// variables): the work is for those keys only, so a policy that reads none costs nothing
+/// here.
 fn context(
+    p: &Policy,
     info: &ReqInfo<'_>,
     op: &str,
     user: Option<&str>,
     existing_tags: Option<&[(String, String)]>,
 ) -> Context {
     let mut c = Context::default();
-    let now = time::OffsetDateTime::now_utc();
-    c.set(
-        "aws:CurrentTime",
-        now.format(&time::format_description::well_known::Rfc3339)
-            .unwrap_or_default(),
-    );
-    c.set("aws:EpochTime", now.unix_timestamp().to_string());
-    if let Some(p) = info.peer {
-        let ip = match p.ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(p.ip, IpAddr::V4),
-            ip => ip,
-        };
-        c.set("aws:SourceIp", ip.to_string());
-        c.set("aws:SecureTransport", p.secure.to_string());
-    }
-    match user {
-        Some(name) => {
-            c.set("aws:username", name);
-            c.set("aws:userid", policy::canonical_id(name));
-            c.set("aws:PrincipalArn", policy::user_arn(name));
-            c.set("aws:PrincipalAccount", policy::ACCOUNT);
-            c.set("aws:PrincipalType", "User");
-            c.set("s3:signatureversion", "AWS4-HMAC-SHA256");
-            let auth = if op == "PostObject" {
-                "POST"
-            } else if info
-                .uri
-                .query()
-                .is_some_and(|q| q.contains("X-Amz-Signature="))
-            {
-                "REST-QUERY-STRING"
-            } else {
-                "REST-HEADER"
-            };
-            c.set("s3:authType", auth);
-        }
-        None => c.set("aws:PrincipalType", "Anonymous"),
-    }
     let h = |name: &str| info.headers.get(name).and_then(|v| v.to_str().ok());
-    if let Some(v) = h("referer") {
-        c.set("aws:Referer", v);
-    }
-    if let Some(v) = h("user-agent") {
-        c.set("aws:UserAgent", v);
-    }
-    for q in ["prefix", "delimiter", "max-keys", "versionId"] {
-        if let Some(v) = query_value(info.uri, q) {
-            c.set(&format!("s3:{q}"), v);
+    let now = time::OffsetDateTime::now_utc;
+    let rfc3339 = &time::format_description::well_known::Rfc3339;
+    let mut request_tags: Option<Vec<(String, String)>> = None;
+    for key in p.reads() {
+        let one = |v: Option<String>| v.map(|v| vec![v]);
+        let values: Option<Vec<String>> = match key {
+            "aws:currenttime" => one(now().format(rfc3339).ok()),
+            "aws:epochtime" => one(Some(now().unix_timestamp().to_string())),
+            "aws:sourceip" => one(info.peer.map(|peer| {
+                match peer.ip {
+                    IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(peer.ip, IpAddr::V4),
+                    ip => ip,
+                }
+                .to_string()
+            })),
+            "aws:securetransport" => one(info.peer.map(|peer| peer.secure.to_string())),
+            "aws:username" => one(user.map(str::to_owned)),
+            "aws:userid" => one(user.map(policy::canonical_id)),
+            "aws:principalarn" => one(user.map(policy::user_arn)),
+            "aws:principalaccount" => one(user.map(|_| policy::ACCOUNT.to_owned())),
+            "aws:principaltype" => one(Some(
+                if user.is_some() { "User" } else { "Anonymous" }.to_owned(),
+            )),
+            "s3:signatureversion" => one(user.map(|_| "AWS4-HMAC-SHA256".to_owned())),
+            "s3:authtype" => one(user.map(|_| {
+                if op == "PostObject" {
+                    "POST"
+                } else if info
+                    .uri
+                    .query()
+                    .is_some_and(|q| q.contains("X-Amz-Signature="))
+                {
+                    "REST-QUERY-STRING"
+                } else {
+                    "REST-HEADER"
+                }
+                .to_owned()
+            })),
+            "aws:referer" => one(h("referer").map(str::to_owned)),
+            "aws:useragent" => one(h("user-agent").map(str::to_owned)),
+            "s3:prefix" => one(query_value(info.uri, "prefix")),
+            "s3:delimiter" => one(query_value(info.uri, "delimiter")),
+            "s3:max-keys" => one(query_value(info.uri, "max-keys")),
+            "s3:versionid" => one(query_value(info.uri, "versionId")),
+            "s3:object-lock-mode" => one(h("x-amz-object-lock-mode").map(str::to_owned)),
+            "s3:object-lock-legal-hold" => {
+                one(h("x-amz-object-lock-legal-hold").map(str::to_owned))
+            }
+            "s3:object-lock-retain-until-date" => {
+                one(h("x-amz-object-lock-retain-until-date").map(str::to_owned))
+            }
+            "s3:object-lock-remaining-retention-days" => {
+                one(h("x-amz-object-lock-retain-until-date")
+                    .and_then(|v| time::OffsetDateTime::parse(v, rfc3339).ok())
+                    .map(|t| (t - now()).whole_days().max(0).to_string()))
+            }
+            "s3:requestobjecttagkeys" => Some(
+                request_tags
+                    .get_or_insert_with(|| tags_of(h("x-amz-tagging")))
+                    .iter()
+                    .map(|(k, _)| k.clone())
+                    .collect::<Vec<_>>(),
+            )
+            .filter(|v| !v.is_empty()),
+            k => {
+                if let Some(name) = k.strip_prefix("s3:x-amz-") {
+                    one(h(&format!("x-amz-{name}")).map(str::to_owned))
+                } else if let Some(t) = k.strip_prefix("s3:requestobjecttag/") {
+                    one(request_tags
+                        .get_or_insert_with(|| tags_of(h("x-amz-tagging")))
+                        .iter()
+                        .find(|(n, _)| n.eq_ignore_ascii_case(t))
+                        .map(|(_, v)| v.clone()))
+                } else if let Some(t) = k.strip_prefix("s3:existingobjecttag/") {
+                    one(existing_tags
+                        .unwrap_or_default()
+                        .iter()
+                        .find(|(n, _)| n.eq_ignore_ascii_case(t))
+                        .map(|(_, v)| v.clone()))
+                } else {
+                    None
+                }
+            }
+        };
+        if let Some(v) = values {
+            c.set_many(key, v);
         }
-    }
-    for name in [
-        "x-amz-acl",
-        "x-amz-content-sha256",
-        "x-amz-copy-source",
-        "x-amz-grant-full-control",
-        "x-amz-grant-read",
-        "x-amz-grant-read-acp",
-        "x-amz-grant-write",
-        "x-amz-grant-write-acp",
-        "x-amz-metadata-directive",
-        "x-amz-server-side-encryption",
-        "x-amz-server-side-encryption-aws-kms-key-id",
-        "x-amz-server-side-encryption-customer-algorithm",
-        "x-amz-storage-class",
-        "x-amz-website-redirect-location",
-    ] {
-        if let Some(v) = h(name) {
-            c.set(&format!("s3:{name}"), v);
-        }
-    }
-    if let Some(v) = h("x-amz-object-lock-mode") {
-        c.set("s3:object-lock-mode", v);
-    }
-    if let Some(v) = h("x-amz-object-lock-legal-hold") {
-        c.set("s3:object-lock-legal-hold", v);
-    }
-    if let Some(v) = h("x-amz-object-lock-retain-until-date") {
-        c.set("s3:object-lock-retain-until-date", v);
-        if let Ok(t) =
-            time::OffsetDateTime::parse(v, &time::format_description::well_known::Rfc3339)
-        {
-            let days = (t - now).whole_days().max(0);
-            c.set("s3:object-lock-remaining-retention-days", days.to_string());
-        }
-    }
-    if let Some(tags) = h("x-amz-tagging").and_then(|t| lode_objects::tags::parse_header(t).ok()) {
-        for (k, v) in &tags {
-            c.set(&format!("s3:RequestObjectTag/{k}"), v.clone());
-        }
-        c.set_many(
-            "s3:RequestObjectTagKeys",
-            tags.into_iter().map(|(k, _)| k).collect(),
-        );
-    }
-    for (k, v) in existing_tags.unwrap_or_default() {
-        c.set(&format!("s3:ExistingObjectTag/{k}"), v.clone());
     }
     c
+}
+
+/// The tags of an `x-amz-tagging` header (none if absent or malformed: the operation refuses
+/// a malformed one itself).
+fn tags_of(header: Option<&str>) -> Vec<(String, String)> {
+    header
+        .and_then(|t| lode_objects::tags::parse_header(t).ok())
+        .unwrap_or_default()
 }
 
 impl Authz {
@@ -356,7 +359,7 @@ impl Authz {
             }
             _ => None,
         };
-        let cx = context(info, op, user, tags.as_deref());
+        let cx = context(p, info, op, user, tags.as_deref());
         let resource = match key {
             Some(k) => format!("arn:aws:s3:::{bucket}/{k}"),
             None => format!("arn:aws:s3:::{bucket}"),

@@ -87,15 +87,23 @@ pub struct Context(HashMap<String, Vec<String>>);
 
 impl Context {
     pub fn set(&mut self, key: &str, value: impl Into<String>) {
-        self.0.insert(key.to_ascii_lowercase(), vec![value.into()]);
+        self.set_many(key, vec![value.into()]);
     }
 
     pub fn set_many(&mut self, key: &str, values: Vec<String>) {
-        self.0.insert(key.to_ascii_lowercase(), values);
+        let key = match key.bytes().any(|b| b.is_ascii_uppercase()) {
+            true => key.to_ascii_lowercase(),
+            false => key.to_owned(),
+        };
+        self.0.insert(key, values);
     }
 
     pub fn get(&self, key: &str) -> Option<&[String]> {
-        self.0.get(&key.to_ascii_lowercase()).map(Vec::as_slice)
+        let v = match key.bytes().any(|b| b.is_ascii_uppercase()) {
+            true => self.0.get(&key.to_ascii_lowercase()),
+            false => self.0.get(key),
+        };
+        v.map(Vec::as_slice)
     }
 }
 
@@ -105,6 +113,9 @@ pub struct Policy {
     statements: Vec<Statement>,
     /// Whether `${...}` variables are expanded (Version 2012-10-17).
     variables: bool,
+    /// The condition keys and variables the policy reads (lower-case): a request's context
+    /// needs only these.
+    keys: std::collections::HashSet<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -416,10 +427,29 @@ impl Policy {
             .into_iter()
             .map(|s| Statement::parse(s, bucket))
             .collect::<Result<Vec<_>, _>>()?;
+        let mut keys = std::collections::HashSet::new();
+        for s in &statements {
+            for c in &s.conditions {
+                keys.insert(c.key.clone());
+                for v in &c.values {
+                    variable_names(v, &mut keys);
+                }
+            }
+            for r in &s.resources.list {
+                variable_names(r, &mut keys);
+            }
+        }
         Ok(Policy {
             statements,
             variables,
+            keys,
         })
+    }
+
+    /// The condition keys and variables evaluating may read (lower-case): the door fills a
+    /// request's context with these only.
+    pub fn reads(&self) -> impl Iterator<Item = &str> {
+        self.keys.iter().map(String::as_str)
     }
 
     /// A policy that denies every request (what a stored policy that no longer parses
@@ -446,14 +476,16 @@ impl Policy {
                 conditions: vec![],
             }],
             variables: false,
+            keys: Default::default(),
         }
     }
 
     /// Evaluates the policy for `req`.
     pub fn evaluate(&self, req: &Request<'_>) -> Decision {
         let mut allowed = false;
+        let action = req.action.to_ascii_lowercase();
         for s in &self.statements {
-            if s.applies(req, self.variables) {
+            if s.applies(req, &action, self.variables) {
                 match s.effect {
                     Effect::Deny => return Decision::Deny,
                     Effect::Allow => allowed = true,
@@ -581,28 +613,28 @@ impl Statement {
         })
     }
 
-    fn applies(&self, req: &Request<'_>, variables: bool) -> bool {
+    /// Whether the statement applies to `req` (`action`: its action in lower case).
+    fn applies(&self, req: &Request<'_>, action: &str, variables: bool) -> bool {
         if !self.principal.matches(req.principal) {
             return false;
         }
-        let action = self
+        let hit = self
             .actions
             .list
             .iter()
-            .any(|p| glob(p.as_bytes(), req.action.to_ascii_lowercase().as_bytes()));
-        if action == self.actions.negated {
+            .any(|p| glob(p.as_bytes(), action.as_bytes()));
+        if hit == self.actions.negated {
             return false;
         }
         let resource = self.resources.list.iter().any(|p| {
-            let p = if variables {
+            if variables && p.contains("${") {
                 match expand(p, req.context) {
-                    Some(p) => p,
-                    None => return false,
+                    Some(p) => glob(p.as_bytes(), req.resource.as_bytes()),
+                    None => false,
                 }
             } else {
-                p.clone()
-            };
-            glob(p.as_bytes(), req.resource.as_bytes())
+                glob(p.as_bytes(), req.resource.as_bytes())
+            }
         });
         if resource == self.resources.negated {
             return false;
@@ -875,11 +907,16 @@ impl Condition {
                 || self.qualifier == Qualifier::ForAllValues
                 || (self.qualifier == Qualifier::Single && self.op.negated());
         };
-        let wanted: Vec<String> = if variables {
-            self.values.iter().filter_map(|v| expand(v, cx)).collect()
-        } else {
-            self.values.clone()
-        };
+        let wanted: std::borrow::Cow<'_, [String]> =
+            if variables && self.values.iter().any(|v| v.contains("${")) {
+                self.values
+                    .iter()
+                    .filter_map(|v| expand(v, cx))
+                    .collect::<Vec<_>>()
+                    .into()
+            } else {
+                self.values.as_slice().into()
+            };
         // Whether one request value matches one of the policy's values, for the positive
         // form of the operator.
         let positive = |g: &str| wanted.iter().any(|w| matches_positive(self.op, w, g));
@@ -940,6 +977,19 @@ fn matches_positive(op: Op, want: &str, got: &str) -> bool {
             _ => false,
         },
         Null => false,
+    }
+}
+
+/// Adds the names of the `${...}` variables in `s` (lower-case) to `out`.
+fn variable_names(s: &str, out: &mut std::collections::HashSet<String>) {
+    let mut rest = s;
+    while let Some(i) = rest.find("${") {
+        let after = &rest[i + 2..];
+        let Some(end) = after.find('}') else {
+            return;
+        };
+        out.insert(after[..end].to_ascii_lowercase());
+        rest = &after[end + 1..];
     }
 }
 
