@@ -10,6 +10,7 @@ pub mod access;
 pub mod admin;
 pub mod auth;
 pub mod cluster_profile;
+pub mod cors;
 pub mod error;
 pub mod fsck;
 #[doc(hidden)]

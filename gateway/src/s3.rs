@@ -1670,6 +1670,79 @@ impl S3 for LodeS3 {
     }
 
     #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn put_bucket_cors(
+        &self,
+        req: S3Request<PutBucketCorsInput>,
+    ) -> S3Result<S3Response<PutBucketCorsOutput>> {
+        let i = req.input;
+        self.svc.bucket(&i.bucket).await.s3()?;
+        let cors = lode_objects::cors::Cors {
+            rules: i
+                .cors_configuration
+                .cors_rules
+                .into_iter()
+                .map(|r| lode_objects::cors::CorsRule {
+                    id: r.id,
+                    allowed_methods: r.allowed_methods,
+                    allowed_origins: r.allowed_origins,
+                    allowed_headers: r.allowed_headers.unwrap_or_default(),
+                    expose_headers: r.expose_headers.unwrap_or_default(),
+                    max_age_seconds: r.max_age_seconds,
+                })
+                .collect(),
+        };
+        if let Err(e) = cors.validate() {
+            let code = match e.code {
+                "MalformedXML" => s3s::S3ErrorCode::MalformedXML,
+                _ => s3s::S3ErrorCode::InvalidRequest,
+            };
+            return Err(s3s::S3Error::with_message(code, e.message));
+        }
+        self.svc.set_bucket_cors(&i.bucket, Some(cors)).await.s3()?;
+        Ok(S3Response::new(PutBucketCorsOutput::default()))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn get_bucket_cors(
+        &self,
+        req: S3Request<GetBucketCorsInput>,
+    ) -> S3Result<S3Response<GetBucketCorsOutput>> {
+        let Some(cors) = self.svc.bucket_cors(&req.input.bucket).await.s3()? else {
+            return Err(s3_error!(
+                NoSuchCORSConfiguration,
+                "The CORS configuration does not exist"
+            ));
+        };
+        let rules = cors
+            .rules
+            .into_iter()
+            .map(|r| CORSRule {
+                id: r.id,
+                allowed_methods: r.allowed_methods,
+                allowed_origins: r.allowed_origins,
+                allowed_headers: (!r.allowed_headers.is_empty()).then_some(r.allowed_headers),
+                expose_headers: (!r.expose_headers.is_empty()).then_some(r.expose_headers),
+                max_age_seconds: r.max_age_seconds,
+            })
+            .collect();
+        Ok(S3Response::new(GetBucketCorsOutput {
+            cors_rules: Some(rules),
+        }))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn delete_bucket_cors(
+        &self,
+        req: S3Request<DeleteBucketCorsInput>,
+    ) -> S3Result<S3Response<DeleteBucketCorsOutput>> {
+        self.svc
+            .set_bucket_cors(&req.input.bucket, None)
+            .await
+            .s3()?;
+        Ok(S3Response::new(DeleteBucketCorsOutput::default()))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
     async fn put_object_lock_configuration(
         &self,
         req: S3Request<PutObjectLockConfigurationInput>,

@@ -808,16 +808,28 @@ pub async fn serve(
             let permit = Arc::clone(&inflight).try_acquire_owned();
             let profile = Arc::clone(&profile);
             let (class, bucket, in_bytes) = classify(&req, &domain);
+            // CORS: a preflight is answered from the bucket's rules; a browser's request (it
+            // carries Origin) gets the allowing rule's headers on its answer.
+            let browser = crate::cors::Browser::of(&req);
+            let objects = Arc::clone(&objects);
             async move {
                 let rid = format!("{id:016X}");
                 let t0 = std::time::Instant::now();
+                let preflight = crate::cors::is_preflight(req.method());
                 let mut resp = match permit {
+                    Ok(_permit) if preflight => {
+                        crate::cors::preflight(&objects, bucket.as_deref(), req.headers(), &rid)
+                            .await
+                    }
                     Ok(_permit) => match prepare(req, body_limits, &rid).await {
                         Ok(req) => s3.call(req).await?,
                         Err(refusal) => refusal,
                     },
                     Err(_) => slow_down(&rid),
                 };
+                if !preflight && let (Some(b), Some(name)) = (&browser, &bucket) {
+                    b.decorate(&objects, name, &mut resp).await;
+                }
                 if form_upload {
                     crate::wire::fix_policy_refusal(&mut resp, &rid);
                 }

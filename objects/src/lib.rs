@@ -16,6 +16,7 @@
 //! <- `namespace`, `scrub`, `lifecycle`; `notify`, `checksum`, `error`, `failpoint`, `tags` are leaves.
 
 pub mod checksum;
+pub mod cors;
 pub mod error;
 pub mod failpoint;
 pub mod lifecycle;

@@ -99,6 +99,8 @@ pub(crate) struct BucketSettings {
     pub lifecycle: Option<Arc<crate::lifecycle::Lifecycle>>,
     /// The bucket policy (`None`: none).
     pub policy: Option<Arc<crate::policy::Policy>>,
+    /// CORS rules (`None`: none).
+    pub cors: Option<Arc<crate::cors::Cors>>,
 }
 
 impl SettingsCache {
@@ -604,20 +606,8 @@ impl ObjectService {
         name: &str,
         lc: Option<crate::lifecycle::Lifecycle>,
     ) -> ObjResult<()> {
-        let json = lc.map(|l| l.encode());
-        let f: lode_catalog::BucketFn = Arc::new(move |b: &BucketRecord| {
-            let mut b = b.clone();
-            b.settings.retain(|(n, _)| n != crate::lifecycle::SETTING);
-            if let Some(j) = &json {
-                b.settings
-                    .push((crate::lifecycle::SETTING.to_owned(), j.clone()));
-                b.settings.sort();
-            }
-            Ok(b)
-        });
-        self.catalog.update_bucket(name, f).await?;
-        self.settings_changed(name).await;
-        Ok(())
+        self.set_setting(name, crate::lifecycle::SETTING, lc.map(|l| l.encode()))
+            .await
     }
 
     /// The bucket's policy as it was sent (GetBucketPolicy): `None` when it has none.
@@ -630,12 +620,55 @@ impl ObjectService {
     /// every gateway follows it before this returns. The text was checked by
     /// [`crate::policy::Policy::parse`] (the caller's, so that its refusal names the problem).
     pub async fn set_bucket_policy(&self, name: &str, text: Option<String>) -> ObjResult<()> {
+        self.set_setting(name, crate::policy::SETTING, text).await
+    }
+
+    /// The bucket's policy for authorization (cached with the bucket's other settings, and
+    /// dropped on every gateway when it changes): `None` when it has none, or no bucket.
+    pub async fn policy_of(&self, bucket: &str) -> ObjResult<Option<Arc<crate::policy::Policy>>> {
+        Ok(self.settings_of(bucket).await?.policy)
+    }
+
+    /// The bucket's CORS rules (GetBucketCors): `None` when it has none.
+    pub async fn bucket_cors(&self, name: &str) -> ObjResult<Option<crate::cors::Cors>> {
+        let b = self.bucket(name).await?;
+        name_setting(&b, crate::cors::SETTING)
+            .map(crate::cors::Cors::decode)
+            .transpose()
+            .map_err(|e| ObjError::Internal(format!("stored CORS rules do not decode: {e}")))
+    }
+
+    /// Replaces the bucket's CORS rules (`None`: removes them), in one commit of the bucket's
+    /// record; every gateway follows them before this returns. The rules were checked by the
+    /// caller ([`crate::cors::Cors::validate`]).
+    pub async fn set_bucket_cors(
+        &self,
+        name: &str,
+        cors: Option<crate::cors::Cors>,
+    ) -> ObjResult<()> {
+        self.set_setting(name, crate::cors::SETTING, cors.map(|c| c.encode()))
+            .await
+    }
+
+    /// The bucket's CORS rules for a browser's request (cached with its other settings):
+    /// `None` when it has none, or no bucket.
+    pub async fn cors_of(&self, bucket: &str) -> ObjResult<Option<Arc<crate::cors::Cors>>> {
+        Ok(self.settings_of(bucket).await?.cors)
+    }
+
+    /// Sets (or, with `None`, removes) one bucket setting, in one commit of the bucket's
+    /// record, and makes every gateway follow it before returning.
+    async fn set_setting(
+        &self,
+        name: &str,
+        setting: &'static str,
+        value: Option<String>,
+    ) -> ObjResult<()> {
         let f: lode_catalog::BucketFn = Arc::new(move |b: &BucketRecord| {
             let mut b = b.clone();
-            b.settings.retain(|(n, _)| n != crate::policy::SETTING);
-            if let Some(t) = &text {
-                b.settings
-                    .push((crate::policy::SETTING.to_owned(), t.clone()));
+            b.settings.retain(|(n, _)| n != setting);
+            if let Some(v) = &value {
+                b.settings.push((setting.to_owned(), v.clone()));
                 b.settings.sort();
             }
             Ok(b)
@@ -643,12 +676,6 @@ impl ObjectService {
         self.catalog.update_bucket(name, f).await?;
         self.settings_changed(name).await;
         Ok(())
-    }
-
-    /// The bucket's policy for authorization (cached with the bucket's other settings, and
-    /// dropped on every gateway when it changes): `None` when it has none, or no bucket.
-    pub async fn policy_of(&self, bucket: &str) -> ObjResult<Option<Arc<crate::policy::Policy>>> {
-        Ok(self.settings_of(bucket).await?.policy)
     }
 
     /// Cluster mode: `a` tells the other gateways of this gateway's settings changes (once;
@@ -699,6 +726,9 @@ impl ObjectService {
                     .and_then(|(_, j)| crate::lifecycle::Lifecycle::decode(j).ok())
                     .map(Arc::new),
                 policy: stored_policy(name_setting(&b, crate::policy::SETTING), bucket),
+                cors: name_setting(&b, crate::cors::SETTING)
+                    .and_then(|j| crate::cors::Cors::decode(j).ok())
+                    .map(Arc::new),
             },
             None => BucketSettings::default(),
         };
