@@ -118,6 +118,7 @@ pub struct LodeConfig {
     pub posix: PosixConfig,
     pub scrub: ScrubConfig,
     pub lifecycle: LifecycleConfig,
+    pub access: AccessConfig,
     pub cluster: ClusterConfig,
 }
 
@@ -132,6 +133,7 @@ impl Default for LodeConfig {
             posix: PosixConfig::default(),
             scrub: ScrubConfig::default(),
             lifecycle: LifecycleConfig::default(),
+            access: AccessConfig::default(),
             cluster: ClusterConfig::default(),
         }
     }
@@ -220,6 +222,17 @@ impl Default for ScrubConfig {
             start_delay_secs: 600,
         }
     }
+}
+
+/// Block Public Access for the whole account (every bucket), combined with each bucket's own
+/// PutPublicAccessBlock: a setting holds where either has it on.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AccessConfig {
+    pub block_public_acls: bool,
+    pub ignore_public_acls: bool,
+    pub block_public_policy: bool,
+    pub restrict_public_buckets: bool,
 }
 
 /// The lifecycle worker: applies buckets' lifecycle rules (expiry, abort of incomplete

@@ -320,10 +320,25 @@ impl Authz {
             .map_err(crate::error::s3_error)?
         {
             None => Decision::None,
-            Some(p) => {
-                self.judge(&p, user.as_deref(), info, op, bucket, key, action)
-                    .await
-            }
+            Some(p) => match self
+                .judge(&p, user.as_deref(), info, op, bucket, key, action)
+                .await
+            {
+                // RestrictPublicBuckets: a public policy serves the account's users only.
+                Decision::Allow
+                    if user.is_none()
+                        && p.is_public()
+                        && self
+                            .svc
+                            .public_access_block_of(bucket)
+                            .await
+                            .map_err(crate::error::s3_error)?
+                            .restrict_public_buckets =>
+                {
+                    Decision::None
+                }
+                d => d,
+            },
         };
         let ok = match decision {
             Decision::Deny => false,

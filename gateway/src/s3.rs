@@ -129,6 +129,43 @@ impl LodeS3 {
         e
     }
 
+    /// Canned ACLs and `x-amz-grant-*` headers, while ACLs are not built: the canned ACLs that
+    /// grant nothing beyond the owner's rights in a one-account store (`private`,
+    /// `bucket-owner-read`, `bucket-owner-full-control`) are accepted; a public one is `403
+    /// AccessDenied` under BlockPublicAcls and `501 NotImplemented` otherwise, as are grants and
+    /// every other canned ACL: never silently ignored.
+    async fn acl_request(&self, bucket: &str, canned: Option<&str>, grants: bool) -> S3Result<()> {
+        let public = matches!(
+            canned,
+            Some("public-read" | "public-read-write" | "authenticated-read")
+        );
+        if public
+            && self
+                .svc
+                .public_access_block_of(bucket)
+                .await
+                .s3()?
+                .block_public_acls
+        {
+            return Err(s3_error!(
+                AccessDenied,
+                "Access Denied: public ACLs are blocked by the BlockPublicAcls block public access setting"
+            ));
+        }
+        let harmless = matches!(
+            canned,
+            None | Some("private" | "bucket-owner-read" | "bucket-owner-full-control")
+        );
+        if !harmless || grants {
+            return Err(obj_s3(ObjError::NotImplemented(format!(
+                "ACLs (x-amz-acl: {}{})",
+                canned.unwrap_or("-"),
+                if grants { ", x-amz-grant-*" } else { "" }
+            ))));
+        }
+        Ok(())
+    }
+
     /// The user name behind the request's access key.
     fn user(&self, creds: Option<&s3s::auth::Credentials>) -> String {
         creds
@@ -789,6 +826,19 @@ impl S3 for LodeS3 {
                 self.region
             ));
         }
+        let i = &req.input;
+        let grants = i.grant_full_control.is_some()
+            || i.grant_read.is_some()
+            || i.grant_read_acp.is_some()
+            || i.grant_write.is_some()
+            || i.grant_write_acp.is_some();
+        self.acl_request(&i.bucket, i.acl.as_ref().map(|a| a.as_str()), grants)
+            .await?;
+        if i.object_ownership.is_some() {
+            return Err(obj_s3(ObjError::NotImplemented(
+                "x-amz-object-ownership (object ownership controls)".into(),
+            )));
+        }
         let creator = self.user(req.credentials.as_ref());
         let made = if req.input.object_lock_enabled_for_bucket == Some(true) {
             self.svc
@@ -920,6 +970,12 @@ impl S3 for LodeS3 {
         let body = req.input.body.take();
         require_length(&req.headers, req.input.content_length)?;
         let i = &req.input;
+        let grants = i.grant_full_control.is_some()
+            || i.grant_read.is_some()
+            || i.grant_read_acp.is_some()
+            || i.grant_write_acp.is_some();
+        self.acl_request(&i.bucket, i.acl.as_ref().map(|a| a.as_str()), grants)
+            .await?;
         let append_at = match i.write_offset_bytes {
             None => None,
             Some(n) => Some(u64::try_from(n).map_err(|_| {
@@ -1399,6 +1455,12 @@ impl S3 for LodeS3 {
         req: S3Request<CopyObjectInput>,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
         let i = req.input;
+        let grants = i.grant_full_control.is_some()
+            || i.grant_read.is_some()
+            || i.grant_read_acp.is_some()
+            || i.grant_write_acp.is_some();
+        self.acl_request(&i.bucket, i.acl.as_ref().map(|a| a.as_str()), grants)
+            .await?;
         let (sb, sk, src_version) = source_version(&i.copy_source, "CopyObject")?;
         let replace = i
             .metadata_directive
@@ -1609,8 +1671,20 @@ impl S3 for LodeS3 {
     ) -> S3Result<S3Response<PutBucketPolicyOutput>> {
         let i = req.input;
         self.svc.bucket(&i.bucket).await.s3()?;
-        if let Err(e) = lode_objects::policy::Policy::parse(&i.policy, &i.bucket) {
-            return Err(s3_error!(MalformedPolicy, "{}", e.0));
+        let parsed = lode_objects::policy::Policy::parse(&i.policy, &i.bucket)
+            .map_err(|e| s3_error!(MalformedPolicy, "{}", e.0))?;
+        if parsed.is_public()
+            && self
+                .svc
+                .public_access_block_of(&i.bucket)
+                .await
+                .s3()?
+                .block_public_policy
+        {
+            return Err(s3_error!(
+                AccessDenied,
+                "Access Denied: public policies are blocked by the BlockPublicPolicy block public access setting"
+            ));
         }
         self.svc
             .set_bucket_policy(&i.bucket, Some(i.policy))
@@ -1667,6 +1741,66 @@ impl S3 for LodeS3 {
                 is_public: Some(public),
             }),
         }))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn put_public_access_block(
+        &self,
+        req: S3Request<PutPublicAccessBlockInput>,
+    ) -> S3Result<S3Response<PutPublicAccessBlockOutput>> {
+        let i = req.input;
+        let c = i.public_access_block_configuration;
+        let block = lode_objects::policy::PublicAccessBlock {
+            block_public_acls: c.block_public_acls.unwrap_or(false),
+            ignore_public_acls: c.ignore_public_acls.unwrap_or(false),
+            block_public_policy: c.block_public_policy.unwrap_or(false),
+            restrict_public_buckets: c.restrict_public_buckets.unwrap_or(false),
+        };
+        self.svc
+            .set_bucket_public_access_block(&i.bucket, Some(block))
+            .await
+            .s3()?;
+        Ok(S3Response::new(PutPublicAccessBlockOutput::default()))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn get_public_access_block(
+        &self,
+        req: S3Request<GetPublicAccessBlockInput>,
+    ) -> S3Result<S3Response<GetPublicAccessBlockOutput>> {
+        let Some(b) = self
+            .svc
+            .bucket_public_access_block(&req.input.bucket)
+            .await
+            .s3()?
+        else {
+            let mut e = s3s::S3Error::with_message(
+                s3s::S3ErrorCode::Custom("NoSuchPublicAccessBlockConfiguration".into()),
+                "The public access block configuration was not found",
+            );
+            e.set_status_code(http::StatusCode::NOT_FOUND);
+            return Err(e);
+        };
+        Ok(S3Response::new(GetPublicAccessBlockOutput {
+            public_access_block_configuration: Some(PublicAccessBlockConfiguration {
+                block_public_acls: Some(b.block_public_acls),
+                ignore_public_acls: Some(b.ignore_public_acls),
+                block_public_policy: Some(b.block_public_policy),
+                restrict_public_buckets: Some(b.restrict_public_buckets),
+            }),
+        }))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn delete_public_access_block(
+        &self,
+        req: S3Request<DeletePublicAccessBlockInput>,
+    ) -> S3Result<S3Response<DeletePublicAccessBlockOutput>> {
+        self.svc
+            .set_bucket_public_access_block(&req.input.bucket, None)
+            .await
+            .s3()?;
+        Ok(S3Response::new(DeletePublicAccessBlockOutput::default()))
     }
 
     #[instrument(skip_all, fields(bucket = %req.input.bucket))]
@@ -2136,6 +2270,12 @@ impl S3 for LodeS3 {
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
         let owner = owner_of(req.credentials.as_ref());
         let i = req.input;
+        let grants = i.grant_full_control.is_some()
+            || i.grant_read.is_some()
+            || i.grant_read_acp.is_some()
+            || i.grant_write_acp.is_some();
+        self.acl_request(&i.bucket, i.acl.as_ref().map(|a| a.as_str()), grants)
+            .await?;
         if let Some(a) = &i.checksum_algorithm
             && Algo::parse(a.as_str()).is_none()
         {

@@ -530,6 +530,12 @@ pub async fn serve(
         failpoints,
         lifecycle_day_ms: i64::try_from(cfg.lifecycle.day_secs.saturating_mul(1000))
             .unwrap_or(i64::MAX),
+        public_access_block: lode_objects::policy::PublicAccessBlock {
+            block_public_acls: cfg.access.block_public_acls,
+            ignore_public_acls: cfg.access.ignore_public_acls,
+            block_public_policy: cfg.access.block_public_policy,
+            restrict_public_buckets: cfg.access.restrict_public_buckets,
+        },
     };
     let given = (!cfg.auth.access_key.is_empty()).then(|| Credentials {
         access_key: cfg.auth.access_key.clone(),

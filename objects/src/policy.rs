@@ -25,6 +25,45 @@ pub const MAX_POLICY_BYTES: usize = 20 * 1024;
 /// The bucket setting a policy is stored under (its JSON text, as sent).
 pub const SETTING: &str = "policy";
 
+/// Block Public Access: the four settings of S3's `PublicAccessBlockConfiguration`, per
+/// bucket (a bucket setting) and for the whole account (`[access]` in lode.toml); what holds
+/// for a bucket is the two combined ([`PublicAccessBlock::or`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PublicAccessBlock {
+    /// Public ACLs on new objects and buckets are refused (`403 AccessDenied`).
+    pub block_public_acls: bool,
+    /// Public ACL grants are ignored.
+    pub ignore_public_acls: bool,
+    /// A public policy is refused (`403 AccessDenied`).
+    pub block_public_policy: bool,
+    /// A bucket with a public policy serves only the account's users: the policy's grants to
+    /// anonymous callers are ignored.
+    pub restrict_public_buckets: bool,
+}
+
+/// The bucket setting a bucket's own Block Public Access is stored under.
+pub const BLOCK_SETTING: &str = "public-access-block";
+
+impl PublicAccessBlock {
+    /// Each setting on where either side has it on.
+    pub fn or(self, o: PublicAccessBlock) -> PublicAccessBlock {
+        PublicAccessBlock {
+            block_public_acls: self.block_public_acls || o.block_public_acls,
+            ignore_public_acls: self.ignore_public_acls || o.ignore_public_acls,
+            block_public_policy: self.block_public_policy || o.block_public_policy,
+            restrict_public_buckets: self.restrict_public_buckets || o.restrict_public_buckets,
+        }
+    }
+
+    pub fn encode(&self) -> String {
+        serde_json::to_string(self).expect("public access block serializes")
+    }
+
+    pub fn decode(json: &str) -> Option<PublicAccessBlock> {
+        serde_json::from_str(json).ok()
+    }
+}
+
 /// Why a policy was refused (the message of `400 MalformedPolicy`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]

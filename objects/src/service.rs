@@ -48,6 +48,8 @@ pub struct ServiceConfig {
     /// The length of a lifecycle "day" (24 h; shorter in tests), for the expiry dates the
     /// responses announce (`x-amz-expiration`, `x-amz-abort-date`).
     pub lifecycle_day_ms: i64,
+    /// Block Public Access for the whole account, on top of each bucket's own.
+    pub public_access_block: crate::policy::PublicAccessBlock,
 }
 
 impl Default for ServiceConfig {
@@ -60,6 +62,7 @@ impl Default for ServiceConfig {
             body_idle_timeout: std::time::Duration::from_secs(60),
             failpoints: Default::default(),
             lifecycle_day_ms: 86_400_000,
+            public_access_block: Default::default(),
         }
     }
 }
@@ -101,6 +104,8 @@ pub(crate) struct BucketSettings {
     pub policy: Option<Arc<crate::policy::Policy>>,
     /// CORS rules (`None`: none).
     pub cors: Option<Arc<crate::cors::Cors>>,
+    /// The bucket's own Block Public Access (`None`: none).
+    pub block: Option<crate::policy::PublicAccessBlock>,
 }
 
 impl SettingsCache {
@@ -656,6 +661,40 @@ impl ObjectService {
         Ok(self.settings_of(bucket).await?.cors)
     }
 
+    /// The bucket's own Block Public Access (GetPublicAccessBlock): `None` when it has none.
+    pub async fn bucket_public_access_block(
+        &self,
+        name: &str,
+    ) -> ObjResult<Option<crate::policy::PublicAccessBlock>> {
+        let b = self.bucket(name).await?;
+        Ok(name_setting(&b, crate::policy::BLOCK_SETTING)
+            .and_then(crate::policy::PublicAccessBlock::decode))
+    }
+
+    /// Replaces the bucket's own Block Public Access (`None`: removes it); every gateway
+    /// follows it before this returns.
+    pub async fn set_bucket_public_access_block(
+        &self,
+        name: &str,
+        block: Option<crate::policy::PublicAccessBlock>,
+    ) -> ObjResult<()> {
+        self.set_setting(
+            name,
+            crate::policy::BLOCK_SETTING,
+            block.map(|b| b.encode()),
+        )
+        .await
+    }
+
+    /// What holds for the bucket: its own Block Public Access combined with the account's.
+    pub async fn public_access_block_of(
+        &self,
+        bucket: &str,
+    ) -> ObjResult<crate::policy::PublicAccessBlock> {
+        let own = self.settings_of(bucket).await?.block.unwrap_or_default();
+        Ok(own.or(self.cfg.public_access_block))
+    }
+
     /// Sets (or, with `None`, removes) one bucket setting, in one commit of the bucket's
     /// record, and makes every gateway follow it before returning.
     async fn set_setting(
@@ -729,6 +768,8 @@ impl ObjectService {
                 cors: name_setting(&b, crate::cors::SETTING)
                     .and_then(|j| crate::cors::Cors::decode(j).ok())
                     .map(Arc::new),
+                block: name_setting(&b, crate::policy::BLOCK_SETTING)
+                    .and_then(crate::policy::PublicAccessBlock::decode),
             },
             None => BucketSettings::default(),
         };
