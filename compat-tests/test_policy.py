@@ -416,3 +416,37 @@ def test_an_account_wide_block_in_lode_toml_holds_for_every_bucket(tmp_path):
         assert status_code(e) == (403, "AccessDenied")
     finally:
         srv.remove()
+
+
+def test_lode_admin_shows_a_buckets_effective_access(lode_server, people, owned):
+    alice_name, alice = people["alice"]
+    bob_name, _ = people["bob"]
+    b = owned
+    show = lambda: json.loads(admin(lode_server, "access", b).stdout)  # noqa: E731
+    got = show()
+    assert (got["owner"], got["grants"], got["policy"], got["policy_is_public"], got["anonymous_access"], got["cors"]) == (
+        alice_name, [], None, False, False, None)
+    admin(lode_server, "grant", b, bob_name, "read")
+    public = {"Version": "2012-10-17", "Statement": [allow("*", "s3:GetObject", f"arn:aws:s3:::{b}/*")]}
+    alice.put_bucket_policy(Bucket=b, Policy=json.dumps(public))
+    alice.put_bucket_cors(Bucket=b, CORSConfiguration={"CORSRules": [{"AllowedMethods": ["GET"], "AllowedOrigins": ["*"]}]})
+    try:
+        got = show()
+        assert got["grants"] == [{"user": bob_name, "perm": "read"}]
+        assert got["policy"] == public and got["policy_is_public"] is True and got["anonymous_access"] is True
+        assert got["cors"]["rules"][0]["allowed_origins"] == ["*"]
+        alice.put_public_access_block(Bucket=b, PublicAccessBlockConfiguration={"RestrictPublicBuckets": True})
+        got = show()
+        assert got["public_access_block"]["restrict_public_buckets"] is True
+        assert got["effective_public_access_block"]["restrict_public_buckets"] is True
+        assert got["anonymous_access"] is False
+    finally:
+        admin(lode_server, "revoke", b, bob_name)
+        alice.delete_public_access_block(Bucket=b)
+        alice.delete_bucket_cors(Bucket=b)
+    # Only with root's key, and never a secret in it.
+    r = requests.get(f"{lode_server.admin}/api/access?bucket={b}")
+    assert r.status_code == 401
+    assert "secret" not in admin(lode_server, "access", b).stdout.decode().lower()
+    p = admin(lode_server, "access", b + "-none", check=False)
+    assert p.returncode != 0

@@ -320,6 +320,65 @@ async fn user_api(
     }
 }
 
+/// A bucket's effective access (`lode admin access BUCKET`): owner, grants, policy (and whether
+/// it is public), Block Public Access (the bucket's own and what holds with the account's),
+/// whether anonymous callers can reach anything, and the CORS rules.
+async fn access_api(
+    req: &http::Request<hyper::body::Incoming>,
+    svc: &ObjectService,
+    users: &crate::users::Users,
+    root_secret: &str,
+) -> (http::StatusCode, String) {
+    use http::StatusCode as S;
+    if !authorized(req, root_secret) {
+        return (
+            S::UNAUTHORIZED,
+            r#"{"error":"send the root secret key as a bearer token"}"#.to_owned(),
+        );
+    }
+    let bucket = query(req).get("bucket").cloned().unwrap_or_default();
+    let err = |s: S, e: &dyn std::fmt::Display| {
+        (s, serde_json::json!({"error": e.to_string()}).to_string())
+    };
+    let rec = match svc.bucket(&bucket).await {
+        Ok(r) => r,
+        Err(e @ lode_objects::ObjError::NoSuchBucket) => return err(S::NOT_FOUND, &e),
+        Err(e) => return err(S::INTERNAL_SERVER_ERROR, &e),
+    };
+    let policy_text = match svc.bucket_policy(&bucket).await {
+        Ok(p) => p,
+        Err(e) => return err(S::INTERNAL_SERVER_ERROR, &e),
+    };
+    let policy = policy_text
+        .as_deref()
+        .and_then(|t| lode_objects::policy::Policy::parse(t, &bucket).ok());
+    let policy_public = policy.as_ref().is_some_and(|p| p.is_public());
+    let own_block = svc.bucket_public_access_block(&bucket).await.ok().flatten();
+    let block = match svc.public_access_block_of(&bucket).await {
+        Ok(b) => b,
+        Err(e) => return err(S::INTERNAL_SERVER_ERROR, &e),
+    };
+    let cors = svc.bucket_cors(&bucket).await.ok().flatten();
+    let owner = if users.is_owner(crate::users::ROOT, &rec.owner) {
+        crate::users::ROOT.to_owned()
+    } else {
+        rec.owner.clone()
+    };
+    let v = serde_json::json!({
+        "bucket": bucket,
+        "owner": owner,
+        "grants": users.grants_on(&bucket).into_iter()
+            .map(|(u, p)| serde_json::json!({"user": u, "perm": p})).collect::<Vec<_>>(),
+        "policy": policy_text.as_deref().and_then(|t| serde_json::from_str::<serde_json::Value>(t).ok()),
+        "policy_is_public": policy_public,
+        "public_access_block": own_block,
+        "effective_public_access_block": block,
+        "anonymous_access": policy_public && !block.restrict_public_buckets,
+        "cors": cors,
+    });
+    (S::OK, v.to_string())
+}
+
 /// What the admin endpoint reads and manages.
 pub struct Admin {
     pub svc: Arc<ObjectService>,
@@ -368,6 +427,10 @@ pub async fn serve(listener: TcpListener, admin: Admin) {
                     let (status, ctype, body) = match (req.method(), path.as_str()) {
                         (_, "/api/users" | "/api/grants") => {
                             let (s, b) = user_api(&req, users, root_secret).await;
+                            (s, "application/json", b)
+                        }
+                        (&http::Method::GET, "/api/access") => {
+                            let (s, b) = access_api(&req, svc, users, root_secret).await;
                             (s, "application/json", b)
                         }
                         (&http::Method::GET, "/healthz") => {

@@ -133,6 +133,9 @@ enum AdminCmd {
     },
     /// Take USER's grant on BUCKET away.
     Revoke { bucket: String, user: String },
+    /// BUCKET's effective access: owner, grants, policy (public or not), Block Public Access,
+    /// whether anonymous callers reach anything, CORS rules.
+    Access { bucket: String },
 }
 
 #[derive(Subcommand)]
@@ -284,6 +287,7 @@ async fn admin_call(a: &AdminArgs) -> anyhow::Result<()> {
             "DELETE",
             format!("/api/grants?bucket={}&user={}", e(bucket), e(user)),
         ),
+        AdminCmd::Access { bucket } => ("GET", format!("/api/access?bucket={}", e(bucket))),
     };
     let v = http_json(
         method,

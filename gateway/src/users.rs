@@ -405,6 +405,21 @@ impl Users {
             .is_some_and(|have| *have >= want)
     }
 
+    /// The grants on `bucket`, by user name (sorted).
+    pub fn grants_on(&self, bucket: &str) -> Vec<(String, Perm)> {
+        let mut out: Vec<(String, Perm)> = self
+            .snap
+            .read()
+            .expect("users")
+            .grants
+            .iter()
+            .filter(|((b, _), _)| b == bucket)
+            .map(|((_, u), p)| (u.clone(), *p))
+            .collect();
+        out.sort();
+        out
+    }
+
     /// Whether `owner` (as stored in a bucket record) is `user`. Buckets made before users
     /// existed record the root access key.
     pub fn is_owner(&self, user: &str, owner: &str) -> bool {
