@@ -7,6 +7,8 @@ their requests over both gateways, so every change made through one is enforced 
 on the next request."""
 
 import json
+import os
+import subprocess
 import uuid
 
 import boto3
@@ -450,3 +452,62 @@ def test_lode_admin_shows_a_buckets_effective_access(lode_server, people, owned)
     assert "secret" not in admin(lode_server, "access", b).stdout.decode().lower()
     p = admin(lode_server, "access", b + "-none", check=False)
     assert p.returncode != 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/fuse"), reason="FUSE mounts need root and /dev/fuse here")
+def test_an_explicit_deny_holds_on_the_mount(tmp_path_factory):
+    """The mount acts as its configured Lode user (posix.user, LODE_POSIX_USER): a Deny of the
+    bucket's policy for that user refuses reads, writes, removals, renames and listings there
+    with EACCES; what the policy does not deny works as before."""
+    from conftest import Lode, cluster_gateways
+    d = tmp_path_factory.mktemp("policy-mount")
+    mnt = str(d / "mnt")
+    env = {"LODE_POSIX_USER": "carol"}
+    if CLUSTER_MODE:
+        gws = cluster_gateways(tmp_path_factory, n=1, first_args=["--mount", mnt], extra_env=env)
+    else:
+        gws = [Lode(str(d / "data"), extra_args=["--mount", mnt], extra_env=env, device_size="256MiB")]
+        gws[0].start()
+    srv = gws[0]
+    try:
+        root = make_client(srv.endpoint)
+        b = "mnt-" + uuid.uuid4().hex[:10]
+        root.create_bucket(Bucket=b)
+        root.put_object(Bucket=b, Key="locked/a.txt", Body=b"a")
+        root.put_object(Bucket=b, Key="open/b.txt", Body=b"b")
+        carol = {"AWS": ARN + "carol"}
+        root.put_bucket_policy(Bucket=b, Policy=policy(
+            b,
+            deny(carol, ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"], f"arn:aws:s3:::{b}/locked/*"),
+            deny(carol, "s3:ListBucket", f"arn:aws:s3:::{b}", Condition={"StringLike": {"s3:prefix": "locked/*"}}),
+        ))
+        base = os.path.join(mnt, b)
+        with open(os.path.join(base, "open", "b.txt")) as f:
+            assert f.read() == "b"
+        assert sorted(os.listdir(base)) == ["locked", "open"]
+        for attempt in (
+            lambda: open(os.path.join(base, "locked", "a.txt")).read(),
+            lambda: open(os.path.join(base, "locked", "new.txt"), "w").close(),
+            lambda: os.unlink(os.path.join(base, "locked", "a.txt")),
+            lambda: os.rename(os.path.join(base, "open", "b.txt"), os.path.join(base, "locked", "b.txt")),
+            lambda: os.listdir(os.path.join(base, "locked")),
+            lambda: os.mkdir(os.path.join(base, "locked", "sub")),
+        ):
+            with pytest.raises(PermissionError):
+                attempt()
+        # Nothing changed behind the refusals; the rest of the bucket works.
+        with open(os.path.join(base, "open", "c.txt"), "w") as f:
+            f.write("c")
+        keys = sorted(o["Key"] for o in root.list_objects_v2(Bucket=b)["Contents"])
+        assert keys == ["locked/a.txt", "open/b.txt", "open/c.txt"]
+        root.delete_bucket_policy(Bucket=b)
+        with open(os.path.join(base, "locked", "a.txt")) as f:
+            assert f.read() == "a"
+        assert os.listdir(os.path.join(base, "locked")) == ["a.txt"]
+        for k in keys:
+            root.delete_object(Bucket=b, Key=k)
+        root.delete_bucket(Bucket=b)
+    finally:
+        for g in gws:
+            g.remove()
+        subprocess.run(["umount", "-l", mnt], capture_output=True)

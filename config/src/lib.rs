@@ -285,6 +285,10 @@ pub struct PosixConfig {
     pub dir_mode: u32,
     /// Where files open for writing are staged until close/fsync; relative to data_dir.
     pub staging_dir: PathBuf,
+    /// The Lode user the mount acts as for bucket policies: an explicit Deny for this user
+    /// refuses the operation on the mount (EACCES). `root` (the default) is bound by no
+    /// policy, as through S3.
+    pub user: String,
 }
 
 impl Default for PosixConfig {
@@ -300,6 +304,7 @@ impl Default for PosixConfig {
             file_mode: 0o644,
             dir_mode: 0o755,
             staging_dir: PathBuf::from("staging"),
+            user: "root".to_owned(),
         }
     }
 }
@@ -662,6 +667,12 @@ impl LodeConfig {
         }
         if px.staging_dir.as_os_str().is_empty() {
             return Err(invalid("posix.staging_dir", "must not be empty"));
+        }
+        if px.user.is_empty() {
+            return Err(invalid(
+                "posix.user",
+                "must name a Lode user (root by default)",
+            ));
         }
         if self.metadata.block_cache.0 < ByteSize::MIB {
             return Err(invalid("metadata.block_cache", "must be at least 1MiB"));

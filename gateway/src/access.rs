@@ -269,6 +269,38 @@ fn context(
     c
 }
 
+/// The bucket policy's decision for the mount acting as Lode user `user` (the POSIX door):
+/// no headers and no address, `s3:prefix` for a listing.
+pub fn mount_decision(
+    p: &Policy,
+    user: &str,
+    bucket: &str,
+    key: Option<&str>,
+    action: &str,
+    prefix: Option<&str>,
+) -> Decision {
+    let uri: Uri = prefix
+        .and_then(|pf| format!("/?prefix={}", urlencoding::encode(pf)).parse().ok())
+        .unwrap_or_default();
+    let headers = HeaderMap::new();
+    let info = ReqInfo {
+        headers: &headers,
+        uri: &uri,
+        peer: None,
+    };
+    let cx = context(p, &info, "Mount", Some(user), None);
+    let resource = match key {
+        Some(k) => format!("arn:aws:s3:::{bucket}/{k}"),
+        None => format!("arn:aws:s3:::{bucket}"),
+    };
+    p.evaluate(&Request {
+        principal: Principal::User(user),
+        action,
+        resource: &resource,
+        context: &cx,
+    })
+}
+
 /// The tags of an `x-amz-tagging` header (none if absent or malformed: the operation refuses
 /// a malformed one itself).
 fn tags_of(header: Option<&str>) -> Vec<(String, String)> {

@@ -84,6 +84,9 @@ struct ServeArgs {
     /// Mount the namespace here through FUSE (the POSIX door).
     #[arg(long, env = "LODE_MOUNT")]
     mount: Option<PathBuf>,
+    /// The Lode user the mount acts as for bucket policies (posix.user; default root).
+    #[arg(long, env = "LODE_POSIX_USER")]
+    posix_user: Option<String>,
     /// PEM certificate chain: serve S3 over TLS (with --tls-key).
     #[arg(long, env = "LODE_TLS_CERT")]
     tls_cert: Option<PathBuf>,
@@ -338,6 +341,9 @@ fn load(args: &ServeArgs) -> anyhow::Result<LodeConfig> {
     }
     if let Some(v) = &args.mount {
         cfg.posix.mount = v.clone();
+    }
+    if let Some(v) = &args.posix_user {
+        cfg.posix.user = v.clone();
     }
     if let Some(v) = &args.tls_cert {
         cfg.server.tls_cert = v.clone();

@@ -39,6 +39,8 @@ pub struct FsConfig {
     /// Read-only opens keep the page cache (one node: every change invalidates it). Off in
     /// cluster mode, where a change notify may be lost: every open reads anew.
     pub keep_cache: bool,
+    /// The Lode user the mount acts as for bucket policies (`posix.user`).
+    pub user: String,
 }
 
 struct Handle {
@@ -166,6 +168,30 @@ impl LodeFs {
     }
 
     /// The bucket an inode lives in, for ops that have not computed its path anyway.
+    /// An explicit Deny of the bucket's policy for the mount's user (`posix.user`) on
+    /// `action` (`key`: the object; `prefix`: a listing's): EACCES. Root is bound by no policy.
+    fn policy_check(
+        &self,
+        bucket: &str,
+        key: Option<&str>,
+        action: &str,
+        prefix: Option<&str>,
+    ) -> Result<(), i32> {
+        if self.cfg.user == crate::users::ROOT {
+            return Ok(());
+        }
+        let Ok(Some(p)) = self.rt.block_on(self.svc.policy_of(bucket)) else {
+            return Ok(());
+        };
+        match crate::access::mount_decision(&p, &self.cfg.user, bucket, key, action, prefix) {
+            lode_objects::policy::Decision::Deny => {
+                tracing::debug!(bucket, key, action, "mount: denied by the bucket policy");
+                Err(libc::EACCES)
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn bucket_of(&self, ino: u64) -> Option<String> {
         self.inodes.path(ino).map(|p| p.bucket)
     }
@@ -510,6 +536,7 @@ impl LodeFs {
         if marker.len() > lode_objects::MAX_KEY_LEN {
             return Err(libc::ENAMETOOLONG);
         }
+        self.policy_check(&p.bucket, Some(&marker), "s3:PutObject", None)?;
         if self.resolve(parent, name).is_ok() {
             return Err(libc::EEXIST);
         }
@@ -554,6 +581,7 @@ impl LodeFs {
             return Ok(());
         }
         let key = names::child_key(&p.dir_prefix(), name.as_bytes())?;
+        self.policy_check(&p.bucket, Some(&format!("{key}/")), "s3:DeleteObject", None)?;
         if let Some((ino, _)) = self.inodes.find(parent, name)
             && !self.inodes.pending_children(ino).is_empty()
         {
@@ -582,6 +610,7 @@ impl LodeFs {
             return Err(libc::EISDIR);
         }
         let key = names::child_key(&p.dir_prefix(), name.as_bytes())?;
+        self.policy_check(&p.bucket, Some(&key), "s3:DeleteObject", None)?;
         let open = self
             .inodes
             .find(parent, name)
@@ -634,6 +663,8 @@ impl LodeFs {
         let bucket = sp.bucket.clone();
         let src = names::child_key(&sp.dir_prefix(), name.as_bytes())?;
         let dst = names::child_key(&dp.dir_prefix(), newname.as_bytes())?;
+        self.policy_check(&bucket, Some(&src), "s3:DeleteObject", None)?;
+        self.policy_check(&bucket, Some(&dst), "s3:PutObject", None)?;
         let (_, found) = self.resolve(parent, name)?;
         let dst_dir = self.dir_at(&bucket, &format!("{dst}/"))?.is_some();
         let dst_file = self
@@ -709,6 +740,9 @@ impl LodeFs {
     ) -> Result<FileAttr, i32> {
         let _ = atime;
         let p = self.path(ino)?;
+        if p.kind == Kind::File {
+            self.policy_check(&p.bucket, Some(&p.key), "s3:PutObject", None)?;
+        }
         let change = Attrs {
             perm: mode.map(|m| (m & 0o7777) as u16),
             uid,
@@ -815,6 +849,7 @@ impl LodeFs {
             _ => {}
         }
         let key = names::child_key(&p.dir_prefix(), name.as_bytes())?;
+        self.policy_check(&p.bucket, Some(&key), "s3:PutObject", None)?;
         if self.dir_at(&p.bucket, &format!("{key}/"))?.is_some() {
             return Err(libc::EISDIR);
         }
@@ -1192,10 +1227,21 @@ impl Filesystem for LodeFs {
             None => return reply.error(Errno::ENOENT),
         }
         let t0 = Instant::now();
+        let ro = flags.acc_mode() == OpenAccMode::O_RDONLY;
+        let checked = self.path(ino.0).and_then(|p| {
+            let action = if ro { "s3:GetObject" } else { "s3:PutObject" };
+            self.policy_check(&p.bucket, Some(&p.key), action, None)?;
+            if flags.acc_mode() == OpenAccMode::O_RDWR {
+                self.policy_check(&p.bucket, Some(&p.key), "s3:GetObject", None)?;
+            }
+            Ok(())
+        });
+        if let Err(e) = checked {
+            return reply.error(err(e));
+        }
         let of = self.file_state(ino.0);
         let fh = self.open_handle(ino.0, of);
         self.rec(Class::Meta, self.bucket_of(ino.0).as_deref(), 0, t0);
-        let ro = flags.acc_mode() == OpenAccMode::O_RDONLY;
         let keep = if self.cfg.keep_cache {
             FopenFlags::FOPEN_KEEP_CACHE
         } else {
@@ -1404,6 +1450,12 @@ impl Filesystem for LodeFs {
         };
         if p.kind == Kind::File {
             return reply.error(Errno::ENOTDIR);
+        }
+        if p.kind != Kind::Root
+            && let Err(e) =
+                self.policy_check(&p.bucket, None, "s3:ListBucket", Some(&p.dir_prefix()))
+        {
+            return reply.error(err(e));
         }
         let fh = self.new_fh();
         let entries = vec![

@@ -183,6 +183,7 @@ pub fn mount(
         allow_bucket_create: cfg.allow_bucket_create,
         staging_dir: staging,
         keep_cache: changes.is_none(),
+        user: cfg.user.clone(),
     };
     let lfs = fs::LodeFs::new(
         Arc::clone(&svc),
