@@ -256,6 +256,14 @@ fn authorized(req: &http::Request<hyper::body::Incoming>, secret: &str) -> bool 
             == 0
 }
 
+/// The answer to an admin API call without root's secret key.
+fn unauthorized() -> (http::StatusCode, String) {
+    (
+        http::StatusCode::UNAUTHORIZED,
+        r#"{"error":"send the root secret key as a bearer token"}"#.to_owned(),
+    )
+}
+
 /// The user and grant API (`lode admin` talks to it): root's secret key as a bearer token.
 async fn user_api(
     req: &http::Request<hyper::body::Incoming>,
@@ -265,10 +273,7 @@ async fn user_api(
     use crate::users::{Perm, UserError};
     use http::StatusCode as S;
     if !authorized(req, root_secret) {
-        return (
-            S::UNAUTHORIZED,
-            r#"{"error":"send the root secret key as a bearer token"}"#.to_owned(),
-        );
+        return unauthorized();
     }
     let q = query(req);
     let arg = |k: &str| q.get(k).cloned().unwrap_or_default();
@@ -331,10 +336,7 @@ async fn access_api(
 ) -> (http::StatusCode, String) {
     use http::StatusCode as S;
     if !authorized(req, root_secret) {
-        return (
-            S::UNAUTHORIZED,
-            r#"{"error":"send the root secret key as a bearer token"}"#.to_owned(),
-        );
+        return unauthorized();
     }
     let bucket = query(req).get("bucket").cloned().unwrap_or_default();
     let err = |s: S, e: &dyn std::fmt::Display| {

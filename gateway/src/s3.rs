@@ -16,6 +16,11 @@ use lode_objects::checksum::{Algo, ChecksumSet};
 use lode_objects::tags::TagSet;
 use lode_objects::{Integrity, ObjectService, WriteCond};
 
+/// Whether any of the `x-amz-grant-*` headers is set.
+fn any_set(grants: &[&Option<String>]) -> bool {
+    grants.iter().any(|g| g.is_some())
+}
+
 /// The region where S3 answers a CreateBucket of a bucket the caller already owns with `200 OK`.
 const LEGACY_REGION: &str = "us-east-1";
 
@@ -827,11 +832,13 @@ impl S3 for LodeS3 {
             ));
         }
         let i = &req.input;
-        let grants = i.grant_full_control.is_some()
-            || i.grant_read.is_some()
-            || i.grant_read_acp.is_some()
-            || i.grant_write.is_some()
-            || i.grant_write_acp.is_some();
+        let grants = any_set(&[
+            &i.grant_full_control,
+            &i.grant_read,
+            &i.grant_read_acp,
+            &i.grant_write,
+            &i.grant_write_acp,
+        ]);
         self.acl_request(&i.bucket, i.acl.as_ref().map(|a| a.as_str()), grants)
             .await?;
         if i.object_ownership.is_some() {
@@ -970,10 +977,12 @@ impl S3 for LodeS3 {
         let body = req.input.body.take();
         require_length(&req.headers, req.input.content_length)?;
         let i = &req.input;
-        let grants = i.grant_full_control.is_some()
-            || i.grant_read.is_some()
-            || i.grant_read_acp.is_some()
-            || i.grant_write_acp.is_some();
+        let grants = any_set(&[
+            &i.grant_full_control,
+            &i.grant_read,
+            &i.grant_read_acp,
+            &i.grant_write_acp,
+        ]);
         self.acl_request(&i.bucket, i.acl.as_ref().map(|a| a.as_str()), grants)
             .await?;
         let append_at = match i.write_offset_bytes {
@@ -1455,10 +1464,12 @@ impl S3 for LodeS3 {
         req: S3Request<CopyObjectInput>,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
         let i = req.input;
-        let grants = i.grant_full_control.is_some()
-            || i.grant_read.is_some()
-            || i.grant_read_acp.is_some()
-            || i.grant_write_acp.is_some();
+        let grants = any_set(&[
+            &i.grant_full_control,
+            &i.grant_read,
+            &i.grant_read_acp,
+            &i.grant_write_acp,
+        ]);
         self.acl_request(&i.bucket, i.acl.as_ref().map(|a| a.as_str()), grants)
             .await?;
         let (sb, sk, src_version) = source_version(&i.copy_source, "CopyObject")?;
@@ -2270,10 +2281,12 @@ impl S3 for LodeS3 {
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
         let owner = owner_of(req.credentials.as_ref());
         let i = req.input;
-        let grants = i.grant_full_control.is_some()
-            || i.grant_read.is_some()
-            || i.grant_read_acp.is_some()
-            || i.grant_write_acp.is_some();
+        let grants = any_set(&[
+            &i.grant_full_control,
+            &i.grant_read,
+            &i.grant_read_acp,
+            &i.grant_write_acp,
+        ]);
         self.acl_request(&i.bucket, i.acl.as_ref().map(|a| a.as_str()), grants)
             .await?;
         if let Some(a) = &i.checksum_algorithm
