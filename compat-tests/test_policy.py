@@ -511,3 +511,29 @@ def test_an_explicit_deny_holds_on_the_mount(tmp_path_factory):
         for g in gws:
             g.remove()
         subprocess.run(["umount", "-l", mnt], capture_output=True)
+
+
+def test_a_bucket_made_through_one_gateway_is_never_open_on_another(lode_servers, people):
+    """The other gateway may have just seen the name as absent: its next request must still find
+    the new bucket's owner, never judge it as absent (and so open to everyone)."""
+    def pinned(who, gw):
+        creds = people[who + "_creds"]
+        return boto3.client("s3", endpoint_url=gw.endpoint, aws_access_key_id=creds["access_key"],
+                            aws_secret_access_key=creds["secret_key"], region_name=REGION,
+                            config=Config(retries={"max_attempts": 1}))
+
+    # alice creates through the first gateway, bob tries through the last (in cluster mode,
+    # the other one).
+    alice = pinned("alice", lode_servers[0])
+    bob_there = pinned("bob", lode_servers[-1])
+    for _ in range(5):
+        name = "race-" + uuid.uuid4().hex[:10]
+        with pytest.raises(ClientError) as e:
+            bob_there.put_object(Bucket=name, Key="k", Body=b"x")
+        assert status_code(e) == (404, "NoSuchBucket")
+        alice.create_bucket(Bucket=name)
+        try:
+            refused(bob_there.put_object, Bucket=name, Key="k", Body=b"x")
+            refused(bob_there.list_objects_v2, Bucket=name)
+        finally:
+            alice.delete_bucket(Bucket=name)

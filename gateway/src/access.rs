@@ -334,9 +334,9 @@ impl Authz {
         if user.is_none() && !anonymous_may(op) {
             return Err(denied());
         }
-        let owner = match self.svc.bucket(bucket).await {
-            Ok(r) => r.owner,
-            Err(crate::error::ObjError::NoSuchBucket) => return Ok(()),
+        let owner = match self.svc.bucket_owner(bucket).await {
+            Ok(Some(owner)) => owner,
+            Ok(None) => return Ok(()),
             Err(e) => return Err(crate::error::s3_error(e)),
         };
         let is_owner = user

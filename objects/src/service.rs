@@ -106,6 +106,8 @@ pub(crate) struct BucketSettings {
     pub cors: Option<Arc<crate::cors::Cors>>,
     /// The bucket's own Block Public Access (`None`: none).
     pub block: Option<crate::policy::PublicAccessBlock>,
+    /// The bucket's owner (`None`: no such bucket).
+    pub owner: Option<String>,
 }
 
 impl SettingsCache {
@@ -628,6 +630,18 @@ impl ObjectService {
         self.set_setting(name, crate::policy::SETTING, text).await
     }
 
+    /// The bucket's owner for authorization: `None` when there is no such bucket. A known
+    /// owner comes from the settings cache (an owner never changes, and a deletion drops the
+    /// cache on every gateway); an absence is read anew, since a bucket created through another
+    /// gateway is not announced and must never be judged as absent (and so open) meanwhile.
+    pub async fn bucket_owner(&self, bucket: &str) -> ObjResult<Option<String>> {
+        if let Some(owner) = self.settings_of(bucket).await?.owner {
+            return Ok(Some(owner));
+        }
+        self.versioning.forget(bucket);
+        Ok(self.settings_of(bucket).await?.owner)
+    }
+
     /// The bucket's policy for authorization (cached with the bucket's other settings, and
     /// dropped on every gateway when it changes): `None` when it has none, or no bucket.
     pub async fn policy_of(&self, bucket: &str) -> ObjResult<Option<Arc<crate::policy::Policy>>> {
@@ -770,6 +784,7 @@ impl ObjectService {
                     .map(Arc::new),
                 block: name_setting(&b, crate::policy::BLOCK_SETTING)
                     .and_then(crate::policy::PublicAccessBlock::decode),
+                owner: Some(b.owner.clone()),
             },
             None => BucketSettings::default(),
         };
@@ -1964,6 +1979,34 @@ mod tests {
     use lode_datapath::{Datapath, LocalBlobStore, MemChunkStore};
 
     use super::*;
+
+    #[tokio::test]
+    async fn a_bucket_made_elsewhere_is_never_judged_absent_from_a_cached_absence() {
+        // Two gateways over one catalog, with no announcement between them: the first caches
+        // the name as absent, the second creates the bucket; the first must see its owner at
+        // once (an absent bucket passes authorization, so a stale absence would open it).
+        let catalog: Arc<dyn Catalog> = Arc::new(lode_catalog::mem_catalog());
+        let gateway = || {
+            let dp = Arc::new(Datapath::new(
+                Arc::new(MemChunkStore::new(&[64 << 20])),
+                true,
+            ));
+            ObjectService::open(
+                Arc::clone(&catalog),
+                Arc::new(LocalBlobStore::new(dp)),
+                ServiceConfig::default(),
+            )
+            .unwrap()
+        };
+        let (a, b) = (gateway(), gateway());
+        assert_eq!(a.bucket_owner("fresh").await.unwrap(), None);
+        assert!(a.policy_of("fresh").await.unwrap().is_none());
+        b.create_bucket("fresh", "alice").await.unwrap();
+        assert_eq!(
+            a.bucket_owner("fresh").await.unwrap().as_deref(),
+            Some("alice")
+        );
+    }
 
     #[test]
     fn a_large_bodys_hashing_thread_runs_at_lower_priority_and_only_that_thread() {
