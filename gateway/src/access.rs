@@ -128,6 +128,8 @@ pub fn action_of(op: &str, versioned: bool) -> String {
         ("DeleteBucketCors", _) => "PutBucketCORS",
         ("GetBucketCors", _) => "GetBucketCORS",
         ("PutBucketCors", _) => "PutBucketCORS",
+        ("PutPublicAccessBlock" | "DeletePublicAccessBlock", _) => "PutBucketPublicAccessBlock",
+        ("GetPublicAccessBlock", _) => "GetBucketPublicAccessBlock",
         ("GetBucketEncryption", _) => "GetEncryptionConfiguration",
         ("PutBucketEncryption" | "DeleteBucketEncryption", _) => "PutEncryptionConfiguration",
         (op, _) => return format!("s3:{op}"),
@@ -517,6 +519,76 @@ impl s3s::auth::S3Auth for KeyStore {
                 InvalidAccessKeyId,
                 "The AWS Access Key Id you provided does not exist in our records."
             )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every operation the S3 door serves is judged as an action a policy can name (else a
+    /// Deny written with AWS's action name would never meet it).
+    #[test]
+    fn every_served_operation_is_judged_as_a_real_s3_action() {
+        let ops = [
+            "GetObject",
+            "HeadObject",
+            "GetObjectAttributes",
+            "DeleteObject",
+            "GetObjectTagging",
+            "PutObjectTagging",
+            "DeleteObjectTagging",
+            "PutObject",
+            "PostObject",
+            "CopyObject",
+            "CreateMultipartUpload",
+            "UploadPart",
+            "UploadPartCopy",
+            "CompleteMultipartUpload",
+            "AbortMultipartUpload",
+            "RenameObject",
+            "ListParts",
+            "ListMultipartUploads",
+            "ListObjects",
+            "ListObjectsV2",
+            "HeadBucket",
+            "ListObjectVersions",
+            "DeleteBucket",
+            "GetBucketLocation",
+            "GetBucketVersioning",
+            "PutBucketVersioning",
+            "GetBucketLifecycleConfiguration",
+            "PutBucketLifecycleConfiguration",
+            "DeleteBucketLifecycle",
+            "GetBucketTagging",
+            "PutBucketTagging",
+            "DeleteBucketTagging",
+            "GetObjectLockConfiguration",
+            "PutObjectLockConfiguration",
+            "GetObjectRetention",
+            "PutObjectRetention",
+            "GetObjectLegalHold",
+            "PutObjectLegalHold",
+            "GetBucketPolicy",
+            "PutBucketPolicy",
+            "DeleteBucketPolicy",
+            "GetBucketPolicyStatus",
+            "GetBucketCors",
+            "PutBucketCors",
+            "DeleteBucketCors",
+            "GetPublicAccessBlock",
+            "PutPublicAccessBlock",
+            "DeletePublicAccessBlock",
+        ];
+        for op in ops {
+            for versioned in [false, true] {
+                let a = action_of(op, versioned);
+                assert!(
+                    policy::is_action(&a),
+                    "{op} is judged as {a}, which no policy can name"
+                );
+            }
         }
     }
 }

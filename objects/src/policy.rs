@@ -749,6 +749,12 @@ impl Principals {
     }
 }
 
+/// Whether `a` (`s3:Name`) is one of S3's actions, as a policy names them.
+pub fn is_action(a: &str) -> bool {
+    a.strip_prefix("s3:")
+        .is_some_and(|n| ACTIONS.iter().any(|x| x.eq_ignore_ascii_case(n)))
+}
+
 fn check_action(a: &str) -> Result<(), PolicyError> {
     if a == "*" {
         return Ok(());
