@@ -55,22 +55,35 @@ pub struct Brief {
     pub last_modified_ms: i64,
     /// Which checksums it has (`ChecksumAlgorithm`, `ChecksumType`).
     pub checksums: ChecksumNames,
+    /// Its owner, as in [`ObjectMeta::owner`] (`None`: the bucket's).
+    pub owner: Option<String>,
 }
 
 impl Brief {
-    pub fn new(key: &str, s: &ObjectSummary<'_>, checksums: ChecksumNames) -> Self {
+    pub fn new(
+        key: &str,
+        s: &ObjectSummary<'_>,
+        checksums: ChecksumNames,
+        owner: Option<&str>,
+    ) -> Self {
         Brief {
             key: key.to_owned(),
             size: s.size,
             etag: s.etag.to_owned(),
             last_modified_ms: s.last_modified_ms,
             checksums,
+            owner: owner.map(str::to_owned),
         }
     }
 
     /// The brief of a decoded record.
     pub fn of(key: &str, r: &ObjectRecord) -> Self {
-        Brief::new(key, &ObjectSummary::of(r), ChecksumNames::of(&r.checksums))
+        Brief::new(
+            key,
+            &ObjectSummary::of(r),
+            ChecksumNames::of(&r.checksums),
+            r.meta.owner.as_deref(),
+        )
     }
 }
 

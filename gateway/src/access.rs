@@ -41,6 +41,7 @@ fn needed(op: &str) -> Perm {
         | "ListMultipartUploads"
         | "GetObjectAttributes"
         | "GetObjectTagging"
+        | "GetObjectAcl"
         | "ListObjectVersions" => Perm::Read,
         "PutObject"
         | "DeleteObject"
@@ -103,6 +104,11 @@ pub fn action_of(op: &str, versioned: bool) -> String {
         ("PutObjectTagging", true) => "PutObjectVersionTagging",
         ("DeleteObjectTagging", false) => "DeleteObjectTagging",
         ("DeleteObjectTagging", true) => "DeleteObjectVersionTagging",
+        ("GetObjectAcl", false) => "GetObjectAcl",
+        ("GetObjectAcl", true) => "GetObjectVersionAcl",
+        ("PutObjectAcl", false) => "PutObjectAcl",
+        ("PutObjectAcl", true) => "PutObjectVersionAcl",
+        ("DeleteBucketOwnershipControls", _) => "PutBucketOwnershipControls",
         (
             "PutObject"
             | "PostObject"
@@ -377,9 +383,13 @@ impl Authz {
         let ok = match decision {
             Decision::Deny => false,
             Decision::Allow => true,
-            Decision::None => user
-                .as_deref()
-                .is_some_and(|u| self.users.allowed(u, bucket, &owner, needed(op))),
+            Decision::None => {
+                user.as_deref()
+                    .is_some_and(|u| self.users.allowed(u, bucket, &owner, needed(op)))
+                    || self
+                        .acl_allows(user.as_deref(), info, bucket, key, action, &owner)
+                        .await?
+            }
         };
         if ok {
             Ok(())
@@ -419,6 +429,61 @@ impl Authz {
             resource: &resource,
             context: &cx,
         })
+    }
+
+    /// Whether the bucket's ACL (or, for an object action, the addressed object version's)
+    /// grants the caller what `action` needs, as S3 maps ACL permissions onto actions. Read
+    /// only when nothing else allowed the request, so an ACL costs nothing on the paths that
+    /// owners, grants and policies serve. ACLs are out of force under `BucketOwnerEnforced`,
+    /// public grants under IgnorePublicAcls.
+    async fn acl_allows(
+        &self,
+        user: Option<&str>,
+        info: &ReqInfo<'_>,
+        bucket: &str,
+        key: Option<&str>,
+        action: &str,
+        stored_owner: &str,
+    ) -> S3Result<bool> {
+        use lode_objects::acl::{Acl, Caller, Permission as P};
+        let (object, want) = match action.strip_prefix("s3:").unwrap_or(action) {
+            "ListBucket" | "ListBucketVersions" | "ListBucketMultipartUploads" => (false, P::Read),
+            "PutObject" | "DeleteObject" => (false, P::Write),
+            "GetBucketAcl" => (false, P::ReadAcp),
+            "PutBucketAcl" => (false, P::WriteAcp),
+            "GetObject" | "GetObjectVersion" => (true, P::Read),
+            "GetObjectAcl" | "GetObjectVersionAcl" => (true, P::ReadAcp),
+            "PutObjectAcl" | "PutObjectVersionAcl" => (true, P::WriteAcp),
+            _ => return Ok(false),
+        };
+        let (bucket_acl, ownership) = self
+            .svc
+            .acl_of(bucket)
+            .await
+            .map_err(crate::error::s3_error)?;
+        if !ownership.acls_enabled() {
+            return Ok(false);
+        }
+        let ignore_public = self
+            .svc
+            .public_access_block_of(bucket)
+            .await
+            .map_err(crate::error::s3_error)?
+            .ignore_public_acls;
+        let caller = user.map_or(Caller::Anonymous, Caller::User);
+        if !object {
+            return Ok(bucket_acl.is_some_and(|a| a.allows(caller, want, ignore_public)));
+        }
+        let Some(key) = key else { return Ok(false) };
+        let version = query_value(info.uri, "versionId");
+        // An object that is not there grants nothing (403, as S3 answers a caller that may
+        // not list the bucket).
+        let Ok((owner, acl)) = self.svc.object_acl(bucket, key, version.as_deref()).await else {
+            return Ok(false);
+        };
+        let owner = owner.unwrap_or_else(|| self.users.owner_name(stored_owner));
+        let acl = acl.unwrap_or_else(|| Acl::private(&owner));
+        Ok(acl.allows(caller, want, ignore_public))
     }
 
     /// Whether the bucket has a policy (DeleteObjects then judges each key).
@@ -580,6 +645,13 @@ mod tests {
             "GetPublicAccessBlock",
             "PutPublicAccessBlock",
             "DeletePublicAccessBlock",
+            "GetBucketAcl",
+            "PutBucketAcl",
+            "GetObjectAcl",
+            "PutObjectAcl",
+            "GetBucketOwnershipControls",
+            "PutBucketOwnershipControls",
+            "DeleteBucketOwnershipControls",
         ];
         for op in ops {
             for versioned in [false, true] {

@@ -327,7 +327,8 @@ async fn user_api(
 
 /// A bucket's effective access (`lode admin access BUCKET`): owner, grants, policy (and whether
 /// it is public), Block Public Access (the bucket's own and what holds with the account's),
-/// whether anonymous callers can reach anything, and the CORS rules.
+/// whether anonymous callers can reach anything through the policy or the bucket's ACL (object
+/// ACLs are not scanned), the bucket's ACL and object ownership, and the CORS rules.
 async fn access_api(
     req: &http::Request<hyper::body::Incoming>,
     svc: &ObjectService,
@@ -361,11 +362,19 @@ async fn access_api(
         Err(e) => return err(S::INTERNAL_SERVER_ERROR, &e),
     };
     let cors = svc.bucket_cors(&bucket).await.ok().flatten();
-    let owner = if users.is_owner(crate::users::ROOT, &rec.owner) {
-        crate::users::ROOT.to_owned()
-    } else {
-        rec.owner.clone()
+    let owner = users.owner_name(&rec.owner);
+    let (acl, ownership) = match (
+        svc.bucket_acl(&bucket).await,
+        svc.bucket_ownership(&bucket).await,
+    ) {
+        (Ok(a), Ok(o)) => (
+            a.unwrap_or_else(|| lode_objects::acl::Acl::private(&owner)),
+            o.unwrap_or_default(),
+        ),
+        (Err(e), _) | (_, Err(e)) => return err(S::INTERNAL_SERVER_ERROR, &e),
     };
+    // What the bucket's ACL gives the public (nothing when ACLs are disabled, or ignored).
+    let acl_public = ownership.acls_enabled() && acl.is_public() && !block.ignore_public_acls;
     let v = serde_json::json!({
         "bucket": bucket,
         "owner": owner,
@@ -375,7 +384,18 @@ async fn access_api(
         "policy_is_public": policy_public,
         "public_access_block": own_block,
         "effective_public_access_block": block,
-        "anonymous_access": policy_public && !block.restrict_public_buckets,
+        "acl": acl.grants.iter().map(|g| serde_json::json!({
+            "grantee": match &g.grantee {
+                lode_objects::acl::Grantee::User(u) => u.clone(),
+                other => other.uri().unwrap_or_default().to_owned(),
+            },
+            "permission": g.permission.as_str(),
+        })).collect::<Vec<_>>(),
+        "acl_is_public": acl_public,
+        "object_ownership": ownership.as_str(),
+        "acls_enabled": ownership.acls_enabled(),
+        "anonymous_access": (policy_public && !block.restrict_public_buckets)
+            || (acl_public && acl.grants.iter().any(|g| g.grantee == lode_objects::acl::Grantee::AllUsers)),
         "cors": cors,
     });
     (S::OK, v.to_string())

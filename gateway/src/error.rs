@@ -45,7 +45,13 @@ impl ToErrno for ObjError {
             | ObjError::InvalidTag(_)
             | ObjError::BadRequest(_)
             | ObjError::InvalidRequest(_)
+            | ObjError::MalformedAcl(_)
+            | ObjError::UnresolvableGrantByEmail(_)
+            | ObjError::AclNotSupported
+            | ObjError::BucketAclWithOwnership
             | ObjError::InvalidRange => EINVAL,
+            ObjError::PublicAclBlocked => EACCES,
+            ObjError::NoOwnershipControls => ENOENT,
             ObjError::EntityTooLarge => EFBIG,
             ObjError::ObjectLocked(_) => EPERM,
             ObjError::NotImplemented(_) => EOPNOTSUPP,
@@ -155,6 +161,12 @@ pub fn s3_error(e: ObjError) -> S3Error {
         ObjError::InvalidRequest(_) => C::InvalidRequest,
         ObjError::IncompleteBody => C::IncompleteBody,
         ObjError::NotImplemented(_) => C::NotImplemented,
+        ObjError::MalformedAcl(_) => C::MalformedACLError,
+        ObjError::UnresolvableGrantByEmail(_) => C::UnresolvableGrantByEmailAddress,
+        ObjError::AclNotSupported => C::AccessControlListNotSupported,
+        ObjError::PublicAclBlocked => C::AccessDenied,
+        ObjError::BucketAclWithOwnership => C::InvalidBucketAclWithObjectOwnership,
+        ObjError::NoOwnershipControls => C::OwnershipControlsNotFoundError,
         ObjError::ChunkSignature => C::SignatureDoesNotMatch,
         ObjError::ContentSha256Mismatch => {
             return with_status(
@@ -270,6 +282,28 @@ mod tests {
             (ObjError::NoSuchVersion, "NoSuchVersion", 404),
             (ObjError::DeleteMarker(None), "MethodNotAllowed", 405),
             (ObjError::VersionedRename, "NotImplemented", 501),
+            (ObjError::MalformedAcl("x".into()), "MalformedACLError", 400),
+            (
+                ObjError::UnresolvableGrantByEmail("x".into()),
+                "UnresolvableGrantByEmailAddress",
+                400,
+            ),
+            (
+                ObjError::AclNotSupported,
+                "AccessControlListNotSupported",
+                400,
+            ),
+            (ObjError::PublicAclBlocked, "AccessDenied", 403),
+            (
+                ObjError::BucketAclWithOwnership,
+                "InvalidBucketAclWithObjectOwnership",
+                400,
+            ),
+            (
+                ObjError::NoOwnershipControls,
+                "OwnershipControlsNotFoundError",
+                404,
+            ),
             (ObjError::ObjectLocked("x".into()), "AccessDenied", 403),
             (
                 ObjError::InvalidBucketState("x".into()),

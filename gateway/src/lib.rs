@@ -7,6 +7,7 @@
 //! * [`error`]: the one mapping of failures onto S3 error codes and statuses, and onto errnos.
 
 pub mod access;
+pub mod acl;
 pub mod admin;
 pub mod auth;
 pub mod cluster_profile;

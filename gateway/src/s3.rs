@@ -16,11 +16,6 @@ use lode_objects::checksum::{Algo, ChecksumSet};
 use lode_objects::tags::TagSet;
 use lode_objects::{Integrity, ObjectService, WriteCond};
 
-/// Whether any of the `x-amz-grant-*` headers is set.
-fn any_set(grants: &[&Option<String>]) -> bool {
-    grants.iter().any(|g| g.is_some())
-}
-
 /// The region where S3 answers a CreateBucket of a bucket the caller already owns with `200 OK`.
 const LEGACY_REGION: &str = "us-east-1";
 
@@ -134,41 +129,144 @@ impl LodeS3 {
         e
     }
 
-    /// Canned ACLs and `x-amz-grant-*` headers, while ACLs are not built: the canned ACLs that
-    /// grant nothing beyond the owner's rights in a one-account store (`private`,
-    /// `bucket-owner-read`, `bucket-owner-full-control`) are accepted; a public one is `403
-    /// AccessDenied` under BlockPublicAcls and `501 NotImplemented` otherwise, as are grants and
-    /// every other canned ACL: never silently ignored.
-    async fn acl_request(&self, bucket: &str, canned: Option<&str>, grants: bool) -> S3Result<()> {
-        let public = matches!(
+    /// The owner and ACL an object write stores ([`ObjectMeta::owner`], [`ObjectMeta::acl`])
+    /// for its `x-amz-acl` or `x-amz-grant-*` headers, under the bucket's object ownership and
+    /// Block Public Access. An anonymous writer's object is the bucket owner's.
+    async fn write_acl(
+        &self,
+        bucket: &str,
+        creds: Option<&s3s::auth::Credentials>,
+        canned: Option<&str>,
+        headers: &[(lode_objects::acl::Permission, &str)],
+    ) -> S3Result<(Option<String>, Option<Vec<(String, String)>>)> {
+        let Some(stored) = self.svc.bucket_owner(bucket).await.s3()? else {
+            return Err(obj_s3(ObjError::NoSuchBucket));
+        };
+        let bucket_owner = self.users.owner_name(&stored);
+        let writer = creds
+            .and_then(|c| self.users.name_of(&c.access_key))
+            .unwrap_or_else(|| bucket_owner.clone());
+        let (_, ownership) = self.svc.acl_of(bucket).await.s3()?;
+        let block = self
+            .svc
+            .public_access_block_of(bucket)
+            .await
+            .s3()?
+            .block_public_acls;
+        lode_objects::acl::object_write(
+            &writer,
+            &bucket_owner,
+            ownership,
             canned,
-            Some("public-read" | "public-read-write" | "authenticated-read")
+            headers,
+            block,
+            &*self.users,
+        )
+        .s3()
+    }
+
+    /// A new bucket's access settings from its CreateBucket (`x-amz-acl`, `x-amz-grant-*`,
+    /// `x-amz-object-ownership`), to be stored with it in one commit.
+    fn new_bucket_access(
+        &self,
+        i: &CreateBucketInput,
+        creator: &str,
+    ) -> S3Result<Vec<(String, String)>> {
+        use lode_objects::acl::{self, Acl, Ownership};
+        let headers = crate::acl::header_grants(
+            i.grant_full_control.as_ref(),
+            i.grant_read.as_ref(),
+            i.grant_read_acp.as_ref(),
+            i.grant_write.as_ref(),
+            i.grant_write_acp.as_ref(),
         );
-        if public
-            && self
-                .svc
-                .public_access_block_of(bucket)
-                .await
-                .s3()?
-                .block_public_acls
+        let acl = match (i.acl.as_ref(), headers.is_empty()) {
+            (Some(_), false) => {
+                return Err(s3_error!(
+                    InvalidRequest,
+                    "Specifying both Canned ACLs and Header Grants is not allowed"
+                ));
+            }
+            (Some(c), true) => Some(Acl::canned(c.as_str(), creator, creator).s3()?),
+            (None, false) => Some(Acl::from_headers(&headers, &*self.users).s3()?),
+            (None, true) => None,
+        }
+        .filter(|a| !a.is_owner_only(creator));
+        let ownership = match &i.object_ownership {
+            None => None,
+            Some(o) => Some(Ownership::parse(o.as_str()).ok_or_else(|| {
+                s3_error!(
+                    InvalidArgument,
+                    "Invalid x-amz-object-ownership header: {}",
+                    o.as_str()
+                )
+            })?),
+        };
+        if ownership == Some(Ownership::BucketOwnerEnforced) && acl.is_some() {
+            return Err(obj_s3(ObjError::BucketAclWithOwnership));
+        }
+        if acl.as_ref().is_some_and(Acl::is_public)
+            && self.svc.config().public_access_block.block_public_acls
         {
+            return Err(obj_s3(ObjError::PublicAclBlocked));
+        }
+        let mut settings = vec![];
+        if let Some(a) = acl {
+            settings.push((acl::SETTING.to_owned(), a.encode_setting()));
+        }
+        if let Some(o) = ownership {
+            settings.push((acl::OWNERSHIP_SETTING.to_owned(), o.as_str().to_owned()));
+        }
+        Ok(settings)
+    }
+
+    /// An ACL set by PutBucketAcl or PutObjectAcl (canned, grant headers, or body) for a
+    /// resource owned by `owner` in a bucket owned by `bucket_owner`; `None`: private.
+    fn asked_acl(
+        &self,
+        canned: Option<&str>,
+        headers: &[(lode_objects::acl::Permission, &str)],
+        body: Option<&AccessControlPolicy>,
+        owner: &str,
+        bucket_owner: &str,
+    ) -> S3Result<lode_objects::acl::Acl> {
+        use lode_objects::acl::Acl;
+        let asked = usize::from(canned.is_some())
+            + usize::from(!headers.is_empty())
+            + usize::from(body.is_some());
+        if asked > 1 {
             return Err(s3_error!(
-                AccessDenied,
-                "Access Denied: public ACLs are blocked by the BlockPublicAcls block public access setting"
+                InvalidRequest,
+                "Specifying more than one of a canned ACL, header grants and an ACL body is not allowed"
             ));
         }
-        let harmless = matches!(
-            canned,
-            None | Some("private" | "bucket-owner-read" | "bucket-owner-full-control")
-        );
-        if !harmless || grants {
-            return Err(obj_s3(ObjError::NotImplemented(format!(
-                "ACLs (x-amz-acl: {}{})",
-                canned.unwrap_or("-"),
-                if grants { ", x-amz-grant-*" } else { "" }
-            ))));
+        match (canned, body) {
+            (Some(c), _) => Acl::canned(c, owner, bucket_owner).s3(),
+            (None, Some(b)) => {
+                Acl::from_grants(&crate::acl::body_grants(b, owner)?, &*self.users).s3()
+            }
+            (None, None) if !headers.is_empty() => Acl::from_headers(headers, &*self.users).s3(),
+            (None, None) => Err(s3_error!(
+                MissingSecurityHeader,
+                "Your request was missing a required header: an ACL (x-amz-acl, x-amz-grant-*, or an AccessControlPolicy body)"
+            )),
         }
-        Ok(())
+    }
+
+    /// Whom a listing names as owner of objects stored without one: the bucket's owner, and
+    /// whether its ACLs are disabled (every object is then the bucket owner's).
+    async fn listing_owner(&self, bucket: &str) -> S3Result<(String, bool)> {
+        let owner = self.bucket_owner_name(bucket).await?;
+        let (_, ownership) = self.svc.acl_of(bucket).await.s3()?;
+        Ok((owner, !ownership.acls_enabled()))
+    }
+
+    /// The user name of a bucket's owner (`NoSuchBucket` when there is no such bucket).
+    async fn bucket_owner_name(&self, bucket: &str) -> S3Result<String> {
+        match self.svc.bucket_owner(bucket).await.s3()? {
+            Some(stored) => Ok(self.users.owner_name(&stored)),
+            None => Err(obj_s3(ObjError::NoSuchBucket)),
+        }
     }
 
     /// The user name behind the request's access key.
@@ -262,10 +360,12 @@ fn owner_of(req_creds: Option<&s3s::auth::Credentials>) -> String {
     req_creds.map(|c| c.access_key.clone()).unwrap_or_default()
 }
 
-fn owner(id: &str) -> Owner {
-    Owner {
-        display_name: Some(id.to_owned()),
-        id: Some(id.to_owned()),
+/// The `Initiator` of a multipart upload: its user, as `Owner` names users.
+fn initiator(name: &str) -> Initiator {
+    let o = crate::acl::owner(name);
+    Initiator {
+        display_name: o.display_name,
+        id: o.id,
     }
 }
 
@@ -329,6 +429,8 @@ fn object_meta(
         user,
         tags: vec![],
         lock: Default::default(),
+        owner: None,
+        acl: None,
     }
 }
 
@@ -781,7 +883,7 @@ fn checksum_algorithms(c: lode_objects::ChecksumNames) -> Option<Vec<ChecksumAlg
 fn list_entries(
     page: &lode_objects::ListPage,
     objects: Vec<lode_objects::Brief>,
-    fetch_owner: Option<&str>,
+    fetch_owner: Option<(&str, bool)>,
     enc: bool,
 ) -> (Vec<Object>, Vec<CommonPrefix>) {
     let e = |s: &str| if enc { url_encode(s) } else { s.to_owned() };
@@ -795,7 +897,15 @@ fn list_entries(
             storage_class: Some(ObjectStorageClass::from_static(
                 ObjectStorageClass::STANDARD,
             )),
-            owner: fetch_owner.map(owner),
+            // The object's owner (`None` stored: the bucket's, `fetch_owner`).
+            // With FetchOwner (v1: always): the object's owner (`None` stored, or ACLs
+            // disabled: the bucket's owner, given with whether they are).
+            owner: fetch_owner.map(|(b, enforced)| {
+                crate::acl::owner(match (&r.owner, enforced) {
+                    (Some(o), false) => o,
+                    _ => b,
+                })
+            }),
             checksum_algorithm: checksum_algorithms(r.checksums),
             checksum_type: r.checksums.kind().map(ChecksumType::from_static),
             restore_status: None,
@@ -831,28 +941,16 @@ impl S3 for LodeS3 {
                 self.region
             ));
         }
-        let i = &req.input;
-        let grants = any_set(&[
-            &i.grant_full_control,
-            &i.grant_read,
-            &i.grant_read_acp,
-            &i.grant_write,
-            &i.grant_write_acp,
-        ]);
-        self.acl_request(&i.bucket, i.acl.as_ref().map(|a| a.as_str()), grants)
-            .await?;
-        if i.object_ownership.is_some() {
-            return Err(obj_s3(ObjError::NotImplemented(
-                "x-amz-object-ownership (object ownership controls)".into(),
-            )));
-        }
         let creator = self.user(req.credentials.as_ref());
+        let settings = self.new_bucket_access(&req.input, &creator)?;
         let made = if req.input.object_lock_enabled_for_bucket == Some(true) {
             self.svc
-                .create_bucket_locked(&req.input.bucket, &creator)
+                .create_bucket_locked(&req.input.bucket, &creator, settings)
                 .await
         } else {
-            self.svc.create_bucket(&req.input.bucket, &creator).await
+            self.svc
+                .create_bucket_with(&req.input.bucket, &creator, settings)
+                .await
         };
         match made {
             // S3's legacy rule in us-east-1: creating a bucket you already own succeeds (and
@@ -896,7 +994,6 @@ impl S3 for LodeS3 {
         &self,
         req: S3Request<ListBucketsInput>,
     ) -> S3Result<S3Response<ListBucketsOutput>> {
-        let me = owner_of(req.credentials.as_ref());
         let user = self.user(req.credentials.as_ref());
         let i = &req.input;
         // AWS: 1..=10000, and 10000 when not given.
@@ -950,7 +1047,7 @@ impl S3 for LodeS3 {
             .flatten();
         Ok(S3Response::new(ListBucketsOutput {
             buckets: Some(buckets),
-            owner: Some(owner(&me)),
+            owner: Some(crate::acl::owner(&user)),
             continuation_token: token,
             prefix: i.prefix.clone(),
         }))
@@ -977,13 +1074,24 @@ impl S3 for LodeS3 {
         let body = req.input.body.take();
         require_length(&req.headers, req.input.content_length)?;
         let i = &req.input;
-        let grants = any_set(&[
-            &i.grant_full_control,
-            &i.grant_read,
-            &i.grant_read_acp,
-            &i.grant_write_acp,
-        ]);
-        self.acl_request(&i.bucket, i.acl.as_ref().map(|a| a.as_str()), grants)
+        // A form upload's `acl` field (AWS's name for it), hoisted by the HTTP layer.
+        let form_acl = (req.method == http::Method::POST)
+            .then(|| req.headers.get(crate::wire::FORM_ACL))
+            .flatten()
+            .and_then(|v| v.to_str().ok());
+        let (acl_owner, acl) = self
+            .write_acl(
+                &i.bucket,
+                req.credentials.as_ref(),
+                i.acl.as_ref().map(|a| a.as_str()).or(form_acl),
+                &crate::acl::header_grants(
+                    i.grant_full_control.as_ref(),
+                    i.grant_read.as_ref(),
+                    i.grant_read_acp.as_ref(),
+                    None,
+                    i.grant_write_acp.as_ref(),
+                ),
+            )
             .await?;
         let append_at = match i.write_offset_bytes {
             None => None,
@@ -1026,6 +1134,8 @@ impl S3 for LodeS3 {
         let probe_tags = tags.clone();
         meta.tags = tags;
         meta.lock = lock;
+        meta.owner = acl_owner;
+        meta.acl = acl;
         let cond = write_cond(i.if_match.as_ref(), i.if_none_match.as_ref());
         let body = body.unwrap_or_else(|| StreamingBlob::from(s3s::Body::empty()));
         let r = match append_at {
@@ -1464,13 +1574,19 @@ impl S3 for LodeS3 {
         req: S3Request<CopyObjectInput>,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
         let i = req.input;
-        let grants = any_set(&[
-            &i.grant_full_control,
-            &i.grant_read,
-            &i.grant_read_acp,
-            &i.grant_write_acp,
-        ]);
-        self.acl_request(&i.bucket, i.acl.as_ref().map(|a| a.as_str()), grants)
+        let (acl_owner, acl) = self
+            .write_acl(
+                &i.bucket,
+                req.credentials.as_ref(),
+                i.acl.as_ref().map(|a| a.as_str()),
+                &crate::acl::header_grants(
+                    i.grant_full_control.as_ref(),
+                    i.grant_read.as_ref(),
+                    i.grant_read_acp.as_ref(),
+                    None,
+                    i.grant_write_acp.as_ref(),
+                ),
+            )
             .await?;
         let (sb, sk, src_version) = source_version(&i.copy_source, "CopyObject")?;
         let replace = i
@@ -1508,6 +1624,8 @@ impl S3 for LodeS3 {
                 i.object_lock_retain_until_date.as_ref(),
                 i.object_lock_legal_hold_status.as_ref(),
             )?,
+            owner: acl_owner,
+            acl,
         };
         let rec = self
             .svc
@@ -1673,6 +1791,210 @@ impl S3 for LodeS3 {
             .await
             .s3()?;
         Ok(S3Response::new(DeleteBucketLifecycleOutput::default()))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn get_bucket_acl(
+        &self,
+        req: S3Request<GetBucketAclInput>,
+    ) -> S3Result<S3Response<GetBucketAclOutput>> {
+        let bucket = &req.input.bucket;
+        let owner = self.bucket_owner_name(bucket).await?;
+        let acl = self
+            .svc
+            .bucket_acl(bucket)
+            .await
+            .s3()?
+            .unwrap_or_else(|| lode_objects::acl::Acl::private(&owner));
+        Ok(S3Response::new(GetBucketAclOutput {
+            grants: Some(crate::acl::grants(&acl)),
+            owner: Some(crate::acl::owner(&owner)),
+        }))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn put_bucket_acl(
+        &self,
+        req: S3Request<PutBucketAclInput>,
+    ) -> S3Result<S3Response<PutBucketAclOutput>> {
+        let i = &req.input;
+        let owner = self.bucket_owner_name(&i.bucket).await?;
+        let acl = self.asked_acl(
+            i.acl.as_ref().map(|a| a.as_str()),
+            &crate::acl::header_grants(
+                i.grant_full_control.as_ref(),
+                i.grant_read.as_ref(),
+                i.grant_read_acp.as_ref(),
+                i.grant_write.as_ref(),
+                i.grant_write_acp.as_ref(),
+            ),
+            i.access_control_policy.as_ref(),
+            &owner,
+            &owner,
+        )?;
+        let (_, ownership) = self.svc.acl_of(&i.bucket).await.s3()?;
+        if !ownership.acls_enabled()
+            && !lode_objects::acl::disabled_accepts(
+                i.acl.as_ref().map(|a| a.as_str()),
+                Some(&acl),
+                &owner,
+            )
+        {
+            return Err(obj_s3(ObjError::AclNotSupported));
+        }
+        if acl.is_public()
+            && self
+                .svc
+                .public_access_block_of(&i.bucket)
+                .await
+                .s3()?
+                .block_public_acls
+        {
+            return Err(obj_s3(ObjError::PublicAclBlocked));
+        }
+        self.svc
+            .set_bucket_acl(&i.bucket, Some(acl), &owner)
+            .await
+            .s3()?;
+        Ok(S3Response::new(PutBucketAclOutput::default()))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket, key = %req.input.key))]
+    async fn get_object_acl(
+        &self,
+        req: S3Request<GetObjectAclInput>,
+    ) -> S3Result<S3Response<GetObjectAclOutput>> {
+        let i = &req.input;
+        let bucket_owner = self.bucket_owner_name(&i.bucket).await?;
+        let (owner, acl) = self
+            .svc
+            .object_acl(&i.bucket, &i.key, i.version_id.as_deref())
+            .await
+            .s3()?;
+        let (_, ownership) = self.svc.acl_of(&i.bucket).await.s3()?;
+        // ACLs disabled: every object is the bucket owner's, with full control only.
+        let (owner, acl) = match ownership.acls_enabled() {
+            true => (owner.unwrap_or(bucket_owner), acl),
+            false => (bucket_owner, None),
+        };
+        let acl = acl.unwrap_or_else(|| lode_objects::acl::Acl::private(&owner));
+        Ok(S3Response::new(GetObjectAclOutput {
+            grants: Some(crate::acl::grants(&acl)),
+            owner: Some(crate::acl::owner(&owner)),
+            request_charged: None,
+        }))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket, key = %req.input.key))]
+    async fn put_object_acl(
+        &self,
+        req: S3Request<PutObjectAclInput>,
+    ) -> S3Result<S3Response<PutObjectAclOutput>> {
+        let i = &req.input;
+        let bucket_owner = self.bucket_owner_name(&i.bucket).await?;
+        let (owner, _) = self
+            .svc
+            .object_acl(&i.bucket, &i.key, i.version_id.as_deref())
+            .await
+            .s3()?;
+        let owner = owner.unwrap_or_else(|| bucket_owner.clone());
+        let acl = self.asked_acl(
+            i.acl.as_ref().map(|a| a.as_str()),
+            &crate::acl::header_grants(
+                i.grant_full_control.as_ref(),
+                i.grant_read.as_ref(),
+                i.grant_read_acp.as_ref(),
+                i.grant_write.as_ref(),
+                i.grant_write_acp.as_ref(),
+            ),
+            i.access_control_policy.as_ref(),
+            &owner,
+            &bucket_owner,
+        )?;
+        let (_, ownership) = self.svc.acl_of(&i.bucket).await.s3()?;
+        if !ownership.acls_enabled()
+            && !lode_objects::acl::disabled_accepts(
+                i.acl.as_ref().map(|a| a.as_str()),
+                Some(&acl),
+                &bucket_owner,
+            )
+        {
+            return Err(obj_s3(ObjError::AclNotSupported));
+        }
+        if acl.is_public()
+            && self
+                .svc
+                .public_access_block_of(&i.bucket)
+                .await
+                .s3()?
+                .block_public_acls
+        {
+            return Err(obj_s3(ObjError::PublicAclBlocked));
+        }
+        let stored = (acl != lode_objects::acl::Acl::private(&owner)).then(|| acl.encode());
+        self.svc
+            .set_object_acl(&i.bucket, &i.key, i.version_id.as_deref(), stored)
+            .await
+            .s3()?;
+        Ok(S3Response::new(PutObjectAclOutput::default()))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn get_bucket_ownership_controls(
+        &self,
+        req: S3Request<GetBucketOwnershipControlsInput>,
+    ) -> S3Result<S3Response<GetBucketOwnershipControlsOutput>> {
+        match self.svc.bucket_ownership(&req.input.bucket).await.s3()? {
+            Some(o) => Ok(S3Response::new(GetBucketOwnershipControlsOutput {
+                ownership_controls: Some(OwnershipControls {
+                    rules: vec![OwnershipControlsRule {
+                        object_ownership: ObjectOwnership::from(o.as_str().to_owned()),
+                    }],
+                }),
+            })),
+            None => Err(obj_s3(ObjError::NoOwnershipControls)),
+        }
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn put_bucket_ownership_controls(
+        &self,
+        req: S3Request<PutBucketOwnershipControlsInput>,
+    ) -> S3Result<S3Response<PutBucketOwnershipControlsOutput>> {
+        let i = &req.input;
+        let rules = &i.ownership_controls.rules;
+        let [rule] = rules.as_slice() else {
+            return Err(s3_error!(
+                MalformedXML,
+                "The XML you provided was not well-formed or did not validate against our published schema: OwnershipControls holds exactly one Rule"
+            ));
+        };
+        let o = lode_objects::acl::Ownership::parse(rule.object_ownership.as_str()).ok_or_else(
+            || {
+                s3_error!(
+                    MalformedXML,
+                    "The XML you provided was not well-formed or did not validate against our published schema: {} is not an ObjectOwnership",
+                    rule.object_ownership.as_str()
+                )
+            },
+        )?;
+        self.svc
+            .set_bucket_ownership(&i.bucket, Some(o))
+            .await
+            .s3()?;
+        Ok(S3Response::new(PutBucketOwnershipControlsOutput::default()))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn delete_bucket_ownership_controls(
+        &self,
+        req: S3Request<DeleteBucketOwnershipControlsInput>,
+    ) -> S3Result<S3Response<DeleteBucketOwnershipControlsOutput>> {
+        self.svc
+            .set_bucket_ownership(&req.input.bucket, None)
+            .await
+            .s3()?;
+        Ok(S3Response::new(DeleteBucketOwnershipControlsOutput {}))
     }
 
     #[instrument(skip_all, fields(bucket = %req.input.bucket))]
@@ -2115,7 +2437,14 @@ impl S3 for LodeS3 {
             max,
         };
         let page = self.svc.list_object_versions(&i.bucket, q).await.s3()?;
-        let me = owner_of(req.credentials.as_ref());
+        let bucket_owner = self.listing_owner(&i.bucket).await?;
+        let owner_of_version = |r: &lode_objects::ObjectRecord| {
+            let enforced = bucket_owner.1;
+            crate::acl::owner(match (&r.meta.owner, enforced) {
+                (Some(o), false) => o,
+                _ => &bucket_owner.0,
+            })
+        };
         let e = |s: &str| if enc { url_encode(s) } else { s.to_owned() };
         let id =
             |r: &lode_objects::ObjectRecord| r.version_id.clone().unwrap_or_else(|| "null".into());
@@ -2127,7 +2456,7 @@ impl S3 for LodeS3 {
                     is_latest: Some(v.is_latest),
                     key: Some(e(&v.key)),
                     last_modified: Some(ts(v.record.last_modified_ms)),
-                    owner: Some(owner(&me)),
+                    owner: Some(owner_of_version(&v.record)),
                     version_id: Some(id(&v.record)),
                 });
             } else {
@@ -2137,7 +2466,7 @@ impl S3 for LodeS3 {
                     is_latest: Some(v.is_latest),
                     key: Some(e(&v.key)),
                     last_modified: Some(ts(v.record.last_modified_ms)),
-                    owner: Some(owner(&me)),
+                    owner: Some(owner_of_version(&v.record)),
                     size: Some(v.record.size as i64),
                     storage_class: Some(ObjectVersionStorageClass::from_static(
                         ObjectVersionStorageClass::STANDARD,
@@ -2201,11 +2530,15 @@ impl S3 for LodeS3 {
             )
             .await
             .s3()?;
-        let me = owner_of(req.credentials.as_ref());
+        let bucket_owner = if i.fetch_owner.unwrap_or(false) {
+            Some(self.listing_owner(&i.bucket).await?)
+        } else {
+            None
+        };
         let (contents, prefixes) = list_entries(
             &page,
             objects,
-            i.fetch_owner.unwrap_or(false).then_some(me.as_str()),
+            bucket_owner.as_ref().map(|(o, e)| (o.as_str(), *e)),
             enc,
         );
         let e = |s: Option<String>| if enc { s.map(|s| url_encode(&s)) } else { s };
@@ -2250,8 +2583,9 @@ impl S3 for LodeS3 {
             )
             .await
             .s3()?;
-        let me = owner_of(req.credentials.as_ref());
-        let (contents, prefixes) = list_entries(&page, objects, Some(me.as_str()), enc);
+        let (bucket_owner, enforced) = self.listing_owner(&i.bucket).await?;
+        let (contents, prefixes) =
+            list_entries(&page, objects, Some((bucket_owner.as_str(), enforced)), enc);
         let e = |s: Option<String>| if enc { s.map(|s| url_encode(&s)) } else { s };
         Ok(S3Response::new(ListObjectsOutput {
             name: Some(i.bucket),
@@ -2281,13 +2615,19 @@ impl S3 for LodeS3 {
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
         let owner = owner_of(req.credentials.as_ref());
         let i = req.input;
-        let grants = any_set(&[
-            &i.grant_full_control,
-            &i.grant_read,
-            &i.grant_read_acp,
-            &i.grant_write_acp,
-        ]);
-        self.acl_request(&i.bucket, i.acl.as_ref().map(|a| a.as_str()), grants)
+        let (acl_owner, acl) = self
+            .write_acl(
+                &i.bucket,
+                req.credentials.as_ref(),
+                i.acl.as_ref().map(|a| a.as_str()),
+                &crate::acl::header_grants(
+                    i.grant_full_control.as_ref(),
+                    i.grant_read.as_ref(),
+                    i.grant_read_acp.as_ref(),
+                    None,
+                    i.grant_write_acp.as_ref(),
+                ),
+            )
             .await?;
         if let Some(a) = &i.checksum_algorithm
             && Algo::parse(a.as_str()).is_none()
@@ -2320,6 +2660,8 @@ impl S3 for LodeS3 {
         );
         meta.tags = tags;
         meta.lock = lock;
+        meta.owner = acl_owner;
+        meta.acl = acl;
         let rec = UploadRecord {
             initiated_ms: lode_objects::now_ms(),
             meta,
@@ -2507,11 +2849,8 @@ impl S3 for LodeS3 {
             next_part_number_marker: next,
             is_truncated: Some(truncated),
             parts: Some(parts),
-            owner: Some(owner(&up.owner)),
-            initiator: Some(Initiator {
-                display_name: Some(up.owner.clone()),
-                id: Some(up.owner.clone()),
-            }),
+            owner: Some(crate::acl::owner(&self.users.owner_name(&up.owner))),
+            initiator: Some(initiator(&self.users.owner_name(&up.owner))),
             storage_class: Some(StorageClass::from_static(StorageClass::STANDARD)),
             checksum_algorithm: up.checksum_algorithm.map(ChecksumAlgorithm::from),
             checksum_type: up.checksum_type.map(ChecksumType::from),
@@ -2555,11 +2894,8 @@ impl S3 for LodeS3 {
                 key: Some(key),
                 upload_id: Some(id),
                 initiated: Some(ts(r.initiated_ms)),
-                owner: Some(owner(&r.owner)),
-                initiator: Some(Initiator {
-                    display_name: Some(r.owner.clone()),
-                    id: Some(r.owner.clone()),
-                }),
+                owner: Some(crate::acl::owner(&self.users.owner_name(&r.owner))),
+                initiator: Some(initiator(&self.users.owner_name(&r.owner))),
                 storage_class: Some(StorageClass::from_static(StorageClass::STANDARD)),
                 checksum_algorithm: r.checksum_algorithm.map(ChecksumAlgorithm::from),
                 checksum_type: r.checksum_type.map(ChecksumType::from),

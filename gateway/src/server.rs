@@ -1018,7 +1018,8 @@ fn slow_down(request_id: &str) -> http::Response<s3s::Body> {
 }
 
 /// The HTTP-layer fix-ups of `crate::wire` before s3s sees a request: a refused presigned
-/// expiry, a plain chunked body spooled to a known length, a form upload's `${filename}`.
+/// expiry, a plain chunked body spooled to a known length, a form upload's `${filename}` and
+/// `acl` field.
 /// `(max body, idle timeout)` bound the spool.
 async fn prepare(
     req: http::Request<s3s::Body>,
@@ -1038,7 +1039,10 @@ async fn prepare(
             .await
             .map_err(|e| e.response(request_id));
     }
+    let mut req = req;
+    req.headers_mut().remove(crate::wire::FORM_ACL);
     if crate::wire::is_form_upload(&req) {
+        let req = crate::wire::hoist_form_acl(req).await;
         return Ok(req.map(crate::wire::post_filename));
     }
     Ok(req)

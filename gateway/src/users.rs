@@ -420,10 +420,41 @@ impl Users {
         out
     }
 
+    /// The user name of an owner as stored (a bucket record's, an upload's): buckets made
+    /// before users existed record the root access key, uploads record the access key.
+    pub fn owner_name(&self, stored: &str) -> String {
+        if stored == self.root.access_key {
+            return ROOT.to_owned();
+        }
+        self.name_of(stored).unwrap_or_else(|| stored.to_owned())
+    }
+
     /// Whether `owner` (as stored in a bucket record) is `user`. Buckets made before users
     /// existed record the root access key.
     pub fn is_owner(&self, user: &str, owner: &str) -> bool {
         owner == user || (user == ROOT && owner == self.root.access_key)
+    }
+}
+
+/// Canonical ids name users (root included) in ACLs; email addresses name none (Lode users
+/// have no email address).
+impl lode_objects::acl::Directory for Users {
+    fn by_id(&self, id: &str) -> Option<String> {
+        let id = id.to_ascii_lowercase();
+        if lode_objects::policy::canonical_id(ROOT) == id {
+            return Some(ROOT.to_owned());
+        }
+        self.snap
+            .read()
+            .expect("users")
+            .users
+            .iter()
+            .find(|u| lode_objects::policy::canonical_id(&u.name) == id)
+            .map(|u| u.name.clone())
+    }
+
+    fn by_email(&self, _email: &str) -> Option<String> {
+        None
     }
 }
 

@@ -8,6 +8,8 @@
 //!   length (s3s refuses such bodies with 411 on the header-signed path; SEMANTICS.md rule 14).
 //! * [`post_filename`]: browser-form uploads (`POST` with a `file` part) get `${filename}` in
 //!   their `key` field replaced by the uploaded file's name, as S3 does.
+//! * [`hoist_form_acl`]: a form upload's `acl` field (AWS's name; s3s reads only an
+//!   `x-amz-acl` field) reaches the S3 handler as the [`FORM_ACL`] header.
 //! * [`add_request_id`]: every XML error body carries `<RequestId>` (and `<HostId>`) equal to
 //!   the `x-amz-request-id` header.
 //! * [`unquote_attributes_etag`]: GetObjectAttributes' `<ETag>` is the bare hex, as S3 writes it
@@ -326,6 +328,69 @@ pub fn post_filename(body: s3s::Body) -> s3s::Body {
     )
 }
 
+/// The header that carries a form upload's `acl` field to the S3 handler; removed from every
+/// request before (a client cannot send it).
+pub const FORM_ACL: &str = "x-lode-form-acl";
+
+/// Reads a form upload's head (its fields, up to the `file` part's header, at most
+/// [`FORM_HEAD_LIMIT`] bytes) and puts the value of its `acl` field, if any, in the
+/// [`FORM_ACL`] header; the body goes on unchanged. A body that fails while its head is read
+/// is handed on failing.
+pub async fn hoist_form_acl(req: http::Request<s3s::Body>) -> http::Request<s3s::Body> {
+    let (mut parts, body) = req.into_parts();
+    let mut frames = Box::pin(
+        http_body_util::BodyStream::new(body).filter_map(|f| async move {
+            match f {
+                Ok(frame) => frame.into_data().ok().map(Ok),
+                Err(e) => Some(Err(e)),
+            }
+        }),
+    );
+    let mut head = BytesMut::new();
+    let mut failed = None;
+    while head.len() <= FORM_HEAD_LIMIT && file_header_at(&head).is_none() {
+        match frames.next().await {
+            Some(Ok(b)) => head.extend_from_slice(&b),
+            Some(Err(e)) => {
+                failed = Some(e);
+                break;
+            }
+            None => break,
+        }
+    }
+    if let Some(v) = form_field(&head, b"acl").and_then(|v| http::HeaderValue::from_bytes(&v).ok())
+    {
+        parts.headers.insert(FORM_ACL, v);
+    }
+    let first = futures::stream::iter(std::iter::once(Ok(head.freeze())).chain(failed.map(Err)));
+    let s = first.chain(frames);
+    let body = s3s::Body::from(
+        Box::pin(Unknown(Box::pin(sync_wrapper::SyncStream::new(s)))) as s3s::stream::DynByteStream,
+    );
+    http::Request::from_parts(parts, body)
+}
+
+/// Where the `file` part's header line ends in a form upload's head (`None`: not in yet).
+fn file_header_at(head: &[u8]) -> Option<usize> {
+    let lower = head.to_ascii_lowercase();
+    let at = find(&lower, b"name=\"file\"")?;
+    find(&lower[at..], b"\r\n").map(|e| at + e)
+}
+
+/// The value of the form field `name` (case-insensitive) among the fields before the `file`
+/// part.
+fn form_field(head: &[u8], name: &[u8]) -> Option<Vec<u8>> {
+    let end = file_header_at(head).unwrap_or(head.len());
+    let lower = head[..end].to_ascii_lowercase();
+    let mut needle = b"name=\"".to_vec();
+    needle.extend_from_slice(name);
+    needle.push(b'"');
+    let at = find(&lower, &needle)?;
+    let v_start = at + find(&head[at..end], b"\r\n\r\n")? + 4;
+    let v_end = v_start + find(&head[v_start..end], b"\r\n--")?;
+    Some(head[v_start..v_end].to_vec())
+}
+
 /// A byte stream of unknown length.
 struct Unknown<S>(std::pin::Pin<Box<sync_wrapper::SyncStream<S>>>);
 
@@ -518,6 +583,35 @@ mod tests {
         );
         let plain = form("fixed", "cat.jpg");
         assert_eq!(rewrite(plain.clone(), 9).await, plain);
+    }
+
+    #[tokio::test]
+    async fn a_form_acl_field_is_hoisted_into_a_header_at_any_frame_split() {
+        let src = form("k", "cat.jpg");
+        let with_acl = String::from_utf8(src.clone()).unwrap().replacen(
+            "--B\r\nContent-Disposition: form-data; name=\"policy\"",
+            "--B\r\nContent-Disposition: form-data; name=\"ACL\"\r\n\r\npublic-read\r\n\
+             --B\r\nContent-Disposition: form-data; name=\"policy\"",
+            1,
+        );
+        for (body, want) in [(with_acl.into_bytes(), Some("public-read")), (src, None)] {
+            for split in [0, 7, 60, 130, body.len()] {
+                let (a, b) = body.split_at(split.min(body.len()));
+                let frames: Vec<Result<Bytes, s3s::StdError>> =
+                    vec![Ok(Bytes::copy_from_slice(a)), Ok(Bytes::copy_from_slice(b))];
+                let input = s3s::Body::from(Box::pin(Unknown(Box::pin(
+                    sync_wrapper::SyncStream::new(futures::stream::iter(frames)),
+                ))) as s3s::stream::DynByteStream);
+                let req = hoist_form_acl(http::Request::new(input)).await;
+                assert_eq!(
+                    req.headers().get(FORM_ACL).map(|v| v.to_str().unwrap()),
+                    want,
+                    "split {split}"
+                );
+                let out = BodyExt::collect(req.into_body()).await.unwrap().to_bytes();
+                assert_eq!(&out[..], &body[..], "split {split}");
+            }
+        }
     }
 
     #[test]

@@ -61,16 +61,16 @@ pub fn list_summaries(
 }
 
 /// [`list_objects`] for an S3 ListObjects page: `f` gets each key, [`ObjectSummary`] and
-/// [`ChecksumNames`], borrowed from the store's value, in order (as [`list_summaries`]).
+/// [`ChecksumNames`] and owner, borrowed from the store's value, in order (as [`list_summaries`]).
 pub fn list_briefs(
     store: &dyn MetadataStore,
     bucket: &str,
     q: &ListQuery<'_>,
-    f: &mut dyn FnMut(&str, &ObjectSummary<'_>, ChecksumNames),
+    f: &mut dyn FnMut(&str, &ObjectSummary<'_>, ChecksumNames, Option<&str>),
 ) -> Result<ListPage, MetaError> {
     walk(store, bucket, q, &mut |key, v| {
-        let (s, c) = decode_brief(v)?;
-        f(key, &s, c);
+        let (s, c, owner) = decode_brief(v)?;
+        f(key, &s, c, owner);
         Ok(())
     })
 }

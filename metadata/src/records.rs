@@ -27,6 +27,9 @@ pub const FORMAT_V4: u8 = 4;
 /// `ObjectRecord` and `UploadRecord` since their metadata holds the object's lock (retention
 /// and legal hold, [`ObjectMeta::lock`]).
 pub const FORMAT_V5: u8 = 5;
+/// `ObjectRecord` and `UploadRecord` since their metadata names the object's owner and holds
+/// its access control list ([`ObjectMeta::owner`], [`ObjectMeta::acl`]).
+pub const FORMAT_V6: u8 = 6;
 
 /// A value stored in the metadata store, with its format byte.
 pub trait Record: Serialize + DeserializeOwned {
@@ -85,6 +88,12 @@ pub struct ObjectMeta {
     pub tags: Vec<(String, String)>,
     /// Object lock: the version's retention and legal hold.
     pub lock: ObjectLock,
+    /// Who owns the object (the version): a user name, as the object service names users.
+    /// `None`: the bucket's owner (every record written before format 6).
+    pub owner: Option<String>,
+    /// The version's access control list as (grantee, permission) pairs, each in the object
+    /// service's own encoding. `None`: the default (`private`: its owner has full control).
+    pub acl: Option<Vec<(String, String)>>,
 }
 
 /// A version's object lock (S3 Object Lock): a retention mode with its date, and a legal hold.
@@ -478,24 +487,46 @@ mod brief {
         #[serde(borrow)]
         pub checksums: ChecksumsRef<'a>,
     }
+
+    #[derive(Deserialize)]
+    pub struct V6<'a> {
+        #[serde(borrow)]
+        pub summary: ObjectSummary<'a>,
+        #[serde(borrow)]
+        pub _tags: Vec<(&'a str, &'a str)>,
+        #[serde(borrow)]
+        pub _lock: LockRef<'a>,
+        #[serde(borrow)]
+        pub owner: Option<&'a str>,
+        #[serde(borrow)]
+        pub _acl: Option<Vec<(&'a str, &'a str)>>,
+        #[serde(borrow)]
+        pub checksums: ChecksumsRef<'a>,
+    }
 }
 
+/// What an S3 listing shows of one stored object record ([`decode_brief`]).
+pub type BriefRef<'a> = (ObjectSummary<'a>, ChecksumNames, Option<&'a str>);
+
 /// Decodes what an S3 listing shows of a stored object record, of any format: its
-/// [`ObjectSummary`] and [`ChecksumNames`], with no string copied (the segments, a large
-/// object's chunk list, are not read).
-pub fn decode_brief(b: &[u8]) -> Result<(ObjectSummary<'_>, ChecksumNames), MetaError> {
+/// [`ObjectSummary`], [`ChecksumNames`] and owner ([`ObjectMeta::owner`]), with no string
+/// copied (the segments, a large object's chunk list, are not read).
+pub fn decode_brief(b: &[u8]) -> Result<BriefRef<'_>, MetaError> {
     let body = b.get(1..).unwrap_or_default();
     let corrupt = |e: postcard::Error| MetaError::Corrupt(e.to_string());
     match b.first() {
+        Some(&FORMAT_V6) => postcard::from_bytes::<brief::V6<'_>>(body)
+            .map(|r| (r.summary, r.checksums.into(), r.owner))
+            .map_err(corrupt),
         Some(&FORMAT_V5) => postcard::from_bytes::<brief::V5<'_>>(body)
-            .map(|r| (r.summary, r.checksums.into()))
+            .map(|r| (r.summary, r.checksums.into(), None))
             .map_err(corrupt),
         Some(&FORMAT_V4) => postcard::from_bytes::<brief::V4<'_>>(body)
-            .map(|r| (r.summary, r.checksums.into()))
+            .map(|r| (r.summary, r.checksums.into(), None))
             .map_err(corrupt),
         Some(&f) if (FORMAT_V1..=FORMAT_V3).contains(&f) => {
             postcard::from_bytes::<brief::V3<'_>>(body)
-                .map(|r| (r.summary, r.checksums.into()))
+                .map(|r| (r.summary, r.checksums.into(), None))
                 .map_err(corrupt)
         }
         Some(&f) => Err(MetaError::UnknownFormat(f)),
@@ -504,7 +535,7 @@ pub fn decode_brief(b: &[u8]) -> Result<(ObjectSummary<'_>, ChecksumNames), Meta
 }
 
 impl Record for ObjectRecord {
-    const FORMAT: u8 = FORMAT_V5;
+    const FORMAT: u8 = FORMAT_V6;
 
     fn decode_old(format: u8, body: &[u8]) -> Result<Self, MetaError> {
         match format {
@@ -513,6 +544,7 @@ impl Record for ObjectRecord {
             // metadata without tags.
             FORMAT_V2 | FORMAT_V3 => Ok(postcard_body::<v3::ObjectRecord>(body)?.into()),
             FORMAT_V4 => Ok(postcard_body::<v4::ObjectRecord>(body)?.into()),
+            FORMAT_V5 => Ok(postcard_body::<v5::ObjectRecord>(body)?.into()),
             f => Err(MetaError::UnknownFormat(f)),
         }
     }
@@ -549,12 +581,13 @@ impl Record for BucketRecord {
 }
 
 impl Record for UploadRecord {
-    const FORMAT: u8 = FORMAT_V5;
+    const FORMAT: u8 = FORMAT_V6;
 
     fn decode_old(format: u8, body: &[u8]) -> Result<Self, MetaError> {
         match format {
             FORMAT_V1 => Ok(postcard_body::<v3::UploadRecord>(body)?.into()),
             FORMAT_V4 => Ok(postcard_body::<v4::UploadRecord>(body)?.into()),
+            FORMAT_V5 => Ok(postcard_body::<v5::UploadRecord>(body)?.into()),
             f => Err(MetaError::UnknownFormat(f)),
         }
     }
@@ -592,6 +625,8 @@ mod v3 {
                 user: m.user,
                 tags: vec![],
                 lock: Default::default(),
+                owner: None,
+                acl: None,
             }
         }
     }
@@ -723,6 +758,8 @@ mod v4 {
                 user: m.user,
                 tags: m.tags,
                 lock: Default::default(),
+                owner: None,
+                acl: None,
             }
         }
     }
@@ -738,6 +775,141 @@ mod v4 {
                 expires: m.expires,
                 user: m.user,
                 tags: m.tags,
+            }
+        }
+    }
+
+    #[derive(Serialize, Deserialize)]
+    pub struct ObjectRecord {
+        pub size: u64,
+        pub etag: String,
+        pub last_modified_ms: i64,
+        pub meta: ObjectMeta,
+        pub checksums: Checksums,
+        pub segments: Vec<Segment>,
+        pub parts: Vec<PartSummary>,
+        pub upload_id: Option<String>,
+        pub version_id: Option<String>,
+        pub delete_marker: bool,
+    }
+
+    impl From<ObjectRecord> for super::ObjectRecord {
+        fn from(r: ObjectRecord) -> Self {
+            Self {
+                size: r.size,
+                etag: r.etag,
+                last_modified_ms: r.last_modified_ms,
+                meta: r.meta.into(),
+                checksums: r.checksums,
+                segments: r.segments,
+                parts: r.parts,
+                upload_id: r.upload_id,
+                version_id: r.version_id,
+                delete_marker: r.delete_marker,
+            }
+        }
+    }
+
+    impl From<super::ObjectRecord> for ObjectRecord {
+        fn from(r: super::ObjectRecord) -> Self {
+            Self {
+                size: r.size,
+                etag: r.etag,
+                last_modified_ms: r.last_modified_ms,
+                meta: r.meta.into(),
+                checksums: r.checksums,
+                segments: r.segments,
+                parts: r.parts,
+                upload_id: r.upload_id,
+                version_id: r.version_id,
+                delete_marker: r.delete_marker,
+            }
+        }
+    }
+
+    #[derive(Serialize, Deserialize)]
+    pub struct UploadRecord {
+        pub initiated_ms: i64,
+        pub meta: ObjectMeta,
+        pub checksum_algorithm: Option<String>,
+        pub checksum_type: Option<String>,
+        pub owner: String,
+    }
+
+    impl From<UploadRecord> for super::UploadRecord {
+        fn from(u: UploadRecord) -> Self {
+            Self {
+                initiated_ms: u.initiated_ms,
+                meta: u.meta.into(),
+                checksum_algorithm: u.checksum_algorithm,
+                checksum_type: u.checksum_type,
+                owner: u.owner,
+            }
+        }
+    }
+
+    impl From<super::UploadRecord> for UploadRecord {
+        fn from(u: super::UploadRecord) -> Self {
+            Self {
+                initiated_ms: u.initiated_ms,
+                meta: u.meta.into(),
+                checksum_algorithm: u.checksum_algorithm,
+                checksum_type: u.checksum_type,
+                owner: u.owner,
+            }
+        }
+    }
+}
+
+/// The layouts before owners and ACLs: `ObjectRecord` and `UploadRecord` format 5.
+mod v5 {
+    use serde::{Deserialize, Serialize};
+
+    use super::{Checksums, ObjectLock, PartSummary, Segment};
+
+    #[derive(Serialize, Deserialize)]
+    pub struct ObjectMeta {
+        pub content_type: Option<String>,
+        pub cache_control: Option<String>,
+        pub content_disposition: Option<String>,
+        pub content_encoding: Option<String>,
+        pub content_language: Option<String>,
+        pub expires: Option<String>,
+        pub user: Vec<(String, String)>,
+        pub tags: Vec<(String, String)>,
+        pub lock: ObjectLock,
+    }
+
+    impl From<ObjectMeta> for super::ObjectMeta {
+        fn from(m: ObjectMeta) -> Self {
+            Self {
+                content_type: m.content_type,
+                cache_control: m.cache_control,
+                content_disposition: m.content_disposition,
+                content_encoding: m.content_encoding,
+                content_language: m.content_language,
+                expires: m.expires,
+                user: m.user,
+                tags: m.tags,
+                lock: m.lock,
+                owner: None,
+                acl: None,
+            }
+        }
+    }
+
+    impl From<super::ObjectMeta> for ObjectMeta {
+        fn from(m: super::ObjectMeta) -> Self {
+            Self {
+                content_type: m.content_type,
+                cache_control: m.cache_control,
+                content_disposition: m.content_disposition,
+                content_encoding: m.content_encoding,
+                content_language: m.content_language,
+                expires: m.expires,
+                user: m.user,
+                tags: m.tags,
+                lock: m.lock,
             }
         }
     }
@@ -925,7 +1097,7 @@ mod tests {
             delete_marker: false,
         };
         let b = encode(&r);
-        assert_eq!(b[0], FORMAT_V5);
+        assert_eq!(b[0], FORMAT_V6);
         assert_eq!(decode::<ObjectRecord>(&b).unwrap(), r);
         let mut bad = b.clone();
         bad[0] = 9;
@@ -997,7 +1169,7 @@ mod tests {
             .collect();
         assert_eq!(got, vec![(1, "a"), (2, "b")]);
         // Re-encoding writes the current format.
-        assert_eq!(encode(&r)[0], FORMAT_V5);
+        assert_eq!(encode(&r)[0], FORMAT_V6);
         assert_eq!(decode::<ObjectRecord>(&encode(&r)).unwrap(), r);
     }
 
@@ -1032,7 +1204,11 @@ mod tests {
             // A listing's brief: the same summary, and the checksums behind tags and lock.
             assert_eq!(
                 decode_brief(&b).unwrap(),
-                (ObjectSummary::of(&full), ChecksumNames::of(&full.checksums)),
+                (
+                    ObjectSummary::of(&full),
+                    ChecksumNames::of(&full.checksums),
+                    full.meta.owner.as_deref()
+                ),
                 "format {}",
                 b[0]
             );
@@ -1050,7 +1226,8 @@ mod tests {
         ];
         let s = decode_summary(v1).unwrap();
         assert_eq!((s.size, s.etag, s.last_modified_ms), (3, "abc", 5));
-        let (s, names) = decode_brief(v1).unwrap();
+        let (s, names, owner) = decode_brief(v1).unwrap();
+        assert_eq!(owner, None);
         assert_eq!((s.size, names), (3, ChecksumNames::default()));
         assert_eq!((names.algorithms().count(), names.kind()), (0, None));
         assert!(matches!(
@@ -1089,7 +1266,7 @@ mod tests {
             retain_until_ms: Some(1),
             legal_hold: true,
         };
-        assert_eq!(encode(&locked)[0], FORMAT_V5);
+        assert_eq!(encode(&locked)[0], FORMAT_V6);
         assert_eq!(decode::<ObjectRecord>(&encode(&locked)).unwrap(), locked);
         let u = UploadRecord {
             initiated_ms: 3,
@@ -1157,7 +1334,7 @@ mod tests {
         assert_eq!(r, want);
         assert!(!r.has_detached());
         let (value, payload) = split_inline(&r);
-        assert_eq!(value[0], FORMAT_V5);
+        assert_eq!(value[0], FORMAT_V6);
         assert_eq!(payload.as_deref(), Some(&b"abcdefg"[..]));
         // The value holds no inline byte: it is the v2 body minus the bytes, plus lengths.
         let head: ObjectRecord = decode(&value).unwrap();
@@ -1222,7 +1399,7 @@ mod tests {
         let r: ObjectRecord = decode(fixture).unwrap();
         assert_eq!(r, want);
         assert!(r.meta.tags.is_empty());
-        assert_eq!(encode(&r)[0], FORMAT_V5);
+        assert_eq!(encode(&r)[0], FORMAT_V6);
         assert_eq!(decode_head(fixture).unwrap(), want);
         // BucketRecord v1: created_ms 5, owner "al".
         let b: BucketRecord = decode(&[1, 10, 2, 97, 108]).unwrap();
@@ -1246,7 +1423,7 @@ mod tests {
         assert!(u.meta.tags.is_empty());
         assert_eq!(u.checksum_algorithm.as_deref(), Some("CRC32"));
         assert_eq!(u.owner, "al");
-        assert_eq!(encode(&u)[0], FORMAT_V5);
+        assert_eq!(encode(&u)[0], FORMAT_V6);
     }
 
     /// Tags round-trip in every record that carries them, and `encode_v2` writes what format 2
@@ -1280,5 +1457,60 @@ mod tests {
             settings: vec![("lifecycle".into(), "{}".into())],
         };
         assert_eq!(decode::<BucketRecord>(&encode(&b)).unwrap(), b);
+    }
+
+    /// Object and upload records in format 5 (a lock, no owner or ACL) as format 5's encoder
+    /// wrote them: kept so later formats must still read them. They read with no owner and the
+    /// default ACL; re-encoding writes format 6.
+    #[test]
+    fn v5_fixtures_decode_without_owner_or_acl() {
+        let obj: &[u8] = &[
+            5, 5, 1, 101, 18, 1, 1, 116, 0, 0, 0, 0, 0, 0, 1, 1, 97, 1, 98, 0, 0, 1, 0, 1, 8, 65,
+            65, 65, 65, 65, 65, 61, 61, 0, 0, 0, 1, 11, 70, 85, 76, 76, 95, 79, 66, 74, 69, 67, 84,
+            1, 2, 5, 0, 0, 1, 2, 118, 49, 0,
+        ];
+        let r: ObjectRecord = decode(obj).unwrap();
+        assert_eq!((r.size, r.etag.as_str()), (5, "e"));
+        assert_eq!(r.meta.content_type.as_deref(), Some("t"));
+        assert_eq!(r.meta.tags, vec![("a".into(), "b".into())]);
+        assert!(r.meta.lock.legal_hold);
+        assert_eq!((r.meta.owner.clone(), r.meta.acl.clone()), (None, None));
+        assert_eq!(r.checksums.crc32c.as_deref(), Some("AAAAAA=="));
+        assert_eq!(r.segments, vec![Segment::Detached(5)]);
+        assert_eq!(r.version_id.as_deref(), Some("v1"));
+        let (s, names, owner) = decode_brief(obj).unwrap();
+        assert_eq!((s.size, owner), (5, None));
+        assert_eq!(names.algorithms().collect::<Vec<_>>(), ["CRC32C"]);
+        assert_eq!(decode_summary(obj).unwrap(), ObjectSummary::of(&r));
+        assert_eq!(encode(&r)[0], FORMAT_V6);
+        let up: &[u8] = &[
+            5, 6, 1, 1, 116, 0, 0, 0, 0, 0, 0, 1, 1, 97, 1, 98, 0, 0, 1, 0, 0, 1, 111,
+        ];
+        let u: UploadRecord = decode(up).unwrap();
+        assert_eq!((u.initiated_ms, u.owner.as_str()), (3, "o"));
+        assert!(u.meta.lock.legal_hold && u.meta.acl.is_none() && u.meta.owner.is_none());
+        assert_eq!(encode(&u)[0], FORMAT_V6);
+    }
+
+    /// Owner and ACL round-trip in format 6, and a listing's brief names the owner (the
+    /// checksums behind them still read).
+    #[test]
+    fn owner_and_acl_roundtrip_and_brief() {
+        let mut r = v2_fixture_record();
+        r.meta.tags = vec![("t".into(), "1".into())];
+        r.meta.lock.legal_hold = true;
+        r.meta.owner = Some("alice".into());
+        r.meta.acl = Some(vec![("group:AllUsers".into(), "READ".into())]);
+        let b = encode(&r);
+        assert_eq!(b[0], FORMAT_V6);
+        assert_eq!(decode::<ObjectRecord>(&b).unwrap(), r);
+        let (s, names, owner) = decode_brief(&b).unwrap();
+        assert_eq!((s, owner), (ObjectSummary::of(&r), Some("alice")));
+        assert_eq!(names.algorithms().collect::<Vec<_>>(), ["CRC32C"]);
+        let mut v5b = vec![FORMAT_V5];
+        v5b.extend(postcard::to_stdvec(&v5::ObjectRecord::from(r.clone())).unwrap());
+        let back: ObjectRecord = decode(&v5b).unwrap();
+        assert_eq!((back.meta.owner, back.meta.acl), (None, None));
+        assert_eq!(back.meta.lock, r.meta.lock);
     }
 }

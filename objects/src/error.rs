@@ -100,6 +100,30 @@ pub enum ObjError {
     IncompleteBody,
     #[error("{0} is not implemented by Lode")]
     NotImplemented(String),
+    /// An ACL that is not well formed (a bad permission, too many grants).
+    #[error(
+        "The XML you provided was not well-formed or did not validate against our published schema: {0}"
+    )]
+    MalformedAcl(String),
+    /// A grant to an email address no user has.
+    #[error("The email address you provided does not match any account on record: {0}")]
+    UnresolvableGrantByEmail(String),
+    /// An ACL other than the owner's full control on a bucket whose ACLs are disabled
+    /// (`BucketOwnerEnforced`).
+    #[error("The bucket does not allow ACLs")]
+    AclNotSupported,
+    /// A public ACL while the bucket's BlockPublicAcls is on (S3's `403 AccessDenied`).
+    #[error(
+        "Access Denied: public ACLs are blocked by the BlockPublicAcls block public access setting"
+    )]
+    PublicAclBlocked,
+    /// `BucketOwnerEnforced` asked of a bucket whose ACL grants others.
+    #[error(
+        "Bucket ACL grants other than the bucket owner's full control must be removed before disabling ACLs (BucketOwnerEnforced)"
+    )]
+    BucketAclWithOwnership,
+    #[error("The bucket ownership controls were not found")]
+    NoOwnershipControls,
     #[error(
         "Your socket connection to the server was not read from or written to within the timeout period."
     )]

@@ -15,6 +15,7 @@
 //! [`ObjError`] onto the wire in one place each. Modules depend one way: `service` (the core)
 //! <- `namespace`, `scrub`, `lifecycle`; `notify`, `checksum`, `error`, `failpoint`, `tags` are leaves.
 
+pub mod acl;
 pub mod checksum;
 pub mod cors;
 pub mod error;

@@ -184,17 +184,16 @@ fn check_retention_change(old: &ObjectLock, mode: &str, until: i64, bypass: bool
 impl ObjectService {
     /// CreateBucket with `x-amz-bucket-object-lock-enabled: true`: versioning is Enabled and
     /// object lock on, with no default retention.
-    pub async fn create_bucket_locked(&self, name: &str, owner: &str) -> ObjResult<()> {
+    pub async fn create_bucket_locked(
+        &self,
+        name: &str,
+        owner: &str,
+        mut settings: Vec<(String, String)>,
+    ) -> ObjResult<()> {
         let lock = serde_json::to_string(&LockConfig::default()).expect("serializes");
-        self.create_bucket_with(
-            name,
-            owner,
-            vec![
-                (SETTING.to_owned(), lock),
-                (VERSIONING_SETTING.to_owned(), "Enabled".to_owned()),
-            ],
-        )
-        .await
+        settings.push((SETTING.to_owned(), lock));
+        settings.push((VERSIONING_SETTING.to_owned(), "Enabled".to_owned()));
+        self.create_bucket_with(name, owner, settings).await
     }
 
     /// PutObjectLockConfiguration: enables object lock on a bucket whose versioning is

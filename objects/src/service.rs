@@ -108,6 +108,10 @@ pub(crate) struct BucketSettings {
     pub block: Option<crate::policy::PublicAccessBlock>,
     /// The bucket's owner (`None`: no such bucket).
     pub owner: Option<String>,
+    /// The bucket's ACL (`None`: `private`).
+    pub acl: Option<Arc<crate::acl::Acl>>,
+    /// Its object ownership (absent: `ObjectWriter`).
+    pub ownership: Option<crate::acl::Ownership>,
 }
 
 impl SettingsCache {
@@ -150,6 +154,17 @@ impl crate::ChangeListener for SettingsCache {
 /// gateway the announcement did not reach (S3 asks for minutes after enabling versioning
 /// before writes rely on it).
 const VERSIONING_TTL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `b` with one setting replaced (`None`: removed), the settings kept sorted.
+fn with_setting(b: &BucketRecord, setting: &str, value: Option<&str>) -> BucketRecord {
+    let mut b = b.clone();
+    b.settings.retain(|(n, _)| n != setting);
+    if let Some(v) = value {
+        b.settings.push((setting.to_owned(), v.to_owned()));
+        b.settings.sort();
+    }
+    b
+}
 
 /// The bucket setting that holds its versioning state (`Enabled` or `Suspended`).
 pub(crate) const VERSIONING_SETTING: &str = "versioning";
@@ -434,6 +449,10 @@ pub struct CopyChanges {
     /// The object lock the copy asks for (its `x-amz-object-lock-*` headers; none: the
     /// destination bucket's default retention, if any).
     pub lock: lode_catalog::ObjectLock,
+    /// The copy's owner and ACL ([`ObjectMeta::owner`], [`ObjectMeta::acl`]): the copier's
+    /// and the request's, never the source's (S3 copies no ACL).
+    pub owner: Option<String>,
+    pub acl: Option<Vec<(String, String)>>,
 }
 
 /// A copy's metadata: the source's or the REPLACE directive's, with the source's tags or the
@@ -443,6 +462,8 @@ fn copied_meta(src: &ObjectMeta, c: &CopyChanges) -> ObjectMeta {
     let mut m = c.meta.clone().unwrap_or_else(|| src.clone());
     m.tags = c.tags.clone().unwrap_or_else(|| src.tags.clone());
     m.lock = c.lock.clone();
+    m.owner = c.owner.clone();
+    m.acl = c.acl.clone();
     m
 }
 
@@ -531,8 +552,9 @@ impl ObjectService {
         self.create_bucket_with(name, owner, vec![]).await
     }
 
-    /// CreateBucket with its first settings (sorted by name).
-    pub(crate) async fn create_bucket_with(
+    /// CreateBucket with its first settings (sorted by name): one commit, so a bucket is never
+    /// seen without them.
+    pub async fn create_bucket_with(
         &self,
         name: &str,
         owner: &str,
@@ -709,6 +731,114 @@ impl ObjectService {
         Ok(own.or(self.cfg.public_access_block))
     }
 
+    /// The bucket's own ACL (GetBucketAcl): `None` when it has the default (`private`).
+    pub async fn bucket_acl(&self, name: &str) -> ObjResult<Option<crate::acl::Acl>> {
+        let b = self.bucket(name).await?;
+        Ok(name_setting(&b, crate::acl::SETTING).and_then(crate::acl::Acl::decode_setting))
+    }
+
+    /// Replaces the bucket's ACL (`None`: back to `private`); every gateway follows it before
+    /// this returns. Refused with `AccessControlListNotSupported` when the bucket's ACLs are
+    /// disabled and `acl` grants more than the owner's full control (checked in the commit,
+    /// against the ownership it sees).
+    pub async fn set_bucket_acl(
+        &self,
+        name: &str,
+        acl: Option<crate::acl::Acl>,
+        owner: &str,
+    ) -> ObjResult<()> {
+        let owner_only = acl.as_ref().is_none_or(|a| a.is_owner_only(owner));
+        let value = acl
+            .filter(|a| !a.is_owner_only(owner))
+            .map(|a| a.encode_setting());
+        let f: lode_catalog::BucketFn = Arc::new(move |b: &BucketRecord| {
+            let enforced = name_setting(b, crate::acl::OWNERSHIP_SETTING)
+                .and_then(crate::acl::Ownership::parse)
+                == Some(crate::acl::Ownership::BucketOwnerEnforced);
+            if enforced && !owner_only {
+                return Err(CatalogError::Refused(Box::new(ObjError::AclNotSupported)));
+            }
+            Ok(with_setting(b, crate::acl::SETTING, value.as_deref()))
+        });
+        self.catalog.update_bucket(name, f).await?;
+        self.settings_changed(name).await;
+        Ok(())
+    }
+
+    /// The bucket's object ownership as set (GetBucketOwnershipControls): `None` when never
+    /// set (it is then `ObjectWriter`).
+    pub async fn bucket_ownership(&self, name: &str) -> ObjResult<Option<crate::acl::Ownership>> {
+        let b = self.bucket(name).await?;
+        Ok(name_setting(&b, crate::acl::OWNERSHIP_SETTING).and_then(crate::acl::Ownership::parse))
+    }
+
+    /// Sets (`None`: removes) the bucket's object ownership; every gateway follows it before
+    /// this returns. `BucketOwnerEnforced` is refused while the bucket's ACL grants more than
+    /// its owner's full control (`InvalidBucketAclWithObjectOwnership`, checked in the commit).
+    pub async fn set_bucket_ownership(
+        &self,
+        name: &str,
+        ownership: Option<crate::acl::Ownership>,
+    ) -> ObjResult<()> {
+        let f: lode_catalog::BucketFn = Arc::new(move |b: &BucketRecord| {
+            if ownership == Some(crate::acl::Ownership::BucketOwnerEnforced)
+                && name_setting(b, crate::acl::SETTING)
+                    .and_then(crate::acl::Acl::decode_setting)
+                    .is_some_and(|a| !a.grants.is_empty())
+            {
+                return Err(CatalogError::Refused(Box::new(
+                    ObjError::BucketAclWithOwnership,
+                )));
+            }
+            Ok(with_setting(
+                b,
+                crate::acl::OWNERSHIP_SETTING,
+                ownership.map(|o| o.as_str()),
+            ))
+        });
+        self.catalog.update_bucket(name, f).await?;
+        self.settings_changed(name).await;
+        Ok(())
+    }
+
+    /// The bucket's ACL and object ownership for authorization (cached with its other
+    /// settings): `None` for the default `private` ACL.
+    pub async fn acl_of(
+        &self,
+        bucket: &str,
+    ) -> ObjResult<(Option<Arc<crate::acl::Acl>>, crate::acl::Ownership)> {
+        let s = self.settings_of(bucket).await?;
+        Ok((s.acl, s.ownership.unwrap_or_default()))
+    }
+
+    /// An object's (or one version's) owner and ACL as stored ([`ObjectMeta::owner`],
+    /// [`ObjectMeta::acl`]).
+    pub async fn object_acl(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+    ) -> ObjResult<(Option<String>, Option<crate::acl::Acl>)> {
+        let meta = match version_id {
+            Some(v) => self.open_object_version(bucket, key, v).await?.record.meta,
+            None => self.head_object(bucket, key).await?.meta,
+        };
+        Ok((meta.owner, meta.acl.map(|p| crate::acl::Acl::decode(&p))))
+    }
+
+    /// Replaces the ACL of an object or of one of its versions (PutObjectAcl; `None`: back to
+    /// `private`), in place: content, ETag and times stay.
+    pub async fn set_object_acl(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        acl: Option<Vec<(String, String)>>,
+    ) -> ObjResult<()> {
+        self.update_object_meta(bucket, key, version_id, move |m| m.acl = acl.clone())
+            .await
+    }
+
     /// Sets (or, with `None`, removes) one bucket setting, in one commit of the bucket's
     /// record, and makes every gateway follow it before returning.
     async fn set_setting(
@@ -717,15 +847,8 @@ impl ObjectService {
         setting: &'static str,
         value: Option<String>,
     ) -> ObjResult<()> {
-        let f: lode_catalog::BucketFn = Arc::new(move |b: &BucketRecord| {
-            let mut b = b.clone();
-            b.settings.retain(|(n, _)| n != setting);
-            if let Some(v) = &value {
-                b.settings.push((setting.to_owned(), v.clone()));
-                b.settings.sort();
-            }
-            Ok(b)
-        });
+        let f: lode_catalog::BucketFn =
+            Arc::new(move |b: &BucketRecord| Ok(with_setting(b, setting, value.as_deref())));
         self.catalog.update_bucket(name, f).await?;
         self.settings_changed(name).await;
         Ok(())
@@ -785,6 +908,11 @@ impl ObjectService {
                 block: name_setting(&b, crate::policy::BLOCK_SETTING)
                     .and_then(crate::policy::PublicAccessBlock::decode),
                 owner: Some(b.owner.clone()),
+                acl: name_setting(&b, crate::acl::SETTING)
+                    .and_then(crate::acl::Acl::decode_setting)
+                    .map(Arc::new),
+                ownership: name_setting(&b, crate::acl::OWNERSHIP_SETTING)
+                    .and_then(crate::acl::Ownership::parse),
             },
             None => BucketSettings::default(),
         };
@@ -1505,14 +1633,28 @@ impl ObjectService {
         tags: TagSet,
     ) -> ObjResult<()> {
         let tags = crate::tags::check(tags, crate::tags::Owner::Object)?;
+        // Tags may change on a locked version (S3): not `update_meta`'s lock check.
+        self.update_object_meta(bucket, key, version_id, move |m| m.tags = tags.clone())
+            .await
+    }
+
+    /// Changes the metadata of an object or of one of its versions in place (tags, ACL):
+    /// content, ETag and times stay. `NoSuchVersion` for a version it does not have.
+    async fn update_object_meta(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        change: impl Fn(&mut ObjectMeta) + Send + Sync + 'static,
+    ) -> ObjResult<()> {
+        let f: lode_catalog::RecordFn = Arc::new(move |r: &ObjectRecord| {
+            let mut r = r.clone();
+            change(&mut r.meta);
+            Ok(r)
+        });
         match version_id {
             Some(v) if self.catalog.supports_versions() => {
                 check_version_id(v)?;
-                let f: lode_catalog::RecordFn = Arc::new(move |r: &ObjectRecord| {
-                    let mut r = r.clone();
-                    r.meta.tags = tags.clone();
-                    Ok(r)
-                });
                 match self.catalog.update_version(bucket, key, v, f).await {
                     Err(CatalogError::NoSuchKey) => return Err(ObjError::NoSuchVersion),
                     r => r?,
@@ -1523,12 +1665,6 @@ impl ObjectService {
                 return Err(ObjError::NoSuchVersion);
             }
             _ => {
-                // Tags may change on a locked version (S3): not `update_meta`'s lock check.
-                let f: lode_catalog::RecordFn = Arc::new(move |r: &ObjectRecord| {
-                    let mut r = r.clone();
-                    r.meta.tags = tags.clone();
-                    Ok(r)
-                });
                 self.catalog.update(bucket, key, f).await?;
             }
         }
