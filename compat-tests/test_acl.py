@@ -28,6 +28,14 @@ def cid(name):
     return hashlib.sha256(f"lode-user:{name}".encode()).hexdigest()
 
 
+def let_write(alice, bucket, bob_name):
+    """A policy that lets bob upload to the bucket (announced to every gateway before it is
+    acknowledged, where a grant takes up to 2 s to reach the others: SEMANTICS.md rule 18)."""
+    alice.put_bucket_policy(Bucket=bucket, Policy=policy(bucket, allow(
+        {"AWS": f"arn:aws:iam::000000000000:user/{bob_name}"},
+        ["s3:PutObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"], f"arn:aws:s3:::{bucket}/*")))
+
+
 def refused(fn, *args, want=(403, "AccessDenied"), **kw):
     with pytest.raises(ClientError) as e:
         fn(*args, **kw)
@@ -66,36 +74,33 @@ def owned(people):
     alice.delete_bucket(Bucket=name)
 
 
-def test_owners_in_listings_are_canonical_ids_and_names(lode_servers, people, owned):
+def test_owners_in_listings_are_canonical_ids_and_names(people, owned):
     alice_name, alice = people["alice"]
     bob_name, bob = people["bob"]
     b = owned
     me = alice.list_buckets()["Owner"]
     assert me == {"ID": cid(alice_name), "DisplayName": alice_name}
-    admin(lode_servers[0], "grant", b, bob_name, "write")
-    try:
-        alice.put_object(Bucket=b, Key="by-alice", Body=b"a")
-        bob.put_object(Bucket=b, Key="by-bob", Body=b"b")
-        want = {"by-alice": cid(alice_name), "by-bob": cid(bob_name)}
-        v2 = alice.list_objects_v2(Bucket=b, FetchOwner=True)["Contents"]
-        assert {o["Key"]: o["Owner"]["ID"] for o in v2} == want
-        assert {o["Key"]: o["Owner"]["DisplayName"] for o in v2} == {"by-alice": alice_name, "by-bob": bob_name}
-        assert all("Owner" not in o for o in alice.list_objects_v2(Bucket=b)["Contents"])
-        v1 = alice.list_objects(Bucket=b)["Contents"]
-        assert {o["Key"]: o["Owner"]["ID"] for o in v1} == want
-        versions = alice.list_object_versions(Bucket=b)["Versions"]
-        assert {o["Key"]: o["Owner"]["ID"] for o in versions} == want
-        # A writer owns what it writes (ObjectWriter): it may read its own object's ACL.
-        assert bob.get_object_acl(Bucket=b, Key="by-bob")["Owner"]["ID"] == cid(bob_name)
-        up = bob.create_multipart_upload(Bucket=b, Key="mp")
-        u = alice.list_multipart_uploads(Bucket=b)["Uploads"][0]
-        assert u["Owner"] == {"ID": cid(bob_name), "DisplayName": bob_name}
-        assert u["Initiator"]["ID"] == cid(bob_name)
-        parts = bob.list_parts(Bucket=b, Key="mp", UploadId=up["UploadId"])
-        assert parts["Owner"]["ID"] == cid(bob_name) and parts["Initiator"]["DisplayName"] == bob_name
-        bob.abort_multipart_upload(Bucket=b, Key="mp", UploadId=up["UploadId"])
-    finally:
-        admin(lode_servers[0], "revoke", b, bob_name)
+    let_write(alice, b, bob_name)
+    alice.put_object(Bucket=b, Key="by-alice", Body=b"a")
+    bob.put_object(Bucket=b, Key="by-bob", Body=b"b")
+    want = {"by-alice": cid(alice_name), "by-bob": cid(bob_name)}
+    v2 = alice.list_objects_v2(Bucket=b, FetchOwner=True)["Contents"]
+    assert {o["Key"]: o["Owner"]["ID"] for o in v2} == want
+    assert {o["Key"]: o["Owner"]["DisplayName"] for o in v2} == {"by-alice": alice_name, "by-bob": bob_name}
+    assert all("Owner" not in o for o in alice.list_objects_v2(Bucket=b)["Contents"])
+    v1 = alice.list_objects(Bucket=b)["Contents"]
+    assert {o["Key"]: o["Owner"]["ID"] for o in v1} == want
+    versions = alice.list_object_versions(Bucket=b)["Versions"]
+    assert {o["Key"]: o["Owner"]["ID"] for o in versions} == want
+    # A writer owns what it writes (ObjectWriter): it may read its own object's ACL.
+    assert bob.get_object_acl(Bucket=b, Key="by-bob")["Owner"]["ID"] == cid(bob_name)
+    up = bob.create_multipart_upload(Bucket=b, Key="mp")
+    u = alice.list_multipart_uploads(Bucket=b)["Uploads"][0]
+    assert u["Owner"] == {"ID": cid(bob_name), "DisplayName": bob_name}
+    assert u["Initiator"]["ID"] == cid(bob_name)
+    parts = bob.list_parts(Bucket=b, Key="mp", UploadId=up["UploadId"])
+    assert parts["Owner"]["ID"] == cid(bob_name) and parts["Initiator"]["DisplayName"] == bob_name
+    bob.abort_multipart_upload(Bucket=b, Key="mp", UploadId=up["UploadId"])
 
 
 def test_canned_object_acls_grant_what_s3_documents(people, owned):
@@ -237,56 +242,53 @@ def test_object_acls_are_per_version(people, owned):
     refused(alice.put_object_acl, Bucket=b, Key="k", VersionId="0" * 22, ACL="private", want=(404, "NoSuchVersion"))
 
 
-def test_ownership_controls(lode_servers, people, owned):
+def test_ownership_controls(people, owned):
     alice_name, alice = people["alice"]
     bob_name, bob = people["bob"]
     anon = people["anon"]
     b = owned
     refused(alice.get_bucket_ownership_controls, Bucket=b, want=(404, "OwnershipControlsNotFoundError"))
     rule = lambda o: {"Rules": [{"ObjectOwnership": o}]}  # noqa: E731
-    admin(lode_servers[0], "grant", b, bob_name, "write")
-    try:
-        alice.put_bucket_ownership_controls(Bucket=b, OwnershipControls=rule("BucketOwnerPreferred"))
-        got = alice.get_bucket_ownership_controls(Bucket=b)["OwnershipControls"]["Rules"]
-        assert got == [{"ObjectOwnership": "BucketOwnerPreferred"}]
-        bob.put_object(Bucket=b, Key="handed", Body=b"h", ACL="bucket-owner-full-control")
-        bob.put_object(Bucket=b, Key="kept", Body=b"k")
-        owners = {o["Key"]: o["Owner"]["ID"] for o in alice.list_objects_v2(Bucket=b, FetchOwner=True)["Contents"]}
-        assert owners == {"handed": cid(alice_name), "kept": cid(bob_name)}
-        # Enforced: ACLs are disabled; only the owner's full control is accepted.
-        alice.put_object(Bucket=b, Key="pub", Body=b"p", ACL="public-read")
-        alice.put_bucket_ownership_controls(Bucket=b, OwnershipControls=rule("BucketOwnerEnforced"))
-        refused(anon.get_object, Bucket=b, Key="pub")
-        assert alice.get_object_acl(Bucket=b, Key="kept")["Owner"]["ID"] == cid(alice_name)
-        assert grants_of(alice.get_object_acl(Bucket=b, Key="pub")) == [(cid(alice_name), "FULL_CONTROL")]
-        nope = (400, "AccessControlListNotSupported")
-        refused(alice.put_object, Bucket=b, Key="x", Body=b"x", ACL="public-read", want=nope)
-        refused(bob.put_object, Bucket=b, Key="x", Body=b"x", ACL="bucket-owner-read", want=nope)
-        refused(alice.put_object_acl, Bucket=b, Key="pub", ACL="public-read", want=nope)
-        refused(alice.put_bucket_acl, Bucket=b, ACL="public-read", want=nope)
-        bob.put_object(Bucket=b, Key="x", Body=b"x", ACL="bucket-owner-full-control")
-        bob.put_object(Bucket=b, Key="y", Body=b"y")
-        owners = {o["Key"]: o["Owner"]["ID"] for o in alice.list_objects_v2(Bucket=b, FetchOwner=True)["Contents"]}
-        assert set(owners.values()) == {cid(alice_name)}
-        # Only bucket-owner-full-control (or no ACL) is accepted, as S3 documents: not even
-        # `private`.
-        refused(alice.put_object, Bucket=b, Key="x", Body=b"x", ACL="private", want=nope)
-        refused(alice.put_bucket_acl, Bucket=b, ACL="private", want=nope)
-        alice.put_object_acl(Bucket=b, Key="x", ACL="bucket-owner-full-control")
-        # Back to ObjectWriter: the stored ACLs hold again.
-        alice.delete_bucket_ownership_controls(Bucket=b)
-        refused(alice.get_bucket_ownership_controls, Bucket=b, want=(404, "OwnershipControlsNotFoundError"))
-        assert anon.get_object(Bucket=b, Key="pub")["Body"].read() == b"p"
-        # A bucket ACL that grants others forbids enforcing.
-        alice.put_bucket_acl(Bucket=b, ACL="public-read")
-        refused(alice.put_bucket_ownership_controls, Bucket=b, OwnershipControls=rule("BucketOwnerEnforced"),
-                want=(400, "InvalidBucketAclWithObjectOwnership"))
-        alice.put_bucket_acl(Bucket=b, ACL="private")
-        refused(alice.put_bucket_ownership_controls, Bucket=b, OwnershipControls=rule("Nobody"),
-                want=(400, "MalformedXML"))
-        refused(bob.put_bucket_ownership_controls, Bucket=b, OwnershipControls=rule("ObjectWriter"))
-    finally:
-        admin(lode_servers[0], "revoke", b, bob_name)
+    let_write(alice, b, bob_name)
+    alice.put_bucket_ownership_controls(Bucket=b, OwnershipControls=rule("BucketOwnerPreferred"))
+    got = alice.get_bucket_ownership_controls(Bucket=b)["OwnershipControls"]["Rules"]
+    assert got == [{"ObjectOwnership": "BucketOwnerPreferred"}]
+    bob.put_object(Bucket=b, Key="handed", Body=b"h", ACL="bucket-owner-full-control")
+    bob.put_object(Bucket=b, Key="kept", Body=b"k")
+    owners = {o["Key"]: o["Owner"]["ID"] for o in alice.list_objects_v2(Bucket=b, FetchOwner=True)["Contents"]}
+    assert owners == {"handed": cid(alice_name), "kept": cid(bob_name)}
+    # Enforced: ACLs are disabled; only the owner's full control is accepted.
+    alice.put_object(Bucket=b, Key="pub", Body=b"p", ACL="public-read")
+    alice.put_bucket_ownership_controls(Bucket=b, OwnershipControls=rule("BucketOwnerEnforced"))
+    refused(anon.get_object, Bucket=b, Key="pub")
+    assert alice.get_object_acl(Bucket=b, Key="kept")["Owner"]["ID"] == cid(alice_name)
+    assert grants_of(alice.get_object_acl(Bucket=b, Key="pub")) == [(cid(alice_name), "FULL_CONTROL")]
+    nope = (400, "AccessControlListNotSupported")
+    refused(alice.put_object, Bucket=b, Key="x", Body=b"x", ACL="public-read", want=nope)
+    refused(bob.put_object, Bucket=b, Key="x", Body=b"x", ACL="bucket-owner-read", want=nope)
+    refused(alice.put_object_acl, Bucket=b, Key="pub", ACL="public-read", want=nope)
+    refused(alice.put_bucket_acl, Bucket=b, ACL="public-read", want=nope)
+    bob.put_object(Bucket=b, Key="x", Body=b"x", ACL="bucket-owner-full-control")
+    bob.put_object(Bucket=b, Key="y", Body=b"y")
+    owners = {o["Key"]: o["Owner"]["ID"] for o in alice.list_objects_v2(Bucket=b, FetchOwner=True)["Contents"]}
+    assert set(owners.values()) == {cid(alice_name)}
+    # Only bucket-owner-full-control (or no ACL) is accepted, as S3 documents: not even
+    # `private`.
+    refused(alice.put_object, Bucket=b, Key="x", Body=b"x", ACL="private", want=nope)
+    refused(alice.put_bucket_acl, Bucket=b, ACL="private", want=nope)
+    alice.put_object_acl(Bucket=b, Key="x", ACL="bucket-owner-full-control")
+    # Back to ObjectWriter: the stored ACLs hold again.
+    alice.delete_bucket_ownership_controls(Bucket=b)
+    refused(alice.get_bucket_ownership_controls, Bucket=b, want=(404, "OwnershipControlsNotFoundError"))
+    assert anon.get_object(Bucket=b, Key="pub")["Body"].read() == b"p"
+    # A bucket ACL that grants others forbids enforcing.
+    alice.put_bucket_acl(Bucket=b, ACL="public-read")
+    refused(alice.put_bucket_ownership_controls, Bucket=b, OwnershipControls=rule("BucketOwnerEnforced"),
+            want=(400, "InvalidBucketAclWithObjectOwnership"))
+    alice.put_bucket_acl(Bucket=b, ACL="private")
+    refused(alice.put_bucket_ownership_controls, Bucket=b, OwnershipControls=rule("Nobody"),
+            want=(400, "MalformedXML"))
+    refused(bob.put_bucket_ownership_controls, Bucket=b, OwnershipControls=rule("ObjectWriter"))
     # Set at creation.
     name = "own-" + uuid.uuid4().hex[:10]
     alice.create_bucket(Bucket=name, ObjectOwnership="BucketOwnerEnforced")
@@ -418,3 +420,50 @@ def test_aws_cli_acls(aws, people):
         assert p.returncode != 0 and b"InvalidArgument" in p.stderr
     finally:
         aws("s3", "rb", f"s3://{name}", "--force")
+
+
+def test_grants_by_email_name_the_user_given_that_address(lode_servers, people, owned):
+    """`lode admin user add NAME --email ADDR`: ACL grants may name the user by that address
+    (stored, and answered, as the user's canonical id, as S3 does)."""
+    alice_name, alice = people["alice"]
+    srv = lode_servers[0]
+    name = "carol-" + uuid.uuid4().hex[:6]
+    addr = f"{name}@Example.COM"
+    creds = json.loads(admin(srv, "user", "add", name, "--email", addr).stdout)
+    try:
+        listed = {u["name"]: u.get("email") for u in json.loads(admin(srv, "user", "list").stdout)}
+        assert listed[name] == addr.lower()
+        # An address is one user's.
+        p = admin(srv, "user", "add", name + "-2", "--email", addr.upper(), check=False)
+        assert p.returncode != 0 and b"another user" in p.stderr
+        p = admin(srv, "user", "add", name + "-3", "--email", "not an address", check=False)
+        assert p.returncode != 0 and b"invalid email" in p.stderr
+        from test_users import client_for
+        carol = client_for(srv, creds)
+        b = owned
+        alice.put_object(Bucket=b, Key="k", Body=b"for carol")
+        refused(carol.get_object, Bucket=b, Key="k")
+        alice.put_object_acl(Bucket=b, Key="k", GrantRead=f'emailAddress="{addr.lower()}"',
+                             GrantFullControl=f'id="{cid(alice_name)}"')
+        assert carol.get_object(Bucket=b, Key="k")["Body"].read() == b"for carol"
+        assert (cid(name), "READ") in grants_of(alice.get_object_acl(Bucket=b, Key="k"))
+        alice.put_bucket_acl(Bucket=b, AccessControlPolicy={
+            "Owner": {"ID": cid(alice_name)},
+            "Grants": [{"Grantee": {"Type": "AmazonCustomerByEmail", "EmailAddress": addr}, "Permission": "READ"}]})
+        assert carol.list_objects_v2(Bucket=b)["KeyCount"] == 1
+        alice.put_bucket_acl(Bucket=b, ACL="private")
+    finally:
+        admin(srv, "user", "remove", name)
+    # The address names nobody once its user is gone: at once through the gateway that removed
+    # the user, within 2 s through the others (SEMANTICS.md rule 18).
+    import time
+    deadline = time.monotonic() + 3
+    while True:
+        try:
+            refused(alice.put_object_acl, Bucket=owned, Key="k", GrantRead=f'emailAddress="{addr}"',
+                    want=(400, "UnresolvableGrantByEmailAddress"))
+            break
+        except BaseException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)

@@ -372,31 +372,6 @@ def test_block_public_access_per_bucket(people, owned):
     refused(bob.put_public_access_block, Bucket=b, PublicAccessBlockConfiguration={"BlockPublicPolicy": False})
 
 
-def test_acl_headers_are_never_silently_ignored(people, owned):
-    _, alice = people["alice"]
-    b = owned
-    # What grants nothing beyond the owner's rights in one account is accepted.
-    for acl in ("private", "bucket-owner-full-control", "bucket-owner-read"):
-        alice.put_object(Bucket=b, Key="acl-" + acl, Body=b"x", ACL=acl)
-    # A public ACL or a grant: 501 until ACLs are built; 403 under BlockPublicAcls.
-    for kw in ({"ACL": "public-read"}, {"ACL": "authenticated-read"}, {"GrantRead": 'uri="http://acs.amazonaws.com/groups/global/AllUsers"'}):
-        with pytest.raises(ClientError) as e:
-            alice.put_object(Bucket=b, Key="pub", Body=b"x", **kw)
-        assert status_code(e) == (501, "NotImplemented"), kw
-    with pytest.raises(ClientError) as e:
-        alice.create_multipart_upload(Bucket=b, Key="mp", ACL="public-read-write")
-    assert status_code(e) == (501, "NotImplemented")
-    alice.put_public_access_block(Bucket=b, PublicAccessBlockConfiguration={"BlockPublicAcls": True})
-    with pytest.raises(ClientError) as e:
-        alice.put_object(Bucket=b, Key="pub", Body=b"x", ACL="public-read")
-    assert status_code(e) == (403, "AccessDenied")
-    with pytest.raises(ClientError) as e:
-        alice.copy_object(Bucket=b, Key="pub", CopySource={"Bucket": b, "Key": "acl-private"}, ACL="public-read")
-    assert status_code(e) == (403, "AccessDenied")
-    alice.delete_public_access_block(Bucket=b)
-    assert "pub" not in [o["Key"] for o in alice.list_objects_v2(Bucket=b).get("Contents", [])]
-
-
 @pytest.mark.skipif(CLUSTER_MODE, reason="its own server, with an account-wide block in lode.toml")
 def test_an_account_wide_block_in_lode_toml_holds_for_every_bucket(tmp_path):
     from conftest import Lode

@@ -7,8 +7,6 @@ import pytest
 import requests
 from botocore.exceptions import ClientError
 
-from conftest import ACCESS_KEY
-
 
 def code(e):
     return e.value.response["Error"]["Code"]
@@ -28,11 +26,16 @@ def test_location_constraint_must_match_the_region(s3):
     assert code(e) == "IllegalLocationConstraintException"
 
 
-def test_owner_is_the_access_key(s3, bucket):
-    assert s3.list_buckets()["Owner"]["ID"] == ACCESS_KEY
+def test_owner_is_the_users_canonical_id(s3, bucket):
+    """Owner IDs are per user (AWS: per account): 64 hex digits derived from the user's name,
+    with the name as display name (root's is `root`)."""
+    import hashlib
+    root = {"ID": hashlib.sha256(b"lode-user:root").hexdigest(), "DisplayName": "root"}
+    assert s3.list_buckets()["Owner"] == root
     s3.put_object(Bucket=bucket, Key="o", Body=b"x")
     o = s3.list_objects_v2(Bucket=bucket, FetchOwner=True)["Contents"][0]
-    assert o["Owner"]["ID"] == ACCESS_KEY
+    assert o["Owner"] == root
+    assert s3.get_bucket_acl(Bucket=bucket)["Owner"] == root
 
 
 def test_start_after_inside_a_common_prefix_skips_it(s3, bucket):

@@ -1173,8 +1173,8 @@ impl Catalog for KvCatalog {
     async fn list_briefs(&self, bucket: &str, q: &ListQuery<'_>) -> Result<(ListPage, Vec<Brief>)> {
         self.listing(bucket, q, |m, b, q| {
             let mut briefs = vec![];
-            let page = lode_metadata::list::list_briefs(m, b, q, &mut |k, s, c, o| {
-                briefs.push(Brief::new(k, s, c, o))
+            let page = lode_metadata::list::list_briefs(m, b, q, &mut |k, (s, c, o)| {
+                briefs.push(Brief::new(k, &s, c, o))
             })?;
             Ok((page, briefs))
         })

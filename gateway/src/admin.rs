@@ -281,7 +281,7 @@ async fn user_api(
         ("GET", "/api/users") => users.list().map(|l| serde_json::json!(l)),
         ("POST", "/api/users") => {
             let uid = q.get("uid").and_then(|u| u.parse().ok());
-            users.add(&arg("name"), uid).await.map(|c| {
+            users.add(&arg("name"), uid, q.get("email").map(String::as_str)).await.map(|c| {
                 serde_json::json!({"name": arg("name"), "access_key": c.access_key, "secret_key": c.secret_key})
             })
         }
@@ -317,7 +317,8 @@ async fn user_api(
             let st = match e {
                 UserError::Exists(_) => S::CONFLICT,
                 UserError::NoSuchUser(_) => S::NOT_FOUND,
-                UserError::BadName(_) => S::BAD_REQUEST,
+                UserError::BadName(_) | UserError::BadEmail(_) => S::BAD_REQUEST,
+                UserError::EmailTaken(_) => S::CONFLICT,
                 _ => S::INTERNAL_SERVER_ERROR,
             };
             (st, serde_json::json!({"error": e.to_string()}).to_string())

@@ -148,6 +148,9 @@ enum UserCmd {
         /// The uid the user's buckets show on the POSIX mount.
         #[arg(long)]
         uid: Option<u32>,
+        /// The email address ACL grants may name the user by (`emailAddress=`).
+        #[arg(long)]
+        email: Option<String>,
     },
     List,
     Remove {
@@ -266,12 +269,16 @@ async fn admin_call(a: &AdminArgs) -> anyhow::Result<()> {
     };
     let e = lode_gateway::admin::percent_encode;
     let (method, path) = match &a.cmd {
-        AdminCmd::User(UserCmd::Add { name, uid }) => (
+        AdminCmd::User(UserCmd::Add { name, uid, email }) => (
             "POST",
             format!(
-                "/api/users?name={}{}",
+                "/api/users?name={}{}{}",
                 e(name),
-                uid.map(|u| format!("&uid={u}")).unwrap_or_default()
+                uid.map(|u| format!("&uid={u}")).unwrap_or_default(),
+                email
+                    .as_deref()
+                    .map(|m| format!("&email={}", e(m)))
+                    .unwrap_or_default()
             ),
         ),
         AdminCmd::User(UserCmd::List) => ("GET", "/api/users".to_owned()),

@@ -138,7 +138,7 @@ impl LodeS3 {
         creds: Option<&s3s::auth::Credentials>,
         canned: Option<&str>,
         headers: &[(lode_objects::acl::Permission, &str)],
-    ) -> S3Result<(Option<String>, Option<Vec<(String, String)>>)> {
+    ) -> S3Result<lode_objects::acl::Stored> {
         let Some(stored) = self.svc.bucket_owner(bucket).await.s3()? else {
             return Err(obj_s3(ObjError::NoSuchBucket));
         };
@@ -153,21 +153,38 @@ impl LodeS3 {
             .await
             .s3()?
             .block_public_acls;
-        lode_objects::acl::object_write(
-            &writer,
-            &bucket_owner,
-            ownership,
-            canned,
-            headers,
-            block,
-            &*self.users,
-        )
-        .s3()
+        self.resolving(|| {
+            lode_objects::acl::object_write(
+                &writer,
+                &bucket_owner,
+                ownership,
+                canned,
+                headers,
+                block,
+                &*self.users,
+            )
+        })
+        .await
+    }
+
+    /// Runs `f`, which resolves the users an ACL names; when it finds one unknown, the users are
+    /// read again first (a user added through another gateway a moment ago) and `f` runs once
+    /// more.
+    async fn resolving<T>(&self, f: impl Fn() -> Result<T, ObjError>) -> S3Result<T> {
+        match f() {
+            Err(ObjError::InvalidArgument(_) | ObjError::UnresolvableGrantByEmail(_)) => {
+                if let Err(e) = self.users.reload().await {
+                    tracing::warn!(error = %e, "reloading users failed");
+                }
+                f().s3()
+            }
+            r => r.s3(),
+        }
     }
 
     /// A new bucket's access settings from its CreateBucket (`x-amz-acl`, `x-amz-grant-*`,
     /// `x-amz-object-ownership`), to be stored with it in one commit.
-    fn new_bucket_access(
+    async fn new_bucket_access(
         &self,
         i: &CreateBucketInput,
         creator: &str,
@@ -188,7 +205,10 @@ impl LodeS3 {
                 ));
             }
             (Some(c), true) => Some(Acl::canned(c.as_str(), creator, creator).s3()?),
-            (None, false) => Some(Acl::from_headers(&headers, &*self.users).s3()?),
+            (None, false) => Some(
+                self.resolving(|| Acl::from_headers(&headers, &*self.users))
+                    .await?,
+            ),
             (None, true) => None,
         }
         .filter(|a| !a.is_owner_only(creator));
@@ -222,7 +242,7 @@ impl LodeS3 {
 
     /// An ACL set by PutBucketAcl or PutObjectAcl (canned, grant headers, or body) for a
     /// resource owned by `owner` in a bucket owned by `bucket_owner`; `None`: private.
-    fn asked_acl(
+    async fn asked_acl(
         &self,
         canned: Option<&str>,
         headers: &[(lode_objects::acl::Permission, &str)],
@@ -243,9 +263,14 @@ impl LodeS3 {
         match (canned, body) {
             (Some(c), _) => Acl::canned(c, owner, bucket_owner).s3(),
             (None, Some(b)) => {
-                Acl::from_grants(&crate::acl::body_grants(b, owner)?, &*self.users).s3()
+                let grants = crate::acl::body_grants(b, owner)?;
+                self.resolving(|| Acl::from_grants(&grants, &*self.users))
+                    .await
             }
-            (None, None) if !headers.is_empty() => Acl::from_headers(headers, &*self.users).s3(),
+            (None, None) if !headers.is_empty() => {
+                self.resolving(|| Acl::from_headers(headers, &*self.users))
+                    .await
+            }
             (None, None) => Err(s3_error!(
                 MissingSecurityHeader,
                 "Your request was missing a required header: an ACL (x-amz-acl, x-amz-grant-*, or an AccessControlPolicy body)"
@@ -942,7 +967,7 @@ impl S3 for LodeS3 {
             ));
         }
         let creator = self.user(req.credentials.as_ref());
-        let settings = self.new_bucket_access(&req.input, &creator)?;
+        let settings = self.new_bucket_access(&req.input, &creator).await?;
         let made = if req.input.object_lock_enabled_for_bucket == Some(true) {
             self.svc
                 .create_bucket_locked(&req.input.bucket, &creator, settings)
@@ -1819,19 +1844,21 @@ impl S3 for LodeS3 {
     ) -> S3Result<S3Response<PutBucketAclOutput>> {
         let i = &req.input;
         let owner = self.bucket_owner_name(&i.bucket).await?;
-        let acl = self.asked_acl(
-            i.acl.as_ref().map(|a| a.as_str()),
-            &crate::acl::header_grants(
-                i.grant_full_control.as_ref(),
-                i.grant_read.as_ref(),
-                i.grant_read_acp.as_ref(),
-                i.grant_write.as_ref(),
-                i.grant_write_acp.as_ref(),
-            ),
-            i.access_control_policy.as_ref(),
-            &owner,
-            &owner,
-        )?;
+        let acl = self
+            .asked_acl(
+                i.acl.as_ref().map(|a| a.as_str()),
+                &crate::acl::header_grants(
+                    i.grant_full_control.as_ref(),
+                    i.grant_read.as_ref(),
+                    i.grant_read_acp.as_ref(),
+                    i.grant_write.as_ref(),
+                    i.grant_write_acp.as_ref(),
+                ),
+                i.access_control_policy.as_ref(),
+                &owner,
+                &owner,
+            )
+            .await?;
         let (_, ownership) = self.svc.acl_of(&i.bucket).await.s3()?;
         if !ownership.acls_enabled()
             && !lode_objects::acl::disabled_accepts(
@@ -1898,19 +1925,21 @@ impl S3 for LodeS3 {
             .await
             .s3()?;
         let owner = owner.unwrap_or_else(|| bucket_owner.clone());
-        let acl = self.asked_acl(
-            i.acl.as_ref().map(|a| a.as_str()),
-            &crate::acl::header_grants(
-                i.grant_full_control.as_ref(),
-                i.grant_read.as_ref(),
-                i.grant_read_acp.as_ref(),
-                i.grant_write.as_ref(),
-                i.grant_write_acp.as_ref(),
-            ),
-            i.access_control_policy.as_ref(),
-            &owner,
-            &bucket_owner,
-        )?;
+        let acl = self
+            .asked_acl(
+                i.acl.as_ref().map(|a| a.as_str()),
+                &crate::acl::header_grants(
+                    i.grant_full_control.as_ref(),
+                    i.grant_read.as_ref(),
+                    i.grant_read_acp.as_ref(),
+                    i.grant_write.as_ref(),
+                    i.grant_write_acp.as_ref(),
+                ),
+                i.access_control_policy.as_ref(),
+                &owner,
+                &bucket_owner,
+            )
+            .await?;
         let (_, ownership) = self.svc.acl_of(&i.bucket).await.s3()?;
         if !ownership.acls_enabled()
             && !lode_objects::acl::disabled_accepts(

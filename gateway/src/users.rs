@@ -44,6 +44,10 @@ pub enum UserError {
     NoSuchUser(String),
     #[error("invalid user name `{0}`: 1-64 characters of a-z, 0-9, '.', '_' or '-'")]
     BadName(String),
+    #[error("invalid email address `{0}`: one `@`, at most 254 characters, no spaces")]
+    BadEmail(String),
+    #[error("the email address `{0}` is another user's")]
+    EmailTaken(String),
     #[error(
         "a sealed secret does not open with this master key (wrong LODE_MASTER_KEY or master.key?)"
     )]
@@ -83,6 +87,9 @@ pub struct UserInfo {
     pub access_key: String,
     pub uid: Option<u32>,
     pub created_ms: i64,
+    /// The address ACL grants may name the user by (`emailAddress=`), if given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub email: Option<String>,
 }
 
 struct Known {
@@ -103,6 +110,32 @@ struct Snapshot {
     by_key: HashMap<String, Known>,
     users: Vec<UserInfo>,
     grants: HashMap<(String, String), Perm>,
+    /// Email address (lower case) -> user name.
+    emails: HashMap<String, String>,
+}
+
+/// `email\0<address, lower case>` -> user name: the one user an ACL's `emailAddress` names
+/// (kept beside the user record, whose format it leaves alone).
+fn email_key(addr: &str) -> Vec<u8> {
+    let mut k = b"email\0".to_vec();
+    k.extend_from_slice(addr.as_bytes());
+    k
+}
+
+/// An email address as stored: lower case, checked for form.
+fn check_email(addr: &str) -> Result<String, UserError> {
+    let a = addr.trim().to_ascii_lowercase();
+    let ok = a.len() <= 254
+        && a.split('@').count() == 2
+        && a.split('@').all(|p| !p.is_empty())
+        && !a
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || c == '"');
+    if ok {
+        Ok(a)
+    } else {
+        Err(UserError::BadEmail(addr.to_owned()))
+    }
 }
 
 fn user_key(name: &str) -> Vec<u8> {
@@ -172,8 +205,17 @@ impl Users {
                 access_key: r.access_key.clone(),
                 uid: r.uid,
                 created_ms: r.created_ms,
+                email: None,
             });
             snap.by_key.insert(r.access_key, Known { name, secret });
+        }
+        for (k, v) in self.catalog.sys_scan(b"email\0").await? {
+            let addr = String::from_utf8_lossy(&k[6..]).into_owned();
+            let name = String::from_utf8_lossy(&v).into_owned();
+            if let Some(u) = snap.users.iter_mut().find(|u| u.name == name) {
+                u.email = Some(addr.clone());
+                snap.emails.insert(addr, name);
+            }
         }
         for (k, v) in self.catalog.sys_scan(b"grant\0").await? {
             let rest = &k[6..];
@@ -273,6 +315,7 @@ impl Users {
             access_key: r.access_key.clone(),
             uid: r.uid,
             created_ms: r.created_ms,
+            email: None,
         });
         snap.by_key.insert(
             r.access_key,
@@ -289,9 +332,43 @@ impl Users {
         self.lookup(access_key).map(|(n, _)| n)
     }
 
-    /// Adds a user with fresh keys; the returned secret is shown once.
-    pub async fn add(&self, name: &str, uid: Option<u32>) -> Result<Credentials, UserError> {
+    /// Adds a user with fresh keys (and the email address ACL grants may name them by); the
+    /// returned secret is shown once.
+    pub async fn add(
+        &self,
+        name: &str,
+        uid: Option<u32>,
+        email: Option<&str>,
+    ) -> Result<Credentials, UserError> {
         check_name(name)?;
+        let email = email.map(check_email).transpose()?;
+        if let Some(addr) = &email {
+            if self.catalog.sys_get(&user_key(name)).await?.is_some() {
+                return Err(UserError::Exists(name.to_owned()));
+            }
+            // Claimed first: an address names one user. A claim left by a user that was never
+            // made (the add failed after it) names no user and is taken over.
+            let who = name.as_bytes().to_vec();
+            let known: std::collections::HashSet<Vec<u8>> = self
+                .catalog
+                .sys_scan(b"user\0")
+                .await?
+                .into_iter()
+                .map(|(k, _)| k[5..].to_vec())
+                .collect();
+            let claim = Arc::new(move |cur: Option<&[u8]>| match cur {
+                Some(other) if other != who.as_slice() && known.contains(other) => {
+                    Err(CatalogError::PreconditionFailed)
+                }
+                _ => Ok(Some(who.clone())),
+            });
+            match self.catalog.sys_update(&email_key(addr), claim).await {
+                Err(CatalogError::PreconditionFailed) => {
+                    return Err(UserError::EmailTaken(addr.clone()));
+                }
+                r => r?,
+            }
+        }
         let creds = Credentials::generate();
         let rec = records::encode(&UserRecord {
             access_key: creds.access_key.clone(),
@@ -331,6 +408,11 @@ impl Users {
         };
         let rec: UserRecord = records::decode(&v)?;
         self.catalog.sys_update(&k, Arc::new(|_| Ok(None))).await?;
+        for (e, who) in self.catalog.sys_scan(b"email\0").await? {
+            if who == name.as_bytes() {
+                self.catalog.sys_update(&e, Arc::new(|_| Ok(None))).await?;
+            }
+        }
         self.catalog
             .sys_update(&akey(&rec.access_key), Arc::new(|_| Ok(None)))
             .await?;
@@ -436,8 +518,8 @@ impl Users {
     }
 }
 
-/// Canonical ids name users (root included) in ACLs; email addresses name none (Lode users
-/// have no email address).
+/// Canonical ids name users (root included) in ACLs, and so do the email addresses users were
+/// given (`lode admin user add NAME --email ADDR`).
 impl lode_objects::acl::Directory for Users {
     fn by_id(&self, id: &str) -> Option<String> {
         let id = id.to_ascii_lowercase();
@@ -453,8 +535,13 @@ impl lode_objects::acl::Directory for Users {
             .map(|u| u.name.clone())
     }
 
-    fn by_email(&self, _email: &str) -> Option<String> {
-        None
+    fn by_email(&self, email: &str) -> Option<String> {
+        self.snap
+            .read()
+            .expect("users")
+            .emails
+            .get(&email.trim().to_ascii_lowercase())
+            .cloned()
     }
 }
 
@@ -492,6 +579,60 @@ mod tests {
         }
     }
 
+    /// An email address names one user for ACL grants, in any case; a second user may not
+    /// take it; removing the user frees it; canonical ids name users and root.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn emails_and_canonical_ids_name_users() {
+        use lode_objects::acl::Directory;
+        let meta: Arc<dyn MetadataStore> = Arc::new(MemMetadataStore::new());
+        let catalog: Arc<dyn Catalog> = Arc::new(lode_catalog::KvCatalog::new(Arc::clone(&meta)));
+        let users = Users::open(Arc::clone(&catalog), [7; 32], root())
+            .await
+            .unwrap();
+        users
+            .add("carol", None, Some("Carol@Example.com"))
+            .await
+            .unwrap();
+        assert_eq!(
+            users.by_email("carol@example.COM").as_deref(),
+            Some("carol")
+        );
+        assert_eq!(users.by_email("dan@example.com"), None);
+        assert!(matches!(
+            users.add("dan", None, Some("CAROL@example.com")).await,
+            Err(UserError::EmailTaken(_))
+        ));
+        assert!(matches!(
+            users.add("dan", None, Some("no at sign")).await,
+            Err(UserError::BadEmail(_))
+        ));
+        // A failed add made no user, and an existing name keeps its own address.
+        assert!(users.name_of("dan").is_none() && users.list().unwrap().len() == 1);
+        assert!(matches!(
+            users.add("carol", None, Some("other@example.com")).await,
+            Err(UserError::Exists(_))
+        ));
+        assert_eq!(users.by_email("other@example.com"), None);
+        let listed = users.list().unwrap();
+        assert_eq!(listed[0].email.as_deref(), Some("carol@example.com"));
+        let id = lode_objects::policy::canonical_id("carol");
+        assert_eq!(users.by_id(&id.to_uppercase()).as_deref(), Some("carol"));
+        assert_eq!(
+            users
+                .by_id(&lode_objects::policy::canonical_id(ROOT))
+                .as_deref(),
+            Some(ROOT)
+        );
+        assert_eq!(users.by_id(&"0".repeat(64)), None);
+        users.remove("carol").await.unwrap();
+        assert_eq!(users.by_email("carol@example.com"), None);
+        users
+            .add("dan", None, Some("carol@example.com"))
+            .await
+            .unwrap();
+        assert_eq!(users.by_email("carol@example.com").as_deref(), Some("dan"));
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn users_keys_grants_and_sealing() {
         let meta: Arc<dyn MetadataStore> = Arc::new(MemMetadataStore::new());
@@ -499,17 +640,17 @@ mod tests {
         let users = Users::open(Arc::clone(&catalog), [7; 32], root())
             .await
             .unwrap();
-        let alice = users.add("alice", Some(1001)).await.unwrap();
+        let alice = users.add("alice", Some(1001), None).await.unwrap();
         assert!(matches!(
-            users.add("alice", None).await,
+            users.add("alice", None, None).await,
             Err(UserError::Exists(_))
         ));
         assert!(matches!(
-            users.add("Root", None).await,
+            users.add("Root", None, None).await,
             Err(UserError::BadName(_))
         ));
         assert!(matches!(
-            users.add("root", None).await,
+            users.add("root", None, None).await,
             Err(UserError::BadName(_))
         ));
         assert_eq!(
@@ -536,7 +677,7 @@ mod tests {
             Err(UserError::Unseal)
         ));
         // Ownership and grants.
-        users.add("bob", None).await.unwrap();
+        users.add("bob", None, None).await.unwrap();
         assert!(users.allowed("alice", "a-bkt", "alice", Perm::Own));
         assert!(!users.allowed("bob", "a-bkt", "alice", Perm::Read));
         users.grant("a-bkt", "bob", Some(Perm::Read)).await.unwrap();

@@ -4,9 +4,7 @@
 //! `n` entries costs at most `n + 1` seeks plus the keys it returns, however many keys lie below.
 
 use crate::keys;
-use crate::records::{
-    ChecksumNames, ObjectRecord, ObjectSummary, decode, decode_brief, decode_summary,
-};
+use crate::records::{BriefRef, ObjectRecord, ObjectSummary, decode, decode_brief, decode_summary};
 use crate::{MetaError, MetadataStore, Table};
 
 /// What to list.
@@ -61,16 +59,15 @@ pub fn list_summaries(
 }
 
 /// [`list_objects`] for an S3 ListObjects page: `f` gets each key, [`ObjectSummary`] and
-/// [`ChecksumNames`] and owner, borrowed from the store's value, in order (as [`list_summaries`]).
+/// [`crate::records::ChecksumNames`] and owner, borrowed from the store's value, in order (as [`list_summaries`]).
 pub fn list_briefs(
     store: &dyn MetadataStore,
     bucket: &str,
     q: &ListQuery<'_>,
-    f: &mut dyn FnMut(&str, &ObjectSummary<'_>, ChecksumNames, Option<&str>),
+    f: &mut dyn FnMut(&str, BriefRef<'_>),
 ) -> Result<ListPage, MetaError> {
     walk(store, bucket, q, &mut |key, v| {
-        let (s, c, owner) = decode_brief(v)?;
-        f(key, &s, c, owner);
+        f(key, decode_brief(v)?);
         Ok(())
     })
 }

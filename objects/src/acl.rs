@@ -391,6 +391,10 @@ fn resolve(named: &Named, dir: &dyn Directory) -> Result<Grantee, ObjError> {
     }
 }
 
+/// What an object write stores of its access: [`crate::ObjectMeta::owner`] and
+/// [`crate::ObjectMeta::acl`].
+pub type Stored = (Option<String>, Option<Vec<(String, String)>>);
+
 /// Who owns the objects written to a bucket, and whether its ACLs are in force
 /// (`PutBucketOwnershipControls`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -451,7 +455,7 @@ pub fn object_write(
     headers: &[(Permission, &str)],
     block_public: bool,
     dir: &dyn Directory,
-) -> Result<(Option<String>, Option<Vec<(String, String)>>), ObjError> {
+) -> Result<Stored, ObjError> {
     if canned.is_some() && !headers.is_empty() {
         return Err(ObjError::InvalidRequest(
             "Specifying both Canned ACLs and Header Grants is not allowed".into(),
