@@ -403,6 +403,22 @@ def test_lode_admin_shows_a_buckets_effective_access(lode_server, people, owned)
     got = show()
     assert (got["owner"], got["grants"], got["policy"], got["policy_is_public"], got["anonymous_access"], got["cors"]) == (
         alice_name, [], None, False, False, None)
+    assert (got["acl"], got["acl_is_public"], got["object_ownership"], got["acls_enabled"]) == (
+        [{"grantee": alice_name, "permission": "FULL_CONTROL"}], False, "ObjectWriter", True)
+    # A public-read bucket ACL opens the bucket to anonymous callers; IgnorePublicAcls and
+    # BucketOwnerEnforced close it again.
+    alice.put_bucket_acl(Bucket=b, ACL="public-read")
+    got = show()
+    assert got["acl_is_public"] is True and got["anonymous_access"] is True
+    assert {"grantee": "http://acs.amazonaws.com/groups/global/AllUsers", "permission": "READ"} in got["acl"]
+    alice.put_public_access_block(Bucket=b, PublicAccessBlockConfiguration={"IgnorePublicAcls": True})
+    assert show()["anonymous_access"] is False
+    alice.delete_public_access_block(Bucket=b)
+    alice.put_bucket_acl(Bucket=b, ACL="private")
+    alice.put_bucket_ownership_controls(Bucket=b, OwnershipControls={"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]})
+    got = show()
+    assert (got["object_ownership"], got["acls_enabled"]) == ("BucketOwnerEnforced", False)
+    alice.delete_bucket_ownership_controls(Bucket=b)
     admin(lode_server, "grant", b, bob_name, "read")
     public = {"Version": "2012-10-17", "Statement": [allow("*", "s3:GetObject", f"arn:aws:s3:::{b}/*")]}
     alice.put_bucket_policy(Bucket=b, Policy=json.dumps(public))
