@@ -504,7 +504,7 @@ def test_key_limits(s3, bucket):
 
 def test_unimplemented_operation_says_so(s3, bucket):
     with pytest.raises(ClientError) as e:
-        s3.get_bucket_acl(Bucket=bucket)
+        s3.get_bucket_logging(Bucket=bucket)
     assert code(e) == "NotImplemented" and status(e) == 501
     with pytest.raises(ClientError) as e:
         s3.get_bucket_website(Bucket=bucket)
