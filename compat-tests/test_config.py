@@ -182,14 +182,15 @@ def test_slow_clients_time_out(tmp_path):
 
 
 def test_overload_answers_503_slowdown(tmp_path):
-    """Past `server.max_requests` requests in flight, Lode answers 503 SlowDown at once (which
-    SDKs retry) instead of queueing without bound; capacity returns when requests finish."""
+    """Past `server.max_requests` requests in flight, a request waits its turn for up to
+    `server.request_wait_ms`, then gets 503 SlowDown (which SDKs retry) instead of queueing
+    without bound; capacity returns when requests finish."""
     import socket
 
     from conftest import make_client
 
     cfg = tmp_path / "lode.toml"
-    cfg.write_text("[server]\nmax_requests = 2\nbody_idle_timeout_secs = 30\n"
+    cfg.write_text("[server]\nmax_requests = 2\nrequest_wait_ms = 400\nbody_idle_timeout_secs = 30\n"
                    '[[datapath.devices]]\npath = "dev0.img"\nsize = "256MiB"\n')
     srv = Lode(str(tmp_path / "data"), extra_args=["--config", str(cfg)])
     srv.start()
@@ -205,9 +206,11 @@ def test_overload_answers_503_slowdown(tmp_path):
         import time as _time
 
         _time.sleep(0.5)
+        t0 = _time.monotonic()
         with pytest.raises(ClientError) as e:
             s3.head_bucket(Bucket="busy")
         assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503
+        assert 0.4 <= _time.monotonic() - t0 < 3  # it waited its turn, then was refused
         with pytest.raises(ClientError) as e:
             s3.list_objects_v2(Bucket="busy")
         assert e.value.response["Error"]["Code"] == "SlowDown"

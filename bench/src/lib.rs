@@ -19,6 +19,11 @@
 //!   small PUTs, 8 MiB streaming range reads and bursts of 16 MiB checkpoint writes (1.5 s of
 //!   every 4 s); each class alone for `--duration` seconds and then all at once; reports each
 //!   class's p99 under the blend against its p99 alone.
+//! * `conns`: `--connections` keep-alive connections held open at once (spread over the
+//!   comma-separated `--endpoint`s), an open-loop mix at `--rate` ops/s in all for `--duration`
+//!   seconds: 40% GET and 40% HEAD of 1 KiB objects, 10% LIST of a 10-key prefix, 10% 1 KiB PUT.
+//!   Reports p50/p99 per class and, with `--server-pid` (repeatable), the servers' RSS per open
+//!   connection.
 //!
 //! Output: a progress bar on a terminal, a table (ops/s, MiB/s, p50/p99/p99.9 per op class),
 //! `--json` (`{"workload", "params", "classes": {"get": {"ops_per_sec", "mib_per_sec",
@@ -51,7 +56,9 @@ pub use target::{Op, Target};
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
     /// small | losf-ingest | train-read | stream-read | checkpoint | list | stat-storm | blender
+    /// | conns
     pub workload: String,
+    /// The S3 endpoint (`conns`: comma-separated endpoints, connections spread over them).
     #[arg(long, default_value = "http://127.0.0.1:9000")]
     pub endpoint: String,
     #[arg(long, env = "AWS_ACCESS_KEY_ID", default_value = "")]
@@ -109,6 +116,15 @@ pub struct BenchArgs {
     pub chart: Option<PathBuf>,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// `conns`: keep-alive connections held open at once.
+    #[arg(long, default_value_t = 2000)]
+    pub connections: usize,
+    /// `conns`: offered ops/s in all.
+    #[arg(long, default_value_t = 2000.0)]
+    pub rate: f64,
+    /// `conns`: the server processes whose RSS is sampled (before and with the connections).
+    #[arg(long)]
+    pub server_pid: Vec<u32>,
 }
 
 fn parse_size(s: &str) -> crate::error::Result<usize> {
@@ -413,7 +429,7 @@ pub async fn run(a: BenchArgs) -> crate::error::Result<serde_json::Value> {
                 );
             }
             Target::s3(
-                &a.endpoint,
+                a.endpoint.split(',').next().unwrap_or_default(),
                 &a.bucket,
                 &a.access_key,
                 &a.secret_key,
@@ -613,8 +629,9 @@ pub async fn run(a: BenchArgs) -> crate::error::Result<serde_json::Value> {
             }
         }
         "blender" => blender(&a, &target, &prefix, &mut rng, &mut results, &mut extra).await?,
+        "conns" => conns(&a, &target, &prefix, &mut rng, &mut results, &mut extra).await?,
         w => bail!(
-            "unknown workload `{w}` (small, losf-ingest, train-read, stream-read, checkpoint, list, stat-storm, blender)"
+            "unknown workload `{w}` (small, losf-ingest, train-read, stream-read, checkpoint, list, stat-storm, blender, conns)"
         ),
     }
 
@@ -669,6 +686,170 @@ pub async fn run(a: BenchArgs) -> crate::error::Result<serde_json::Value> {
         bail!("{errors} requests failed");
     }
     Ok(out)
+}
+
+/// Resident memory of a process, in KiB (`None`: no such process).
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+}
+
+/// The `conns` workload (see the crate doc): many keep-alive connections, each its own client
+/// with one connection, driven open-loop.
+async fn conns(
+    a: &BenchArgs,
+    target: &Arc<Target>,
+    prefix: &str,
+    rng: &mut rand::rngs::StdRng,
+    results: &mut Vec<(Samples, Duration)>,
+    extra: &mut serde_json::Map<String, serde_json::Value>,
+) -> crate::error::Result<()> {
+    if a.posix.is_some() {
+        bail!("`conns` measures S3 connections: no --posix");
+    }
+    let n = a.objects.clamp(10, 20_000);
+    let data = Arc::new(Payload::new(rng, 1024));
+    let key = |i: usize| format!("{prefix}/{i:06}");
+    let jobs = put_jobs("setup", n, key, &data, rng, |_| 1024);
+    no_errors(
+        &run_jobs(target, jobs, a.concurrency, "setup").await?.0,
+        "setup",
+    )?;
+    let rss = |pids: &[u32]| pids.iter().filter_map(|p| rss_kib(*p)).sum::<u64>();
+    let rss_before = rss(&a.server_pid);
+    let endpoints: Vec<&str> = a.endpoint.split(',').filter(|e| !e.is_empty()).collect();
+    let clients: Vec<Arc<Target>> = (0..a.connections.max(1))
+        .map(|i| {
+            Arc::new(Target::s3(
+                endpoints[i % endpoints.len()],
+                &a.bucket,
+                &a.access_key,
+                &a.secret_key,
+                &a.region,
+                1,
+            ))
+        })
+        .collect();
+    // Open every connection (one HEAD each, not measured), then hold them all.
+    let opened = Instant::now();
+    let mut opens = vec![];
+    for (i, c) in clients.iter().enumerate() {
+        let (c, k) = (Arc::clone(c), key(i % n));
+        opens.push(tokio::spawn(
+            async move { c.exec(&Op::Head { key: k }).await },
+        ));
+    }
+    let mut open_errors = 0u64;
+    for o in opens {
+        if !matches!(o.await?, Ok(ref out) if out.ok) {
+            open_errors += 1;
+        }
+    }
+    let open_secs = opened.elapsed().as_secs_f64();
+    let rss_with = rss(&a.server_pid);
+    // Open loop: each connection's ops are due every `connections / rate` seconds, staggered.
+    let every = Duration::from_secs_f64(clients.len() as f64 / a.rate.max(0.001));
+    let start = tokio::time::Instant::now() + Duration::from_millis(200);
+    let until = start + Duration::from_secs_f64(a.duration);
+    let mut tasks = vec![];
+    for (i, c) in clients.iter().enumerate() {
+        let c = Arc::clone(c);
+        let (p, d) = (prefix.to_owned(), Arc::clone(&data));
+        let mut r = rand::rngs::StdRng::seed_from_u64(a.seed ^ i as u64);
+        let first = start + every.mul_f64(i as f64 / clients.len() as f64);
+        tasks.push(tokio::spawn(async move {
+            let mut mine: BTreeMap<&'static str, ClassSamples> = BTreeMap::new();
+            let mut due = first;
+            while due < until {
+                let from = if due <= tokio::time::Instant::now() {
+                    due
+                } else {
+                    tokio::time::sleep_until(due).await;
+                    tokio::time::Instant::now()
+                };
+                let pick = r.random_range(0..10);
+                let (class, op) = match pick {
+                    0..=3 => (
+                        "get",
+                        Op::Get {
+                            key: format!("{p}/{:06}", r.random_range(0..n)),
+                            range: None,
+                        },
+                    ),
+                    4..=7 => (
+                        "head",
+                        Op::Head {
+                            key: format!("{p}/{:06}", r.random_range(0..n)),
+                        },
+                    ),
+                    8 => (
+                        "list",
+                        Op::List {
+                            prefix: format!("{p}/{:05}", r.random_range(0..n / 10)),
+                            delimiter: false,
+                        },
+                    ),
+                    _ => (
+                        "put",
+                        Op::Put {
+                            key: format!("{p}/new/{:016x}", r.random::<u64>()),
+                            body: d.get(&mut r, 1024),
+                        },
+                    ),
+                };
+                let (ok, bytes) = match c.exec(&op).await {
+                    Ok(o) => (o.ok, o.bytes),
+                    Err(_) => (false, 0),
+                };
+                mine.entry(class)
+                    .or_default()
+                    .add(from.elapsed(), bytes, ok);
+                due += every;
+            }
+            mine
+        }));
+    }
+    let mut all = Samples::new();
+    for t in tasks {
+        for (class, s) in t.await? {
+            all.entry(class.to_owned()).or_default().merge(s);
+        }
+    }
+    let wall = Duration::from_secs_f64(a.duration);
+    let conns = clients.len() as u64;
+    extra.insert(
+        "conns".into(),
+        serde_json::json!({
+            "connections": conns,
+            "endpoints": endpoints.len(),
+            "offered_ops_per_sec": a.rate,
+            "open_secs": open_secs,
+            "open_errors": open_errors,
+            "server_rss_kib_before": rss_before,
+            "server_rss_kib_with_connections": rss_with,
+            "server_rss_kib_per_connection": (!a.server_pid.is_empty())
+                .then(|| rss_with.saturating_sub(rss_before) as f64 / conns as f64),
+        }),
+    );
+    eprintln!(
+        "{conns} connections opened in {open_secs:.2} s ({open_errors} failed){}",
+        if a.server_pid.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; server RSS {rss_before} KiB before, {rss_with} KiB with them ({:.1} KiB per connection)",
+                rss_with.saturating_sub(rss_before) as f64 / conns as f64
+            )
+        }
+    );
+    if open_errors > 0 {
+        all.entry("open".into()).or_default().errors += open_errors;
+    }
+    results.push((all, wall));
+    Ok(())
 }
 
 /// Lists everything under `prefix`, page by page (POSIX: a recursive directory walk); records

@@ -325,10 +325,15 @@ pub struct ServerConfig {
     pub max_object_size: ByteSize,
     /// Largest total size of request headers.
     pub max_header_size: ByteSize,
-    /// Most connections served at once; further connections wait in the accept queue.
+    /// Most connections served at once; a further connection gets one `503 SlowDown` answer
+    /// and is closed (never a silent wait in the accept queue). Lode raises its open-file
+    /// limit to fit it at start, or serves fewer and says so.
     pub max_connections: usize,
-    /// Most requests handled at once; beyond it requests get `503 SlowDown` at once.
+    /// Most requests handled at once; a further request waits its turn (first come, first
+    /// served) for up to `request_wait_ms`, then gets `503 SlowDown`.
     pub max_requests: usize,
+    /// How long a request may wait for one of the `max_requests` slots (0: not at all).
+    pub request_wait_ms: u64,
     /// Seconds a request may take to send its headers.
     pub header_timeout_secs: u64,
     /// Seconds a request body may stay silent before the request fails with RequestTimeout.
@@ -350,8 +355,9 @@ impl Default for ServerConfig {
             domain: String::new(),
             max_object_size: ByteSize(5 * ByteSize::GIB),
             max_header_size: ByteSize(64 * ByteSize::KIB),
-            max_connections: 1024,
+            max_connections: 10_000,
             max_requests: 512,
+            request_wait_ms: 2_000,
             header_timeout_secs: 30,
             body_idle_timeout_secs: 60,
             tls_cert: PathBuf::new(),

@@ -465,6 +465,7 @@ fn main() -> anyhow::Result<()> {
             rt.block_on(admin_call(&args))
         }
         Cmd::Bench(args) => {
+            lode_gateway::server::raise_open_files();
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;

@@ -764,7 +764,11 @@ pub async fn serve(
     tracing::info!(%addr, backend = %backend_name, "serving S3");
 
     let domain = Arc::new(cfg.server.domain.to_ascii_lowercase());
-    let conns = Arc::new(tokio::sync::Semaphore::new(cfg.server.max_connections));
+    let max_connections = fit_open_files(cfg.server.max_connections);
+    let conns = Arc::new(tokio::sync::Semaphore::new(max_connections));
+    // Connections past the limit get one 503 each; this many at once, the rest are closed.
+    let refusing = Arc::new(tokio::sync::Semaphore::new(REFUSING_AT_ONCE));
+    let request_wait = Duration::from_millis(cfg.server.request_wait_ms);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let max_header = (cfg.server.max_header_size.0 as usize).max(8192);
     let header_timeout = cfg.server.header_timeout_secs;
@@ -772,10 +776,6 @@ pub async fn serve(
     let ids = Arc::new(AtomicU64::new(rand::random::<u32>() as u64));
     tokio::pin!(shutdown);
     loop {
-        let permit = tokio::select! {
-            p = Arc::clone(&conns).acquire_owned() => p?,
-            _ = &mut shutdown => break,
-        };
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(x) => x,
@@ -789,6 +789,16 @@ pub async fn serve(
         };
         // Without this, Nagle + delayed ACK add ~40 ms to small responses.
         let _ = stream.set_nodelay(true);
+        let Ok(permit) = Arc::clone(&conns).try_acquire_owned() else {
+            // Past max_connections: a fast answer, never a wait in the accept queue.
+            match Arc::clone(&refusing).try_acquire_owned() {
+                Ok(slot) => {
+                    tokio::spawn(refuse_connection(stream, tls.clone(), slot));
+                }
+                Err(_) => drop(stream),
+            }
+            continue;
+        };
         let s3 = s3.clone();
         let ids = Arc::clone(&ids);
         let inflight = Arc::clone(&inflight);
@@ -811,7 +821,7 @@ pub async fn serve(
                 objects.config().body_idle_timeout,
             );
             let id = ids.fetch_add(1, Ordering::Relaxed);
-            let permit = Arc::clone(&inflight).try_acquire_owned();
+            let inflight = Arc::clone(&inflight);
             let profile = Arc::clone(&profile);
             let (class, bucket, in_bytes) = classify(&req, &domain);
             // CORS: a preflight is answered from the bucket's rules; a browser's request (it
@@ -822,6 +832,15 @@ pub async fn serve(
                 let rid = format!("{id:016X}");
                 let t0 = std::time::Instant::now();
                 let preflight = crate::cors::is_preflight(req.method());
+                // A slot of max_requests, waited for in turn for up to request_wait.
+                let permit = match inflight.clone().try_acquire_owned() {
+                    Ok(p) => Ok(p),
+                    Err(_) if request_wait.is_zero() => Err(()),
+                    Err(_) => tokio::time::timeout(request_wait, inflight.acquire_owned())
+                        .await
+                        .map_err(|_| ())
+                        .and_then(|p| p.map_err(|_| ())),
+                };
                 let mut resp = match permit {
                     Ok(_permit) if preflight => {
                         crate::cors::preflight(&objects, bucket.as_deref(), req.headers(), &rid)
@@ -1005,10 +1024,102 @@ fn classify<B>(
     (class, bucket, in_bytes)
 }
 
-/// The answer to a request over `server.max_requests`: S3's `503 SlowDown`, which every SDK
-/// retries with backoff.
+/// How many connections past `server.max_connections` are answered at once; further ones are
+/// closed as they come (a client sees the connection end, at once either way).
+const REFUSING_AT_ONCE: usize = 1024;
+/// Open files kept for what is not a connection: the metadata store's files, devices, rings,
+/// the refused connections being answered, logs.
+const FILES_NOT_CONNECTIONS: u64 = 2048 + REFUSING_AT_ONCE as u64;
+
+/// Raises the soft open-file limit to the hard one (a server and a benchmark client hold a file
+/// per connection); returns the limit now (`None`: unlimited).
+pub fn raise_open_files() -> Option<u64> {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let cur = getrlimit(Resource::Nofile);
+    if cur.current != cur.maximum {
+        let raised = Rlimit {
+            current: cur.maximum,
+            maximum: cur.maximum,
+        };
+        if let Err(e) = setrlimit(Resource::Nofile, raised) {
+            tracing::warn!(error = %e, "raising the open-file limit failed");
+        }
+    }
+    getrlimit(Resource::Nofile).current
+}
+
+/// Raises the open-file limit to its hard limit, and returns how many connections fit in it:
+/// `want`, or fewer (with a warning that says what limit `want` needs).
+fn fit_open_files(want: usize) -> usize {
+    let Some(limit) = raise_open_files() else {
+        return want; // unlimited
+    };
+    let fits = usize::try_from(limit.saturating_sub(FILES_NOT_CONNECTIONS)).unwrap_or(usize::MAX);
+    if fits < want {
+        tracing::warn!(
+            open_file_limit = limit,
+            needed = want as u64 + FILES_NOT_CONNECTIONS,
+            serving = fits.max(1),
+            "the open-file limit is too low for server.max_connections: serving fewer \
+             connections (raise `ulimit -n`, or LimitNOFILE= under systemd)"
+        );
+        return fits.max(1);
+    }
+    tracing::info!(
+        open_file_limit = limit,
+        max_connections = want,
+        "connections"
+    );
+    want
+}
+
+/// A connection past `server.max_connections`: its first request is answered `503 SlowDown`
+/// with `Connection: close` (within a short header timeout), and it is closed. `slot` bounds
+/// how many are answered at once.
+async fn refuse_connection(
+    stream: tokio::net::TcpStream,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    slot: tokio::sync::OwnedSemaphorePermit,
+) {
+    const WAIT: Duration = Duration::from_secs(2);
+    tracing::debug!("connection limit reached: answering 503 SlowDown");
+    let svc = hyper::service::service_fn(|_req: http::Request<hyper::body::Incoming>| async {
+        let mut resp = crate::wire::error_response(
+            http::StatusCode::SERVICE_UNAVAILABLE,
+            "SlowDown",
+            "Please reduce your request rate: the server has no free connection slot.",
+            "0000000000000000",
+        );
+        resp.headers_mut().insert(
+            http::header::CONNECTION,
+            http::HeaderValue::from_static("close"),
+        );
+        Ok::<_, std::convert::Infallible>(resp)
+    });
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(WAIT)
+        .keep_alive(false);
+    let _ = tokio::time::timeout(WAIT * 2, async {
+        match tls {
+            None => {
+                let _ = http.serve_connection(TokioIo::new(stream), svc).await;
+            }
+            Some(acceptor) => {
+                if let Ok(Ok(s)) = tokio::time::timeout(WAIT, acceptor.accept(stream)).await {
+                    let _ = http.serve_connection(TokioIo::new(s), svc).await;
+                }
+            }
+        }
+    })
+    .await;
+    drop(slot);
+}
+
+/// The answer to a request that found no free slot of `server.max_requests` within
+/// `server.request_wait_ms`: S3's `503 SlowDown`, which every SDK retries with backoff.
 fn slow_down(request_id: &str) -> http::Response<s3s::Body> {
-    tracing::warn!("request limit reached: answering 503 SlowDown");
+    tracing::debug!("request limit reached: answering 503 SlowDown");
     crate::wire::error_response(
         http::StatusCode::SERVICE_UNAVAILABLE,
         "SlowDown",
