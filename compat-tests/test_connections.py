@@ -95,10 +95,13 @@ def test_server_raises_its_open_file_limit(tmp_path):
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
         deadline = time.time() + 60
-        while time.time() < deadline:
+        started = False
+        while time.time() < deadline and not started:
             line = p.stdout.readline().decode()
-            if "AWS_DEFAULT_REGION" in line or not line:
+            started = "AWS_DEFAULT_REGION" in line
+            if not line:
                 break
+        assert started, "lode did not start"
         limits = open(f"/proc/{p.pid}/limits").read()
         row = next(l for l in limits.splitlines() if l.startswith("Max open files"))
         assert row.split()[3:5] == ["4096", "4096"], row

@@ -332,6 +332,12 @@ impl RadosCatalog {
         let _ = self.inner.observer.set(o);
     }
 
+    /// How many background split checks this catalog is running (for tests: once writes have
+    /// returned and this is 0, no split can begin any more).
+    pub fn background_splits(&self) -> usize {
+        self.inner.splits_running()
+    }
+
     /// The partitions of `bucket`'s index, in key order (for tests and tools).
     pub async fn partitions(&self, bucket: &str) -> Result<Vec<PartitionInfo>> {
         Ok(self

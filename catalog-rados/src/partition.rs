@@ -752,6 +752,18 @@ impl Inner {
 
     // ------------------------------------------------------------------ splits
 
+    /// How many partitions have a background split check running (begun by a commit's
+    /// [`Inner::note_insert`], which marks it before the commit returns).
+    pub(crate) fn splits_running(&self) -> usize {
+        self.routes
+            .inserts
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|s| s.running)
+            .count()
+    }
+
     /// Notes a new key committed in partition `oid`; every `split_keys / 8` of them, counts
     /// the partition in the background and splits it if it is full.
     pub(crate) fn note_insert(&self, bucket: &str, oid: &str, pos: &[u8]) {

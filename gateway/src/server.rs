@@ -521,6 +521,8 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     cfg.validate()?;
+    // First: the metadata store and the devices open their files under the raised limit too.
+    let max_connections = fit_open_files(cfg.server.max_connections);
     let service_cfg = ServiceConfig {
         inline_threshold: cfg.datapath.inline_threshold.0 as usize,
         chunk_size: cfg.datapath.chunk_size.0 as usize,
@@ -764,7 +766,6 @@ pub async fn serve(
     tracing::info!(%addr, backend = %backend_name, "serving S3");
 
     let domain = Arc::new(cfg.server.domain.to_ascii_lowercase());
-    let max_connections = fit_open_files(cfg.server.max_connections);
     let conns = Arc::new(tokio::sync::Semaphore::new(max_connections));
     // Connections past the limit get one 503 each; this many at once, the rest are closed.
     let refusing = Arc::new(tokio::sync::Semaphore::new(REFUSING_AT_ONCE));

@@ -20,6 +20,7 @@ pub mod checksum;
 pub mod cors;
 pub mod error;
 pub mod failpoint;
+pub mod kms;
 pub mod lifecycle;
 pub mod namespace;
 pub mod notify;
@@ -27,6 +28,7 @@ pub mod objlock;
 pub mod policy;
 pub mod scrub;
 pub mod service;
+pub mod sse;
 pub mod tags;
 
 pub use error::{ObjError, ObjResult};
