@@ -241,9 +241,11 @@ impl LodeS3 {
     }
 
     /// An ACL set by PutBucketAcl or PutObjectAcl (canned, grant headers, or body) for a
-    /// resource owned by `owner` in a bucket owned by `bucket_owner`; `None`: private.
+    /// resource owned by `owner` in `bucket`, owned by `bucket_owner`, checked against the
+    /// bucket's object ownership and Block Public Access.
     async fn asked_acl(
         &self,
+        bucket: &str,
         canned: Option<&str>,
         headers: &[(lode_objects::acl::Permission, &str)],
         body: Option<&AccessControlPolicy>,
@@ -260,22 +262,42 @@ impl LodeS3 {
                 "Specifying more than one of a canned ACL, header grants and an ACL body is not allowed"
             ));
         }
-        match (canned, body) {
-            (Some(c), _) => Acl::canned(c, owner, bucket_owner).s3(),
+        let acl = match (canned, body) {
+            (Some(c), _) => Acl::canned(c, owner, bucket_owner).s3()?,
             (None, Some(b)) => {
                 let grants = crate::acl::body_grants(b, owner)?;
                 self.resolving(|| Acl::from_grants(&grants, &*self.users))
-                    .await
+                    .await?
             }
             (None, None) if !headers.is_empty() => {
                 self.resolving(|| Acl::from_headers(headers, &*self.users))
-                    .await
+                    .await?
             }
-            (None, None) => Err(s3_error!(
-                MissingSecurityHeader,
-                "Your request was missing a required header: an ACL (x-amz-acl, x-amz-grant-*, or an AccessControlPolicy body)"
-            )),
+            (None, None) => {
+                return Err(s3_error!(
+                    MissingSecurityHeader,
+                    "Your request was missing a required header: an ACL (x-amz-acl, x-amz-grant-*, or an AccessControlPolicy body)"
+                ));
+            }
+        };
+        // ACLs disabled (BucketOwnerEnforced): only the bucket owner's full control.
+        let (_, ownership) = self.svc.acl_of(bucket).await.s3()?;
+        if !ownership.acls_enabled()
+            && !lode_objects::acl::disabled_accepts(canned, Some(&acl), bucket_owner)
+        {
+            return Err(obj_s3(ObjError::AclNotSupported));
         }
+        if acl.is_public()
+            && self
+                .svc
+                .public_access_block_of(bucket)
+                .await
+                .s3()?
+                .block_public_acls
+        {
+            return Err(obj_s3(ObjError::PublicAclBlocked));
+        }
+        Ok(acl)
     }
 
     /// Whom a listing names as owner of objects stored without one: the bucket's owner, and
@@ -1846,6 +1868,7 @@ impl S3 for LodeS3 {
         let owner = self.bucket_owner_name(&i.bucket).await?;
         let acl = self
             .asked_acl(
+                &i.bucket,
                 i.acl.as_ref().map(|a| a.as_str()),
                 &crate::acl::header_grants(
                     i.grant_full_control.as_ref(),
@@ -1859,26 +1882,6 @@ impl S3 for LodeS3 {
                 &owner,
             )
             .await?;
-        let (_, ownership) = self.svc.acl_of(&i.bucket).await.s3()?;
-        if !ownership.acls_enabled()
-            && !lode_objects::acl::disabled_accepts(
-                i.acl.as_ref().map(|a| a.as_str()),
-                Some(&acl),
-                &owner,
-            )
-        {
-            return Err(obj_s3(ObjError::AclNotSupported));
-        }
-        if acl.is_public()
-            && self
-                .svc
-                .public_access_block_of(&i.bucket)
-                .await
-                .s3()?
-                .block_public_acls
-        {
-            return Err(obj_s3(ObjError::PublicAclBlocked));
-        }
         self.svc
             .set_bucket_acl(&i.bucket, Some(acl), &owner)
             .await
@@ -1927,6 +1930,7 @@ impl S3 for LodeS3 {
         let owner = owner.unwrap_or_else(|| bucket_owner.clone());
         let acl = self
             .asked_acl(
+                &i.bucket,
                 i.acl.as_ref().map(|a| a.as_str()),
                 &crate::acl::header_grants(
                     i.grant_full_control.as_ref(),
@@ -1940,26 +1944,6 @@ impl S3 for LodeS3 {
                 &bucket_owner,
             )
             .await?;
-        let (_, ownership) = self.svc.acl_of(&i.bucket).await.s3()?;
-        if !ownership.acls_enabled()
-            && !lode_objects::acl::disabled_accepts(
-                i.acl.as_ref().map(|a| a.as_str()),
-                Some(&acl),
-                &bucket_owner,
-            )
-        {
-            return Err(obj_s3(ObjError::AclNotSupported));
-        }
-        if acl.is_public()
-            && self
-                .svc
-                .public_access_block_of(&i.bucket)
-                .await
-                .s3()?
-                .block_public_acls
-        {
-            return Err(obj_s3(ObjError::PublicAclBlocked));
-        }
         let stored = (acl != lode_objects::acl::Acl::private(&owner)).then(|| acl.encode());
         self.svc
             .set_object_acl(&i.bucket, &i.key, i.version_id.as_deref(), stored)
