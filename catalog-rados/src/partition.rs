@@ -281,10 +281,26 @@ struct BlindScore {
 
 #[derive(Default)]
 struct Inserts {
+    /// The bucket whose partition this is (what [`Routes::forget`] drops).
+    bucket: String,
     since_check: u64,
     /// The lowest key inserted since the last check (monotonic names stay in the top).
     min_key: Option<Vec<u8>>,
     running: bool,
+}
+
+/// At most this many buckets' routes, partition states and blind-commit scores are cached; a
+/// further bucket empties a full cache, which refills from reads (so hours of bucket churn
+/// cannot grow a gateway's memory without bound).
+const CACHED_BUCKETS: usize = 10_000;
+/// At most this many partitions' insert counts are kept (the running split checks always).
+const COUNTED_PARTITIONS: usize = 100_000;
+
+/// Makes room for `key` in a cache bounded to `max` entries: a full one is emptied.
+fn room_for<V>(m: &mut HashMap<String, V>, key: &str, max: usize) {
+    if m.len() >= max && !m.contains_key(key) {
+        m.clear();
+    }
 }
 
 impl Routes {
@@ -298,12 +314,20 @@ impl Routes {
 
     fn learn(&self, bucket: &str, lo: Vec<u8>, oid: String) {
         let mut map = self.map.lock().unwrap();
+        room_for(&mut map, bucket, CACHED_BUCKETS);
         map.entry(bucket.to_owned()).or_default().insert(lo, oid);
     }
 
+    /// Drops what is cached of `bucket` (deleted, or a route went stale); the insert counts of
+    /// its partitions go too, but for split checks still running.
     pub fn forget(&self, bucket: &str) {
         self.map.lock().unwrap().remove(bucket);
         self.parts.lock().unwrap().remove(bucket);
+        self.blind.lock().unwrap().remove(bucket);
+        self.inserts
+            .lock()
+            .unwrap()
+            .retain(|_, s| s.bucket != bucket || s.running);
     }
 
     /// Remembers what partition `oid` said about itself, if a blind commit may rely on it:
@@ -316,6 +340,7 @@ impl Routes {
             && !part.epoch.starts_with(CLOSING.as_bytes());
         let mut parts = self.parts.lock().unwrap();
         if plain {
+            room_for(&mut parts, bucket, CACHED_BUCKETS);
             parts
                 .entry(bucket.to_owned())
                 .or_default()
@@ -347,6 +372,7 @@ impl Routes {
     /// 8 missed (overwrites: a miss costs a failed write), except for one probe in 16.
     pub fn blind_worth_it(&self, bucket: &str) -> bool {
         let mut all = self.blind.lock().unwrap();
+        room_for(&mut all, bucket, CACHED_BUCKETS);
         let s = all.entry(bucket.to_owned()).or_default();
         if s.misses.count_ones() <= 2 {
             return true;
@@ -357,6 +383,7 @@ impl Routes {
 
     pub fn blind_result(&self, bucket: &str, hit: bool) {
         let mut all = self.blind.lock().unwrap();
+        room_for(&mut all, bucket, CACHED_BUCKETS);
         let s = all.entry(bucket.to_owned()).or_default();
         s.misses = (s.misses << 1) | u8::from(!hit);
     }
@@ -769,7 +796,13 @@ impl Inner {
     pub(crate) fn note_insert(&self, bucket: &str, oid: &str, pos: &[u8]) {
         let due = {
             let mut all = self.routes.inserts.lock().unwrap();
-            let s = all.entry(oid.to_owned()).or_default();
+            if all.len() >= COUNTED_PARTITIONS && !all.contains_key(oid) {
+                all.retain(|_, s| s.running);
+            }
+            let s = all.entry(oid.to_owned()).or_insert_with(|| Inserts {
+                bucket: bucket.to_owned(),
+                ..Default::default()
+            });
             s.since_check += 1;
             if s.min_key.as_deref().is_none_or(|m| pos < m) {
                 s.min_key = Some(pos.to_vec());
@@ -1376,5 +1409,48 @@ mod tests {
         // Every key under "d" is at or above hi "d"; under "c" all are below "d".
         assert!(prefix_below(b"c", b"d") && !prefix_below(b"d", b"da"));
         assert_eq!(next_epoch(b"0000000009"), "0000000010");
+    }
+
+    /// Bucket churn cannot grow the caches without bound; forgetting a bucket drops its
+    /// scores and counts, but not a running split check's.
+    #[test]
+    fn route_caches_are_bounded_and_forgotten() {
+        let r = Routes::default();
+        for i in 0..CACHED_BUCKETS + 10 {
+            let b = format!("b{i}");
+            r.learn(&b, b"k".to_vec(), format!("lode.part.{b}.1"));
+            r.blind_result(&b, true);
+        }
+        assert!(r.map.lock().unwrap().len() <= CACHED_BUCKETS);
+        assert!(r.blind.lock().unwrap().len() <= CACHED_BUCKETS);
+        // The newest bucket is always cached.
+        let last = format!("b{}", CACHED_BUCKETS + 9);
+        assert!(r.route(&last, b"z").is_some());
+        {
+            let mut ins = r.inserts.lock().unwrap();
+            for (oid, running) in [("p1", false), ("p2", true)] {
+                ins.insert(
+                    oid.into(),
+                    Inserts {
+                        bucket: last.clone(),
+                        running,
+                        ..Default::default()
+                    },
+                );
+            }
+            ins.insert(
+                "other".into(),
+                Inserts {
+                    bucket: "b0".into(),
+                    ..Default::default()
+                },
+            );
+        }
+        r.forget(&last);
+        assert!(r.route(&last, b"z").is_none());
+        assert!(!r.blind.lock().unwrap().contains_key(&last));
+        let mut left: Vec<String> = r.inserts.lock().unwrap().keys().cloned().collect();
+        left.sort();
+        assert_eq!(left, ["other", "p2"]);
     }
 }
