@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-60}"; shift || true
-targets=("${@:-keys records s3_request policy}")
+targets=("${@:-keys records s3_request policy acl}")
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 main_target="${CARGO_TARGET_DIR:-$HOME/.cache/lode-target}"
 lib=$(ls -d "$main_target"/release/build/librocksdb-sys-*/out 2>/dev/null | while read -r d; do [ -f "$d/librocksdb.a" ] && echo "$d"; done | head -1)

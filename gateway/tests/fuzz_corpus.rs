@@ -73,6 +73,11 @@ fn s3_request_corpus() {
 }
 
 #[test]
+fn acl_corpus() {
+    assert!(run("acl", fuzzing::acl, 3000) >= 3000);
+}
+
+#[test]
 fn policy_corpus() {
     assert!(run("policy", fuzzing::policy, 3000) >= 3000);
 }
