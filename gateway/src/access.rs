@@ -456,20 +456,18 @@ impl Authz {
             "PutObjectAcl" | "PutObjectVersionAcl" => (true, P::WriteAcp),
             _ => return Ok(false),
         };
-        let (bucket_acl, ownership) = self
+        let Some(access) = self
             .svc
-            .acl_of(bucket)
-            .await
-            .map_err(crate::error::s3_error)?;
-        if !ownership.acls_enabled() {
-            return Ok(false);
-        }
-        let ignore_public = self
-            .svc
-            .public_access_block_of(bucket)
+            .access_of(bucket)
             .await
             .map_err(crate::error::s3_error)?
-            .ignore_public_acls;
+        else {
+            return Ok(false);
+        };
+        if !access.ownership.acls_enabled() {
+            return Ok(false);
+        }
+        let (bucket_acl, ignore_public) = (access.acl, access.block.ignore_public_acls);
         let caller = user.map_or(Caller::Anonymous, Caller::User);
         if !object {
             return Ok(bucket_acl.is_some_and(|a| a.allows(caller, want, ignore_public)));

@@ -139,28 +139,21 @@ impl LodeS3 {
         canned: Option<&str>,
         headers: &[(lode_objects::acl::Permission, &str)],
     ) -> S3Result<lode_objects::acl::Stored> {
-        let Some(stored) = self.svc.bucket_owner(bucket).await.s3()? else {
+        let Some(access) = self.svc.access_of(bucket).await.s3()? else {
             return Err(obj_s3(ObjError::NoSuchBucket));
         };
-        let bucket_owner = self.users.owner_name(&stored);
+        let bucket_owner = self.users.owner_name(&access.owner);
         let writer = creds
             .and_then(|c| self.users.name_of(&c.access_key))
             .unwrap_or_else(|| bucket_owner.clone());
-        let (_, ownership) = self.svc.acl_of(bucket).await.s3()?;
-        let block = self
-            .svc
-            .public_access_block_of(bucket)
-            .await
-            .s3()?
-            .block_public_acls;
         self.resolving(|| {
             lode_objects::acl::object_write(
                 &writer,
                 &bucket_owner,
-                ownership,
+                access.ownership,
                 canned,
                 headers,
-                block,
+                access.block.block_public_acls,
                 &*self.users,
             )
         })
@@ -280,32 +273,32 @@ impl LodeS3 {
                 ));
             }
         };
+        let access = self
+            .svc
+            .access_of(bucket)
+            .await
+            .s3()?
+            .ok_or_else(|| obj_s3(ObjError::NoSuchBucket))?;
         // ACLs disabled (BucketOwnerEnforced): only the bucket owner's full control.
-        let (_, ownership) = self.svc.acl_of(bucket).await.s3()?;
-        if !ownership.acls_enabled()
+        if !access.ownership.acls_enabled()
             && !lode_objects::acl::disabled_accepts(canned, Some(&acl), bucket_owner)
         {
             return Err(obj_s3(ObjError::AclNotSupported));
         }
-        if acl.is_public()
-            && self
-                .svc
-                .public_access_block_of(bucket)
-                .await
-                .s3()?
-                .block_public_acls
-        {
+        if acl.is_public() && access.block.block_public_acls {
             return Err(obj_s3(ObjError::PublicAclBlocked));
         }
         Ok(acl)
     }
 
-    /// Whom a listing names as owner of objects stored without one: the bucket's owner, and
-    /// whether its ACLs are disabled (every object is then the bucket owner's).
+    /// Whom a listing (or an object's ACL) names as owner of objects stored without one: the
+    /// bucket's owner, and whether its ACLs are disabled (every object is then the bucket
+    /// owner's).
     async fn listing_owner(&self, bucket: &str) -> S3Result<(String, bool)> {
-        let owner = self.bucket_owner_name(bucket).await?;
-        let (_, ownership) = self.svc.acl_of(bucket).await.s3()?;
-        Ok((owner, !ownership.acls_enabled()))
+        match self.svc.access_of(bucket).await.s3()? {
+            Some(a) => Ok((self.users.owner_name(&a.owner), !a.ownership.acls_enabled())),
+            None => Err(obj_s3(ObjError::NoSuchBucket)),
+        }
     }
 
     /// The user name of a bucket's owner (`NoSuchBucket` when there is no such bucket).
@@ -1895,15 +1888,14 @@ impl S3 for LodeS3 {
         req: S3Request<GetObjectAclInput>,
     ) -> S3Result<S3Response<GetObjectAclOutput>> {
         let i = &req.input;
-        let bucket_owner = self.bucket_owner_name(&i.bucket).await?;
+        let (bucket_owner, enforced) = self.listing_owner(&i.bucket).await?;
         let (owner, acl) = self
             .svc
             .object_acl(&i.bucket, &i.key, i.version_id.as_deref())
             .await
             .s3()?;
-        let (_, ownership) = self.svc.acl_of(&i.bucket).await.s3()?;
         // ACLs disabled: every object is the bucket owner's, with full control only.
-        let (owner, acl) = match ownership.acls_enabled() {
+        let (owner, acl) = match !enforced {
             true => (owner.unwrap_or(bucket_owner), acl),
             false => (bucket_owner, None),
         };

@@ -39,9 +39,9 @@ pub use lode_catalog::{
 pub use namespace::SegmentCache;
 pub use notify::{ChangeListener, SettingsAnnouncer};
 pub use service::{
-    CopyChanges, Deleted, Integrity, MAX_KEY_LEN, MAX_PARTS, MIN_PART_SIZE, ObjectHandle,
-    ObjectService, PutResult, ServiceConfig, SettingsCache, Trailers, WriteCond, check_bucket_name,
-    check_key, chunk_ref, multipart_etag, now_ms,
+    BucketAccess, CopyChanges, Deleted, Integrity, MAX_KEY_LEN, MAX_PARTS, MIN_PART_SIZE,
+    ObjectHandle, ObjectService, PutResult, ServiceConfig, SettingsCache, Trailers, WriteCond,
+    check_bucket_name, check_key, chunk_ref, multipart_etag, now_ms,
 };
 
 /// A service over the memory catalog and a datapath (unit tests).

@@ -92,6 +92,18 @@ pub struct SettingsCache(
     std::sync::Mutex<std::collections::HashMap<String, (BucketSettings, std::time::Instant)>>,
 );
 
+/// A bucket's access settings ([`ObjectService::access_of`]).
+#[derive(Debug, Clone)]
+pub struct BucketAccess {
+    /// Its owner, as the bucket record names it.
+    pub owner: String,
+    /// Its ACL (`None`: `private`).
+    pub acl: Option<Arc<crate::acl::Acl>>,
+    pub ownership: crate::acl::Ownership,
+    /// Its Block Public Access combined with the account's.
+    pub block: crate::policy::PublicAccessBlock,
+}
+
 /// What a write needs of its bucket's settings.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct BucketSettings {
@@ -657,11 +669,27 @@ impl ObjectService {
     /// cache on every gateway); an absence is read anew, since a bucket created through another
     /// gateway is not announced and must never be judged as absent (and so open) meanwhile.
     pub async fn bucket_owner(&self, bucket: &str) -> ObjResult<Option<String>> {
-        if let Some(owner) = self.settings_of(bucket).await?.owner {
-            return Ok(Some(owner));
+        Ok(self.access_of(bucket).await?.map(|a| a.owner))
+    }
+
+    /// What authorization and ACL checks need of a bucket, from one read of its cached
+    /// settings: `None` when there is no such bucket (an absence is read anew, as in
+    /// [`ObjectService::bucket_owner`]).
+    pub async fn access_of(&self, bucket: &str) -> ObjResult<Option<BucketAccess>> {
+        let mut s = self.settings_of(bucket).await?;
+        if s.owner.is_none() {
+            self.versioning.forget(bucket);
+            s = self.settings_of(bucket).await?;
         }
-        self.versioning.forget(bucket);
-        Ok(self.settings_of(bucket).await?.owner)
+        let Some(owner) = s.owner else {
+            return Ok(None);
+        };
+        Ok(Some(BucketAccess {
+            owner,
+            acl: s.acl,
+            ownership: s.ownership.unwrap_or_default(),
+            block: s.block.unwrap_or_default().or(self.cfg.public_access_block),
+        }))
     }
 
     /// The bucket's policy for authorization (cached with the bucket's other settings, and
@@ -799,16 +827,6 @@ impl ObjectService {
         self.catalog.update_bucket(name, f).await?;
         self.settings_changed(name).await;
         Ok(())
-    }
-
-    /// The bucket's ACL and object ownership for authorization (cached with its other
-    /// settings): `None` for the default `private` ACL.
-    pub async fn acl_of(
-        &self,
-        bucket: &str,
-    ) -> ObjResult<(Option<Arc<crate::acl::Acl>>, crate::acl::Ownership)> {
-        let s = self.settings_of(bucket).await?;
-        Ok((s.acl, s.ownership.unwrap_or_default()))
     }
 
     /// An object's (or one version's) owner and ACL as stored ([`ObjectMeta::owner`],
