@@ -163,7 +163,7 @@ async fn rados_payloads_live_apart_and_never_leak() {
     let want = conformance::pattern(100, 5);
     assert_eq!(payloads[0].1.as_ref(), &want[..]);
     for (k, v) in tagged_entries(&io, "leak", b'o').await {
-        assert_eq!(v[0], records::FORMAT_V6, "{k}");
+        assert_eq!(v[0], records::FORMAT_V7, "{k}");
         assert!(
             !v.windows(want.len()).any(|w| w == want),
             "{k} holds its payload"
@@ -242,7 +242,7 @@ async fn rados_reads_and_migrates_format_2_records() {
         entries.iter().find(|(x, _)| x == k).map(|(_, v)| v[0])
     };
     let o = tagged_entries(&io, "old", b'o').await;
-    assert_eq!(format(&o, "a"), Some(records::FORMAT_V6));
+    assert_eq!(format(&o, "a"), Some(records::FORMAT_V7));
     // A rename moves the value as it is (and a payload, here none).
     cat.rename("old", "b", "b2", replace_check(false), Versioning::Off)
         .await

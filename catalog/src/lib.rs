@@ -42,7 +42,7 @@ use std::sync::Arc;
 pub use lode_metadata::list::{ListPage, ListQuery};
 pub use lode_metadata::records::{
     BucketRecord, ChecksumNames, Checksums, ChunkLoc, MetaSummary, ObjectLock, ObjectMeta,
-    ObjectRecord, ObjectSummary, PartRecord, PartSummary, Segment, UploadRecord,
+    ObjectRecord, ObjectSummary, PartRecord, PartSummary, Segment, Sse, SseKind, UploadRecord,
 };
 
 /// One object of a listing as S3 ListObjects shows it ([`Catalog::list_briefs`]).

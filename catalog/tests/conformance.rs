@@ -92,7 +92,7 @@ async fn kv_payloads_live_in_the_inline_table_and_never_leak() {
     );
     let okey = keys::object("leak", "keep/inline");
     let value = store.get(Table::Objects, &okey).unwrap().unwrap();
-    assert_eq!(value[0], records::FORMAT_V6);
+    assert_eq!(value[0], records::FORMAT_V7);
     let payload = store.get(Table::Inline, &okey).unwrap().unwrap();
     assert_eq!(payload, conformance::pattern(100, 5));
     assert!(
@@ -170,7 +170,7 @@ async fn kv_reads_and_migrates_format_2_records() {
     assert_eq!(kv.get("old", "a").await.unwrap(), Some(up.clone()));
     assert_eq!(up.segments, recs[0].1.segments);
     let stored = |k: &str| store.get(Table::Objects, &keys::object("old", k)).unwrap();
-    assert_eq!(stored("a").unwrap()[0], records::FORMAT_V6);
+    assert_eq!(stored("a").unwrap()[0], records::FORMAT_V7);
     assert_eq!(stored_payloads(&*store, "old"), vec!["a".to_owned()]);
     // A rename rewrites it too; a directory rename moves the value as it is.
     kv.rename("old", "b", "b2", replace_check(false), Versioning::Off)
@@ -180,7 +180,7 @@ async fn kv_reads_and_migrates_format_2_records() {
         kv.get("old", "b2").await.unwrap().as_ref(),
         Some(&recs[1].1)
     );
-    assert_eq!(stored("b2").unwrap()[0], records::FORMAT_V6);
+    assert_eq!(stored("b2").unwrap()[0], records::FORMAT_V7);
     kv.rename_prefix("old", "d/", "e/", 1024).await.unwrap();
     assert_eq!(
         kv.get("old", "e/x").await.unwrap().as_ref(),

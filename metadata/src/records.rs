@@ -30,6 +30,9 @@ pub const FORMAT_V5: u8 = 5;
 /// `ObjectRecord` and `UploadRecord` since their metadata names the object's owner and holds
 /// its access control list ([`ObjectMeta::owner`], [`ObjectMeta::acl`]).
 pub const FORMAT_V6: u8 = 6;
+/// `ObjectRecord` and `UploadRecord` since their metadata says how the object is encrypted at
+/// rest ([`ObjectMeta::sse`]).
+pub const FORMAT_V7: u8 = 7;
 
 /// A value stored in the metadata store, with its format byte.
 pub trait Record: Serialize + DeserializeOwned {
@@ -94,6 +97,69 @@ pub struct ObjectMeta {
     /// The version's access control list as (grantee, permission) pairs, each in the object
     /// service's own encoding. `None`: the default (`private`: its owner has full control).
     pub acl: Option<Vec<(String, String)>>,
+    /// How the object's bytes are encrypted at rest. `None`: in clear (every record written
+    /// before format 7, and objects written with encryption turned off).
+    pub sse: Option<Sse>,
+}
+
+/// How an object's bytes are encrypted at rest: every segment of its content (inline or in
+/// chunks) is sealed under its data key (the object service's `sse` module says how).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sse {
+    pub kind: SseKind,
+    /// Random, bound into every sealed segment's additional data (a segment of another object
+    /// does not open as this object's).
+    pub id: [u8; 16],
+    /// The data key, sealed: by master key version `key_version` (SSE-S3) or by the key ring
+    /// (SSE-KMS). Empty for SSE-C (the customer's key is the data key and is never stored).
+    #[serde(with = "serde_bytes")]
+    pub sealed_key: Vec<u8>,
+    pub key_version: u32,
+    /// `BucketKeyEnabled`, as asked (accepted and reported).
+    pub bucket_key: bool,
+    /// Each segment's sequence base, in the order of the record's segments, as little-endian
+    /// u64s: the index bound into the additional data of the segment's first sealed piece (its
+    /// other pieces follow on). Unique within the object, so no piece opens at another place.
+    /// Empty in an upload's record (each part's bases follow from its number).
+    #[serde(with = "serde_bytes")]
+    pub seq: Vec<u8>,
+}
+
+impl Sse {
+    /// The sequence base of the record's `i`-th segment.
+    pub fn seq_at(&self, i: usize) -> Option<u64> {
+        let b = self.seq.get(i * 8..i * 8 + 8)?;
+        Some(u64::from_le_bytes(b.try_into().expect("8 bytes")))
+    }
+
+    /// Every segment's sequence base.
+    pub fn seqs(&self) -> Vec<u64> {
+        (0..self.seq.len() / 8)
+            .filter_map(|i| self.seq_at(i))
+            .collect()
+    }
+
+    /// Sets every segment's sequence base.
+    pub fn set_seqs(&mut self, seqs: &[u64]) {
+        self.seq = seqs.iter().flat_map(|s| s.to_le_bytes()).collect();
+    }
+}
+
+/// Who holds the key that opens an object's data key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SseKind {
+    /// SSE-S3 (`AES256`): Lode's master keys.
+    S3,
+    /// SSE-KMS (`aws:kms`, `aws:kms:dsse` when `dsse`): a key of the key ring, with the
+    /// encryption context as given (base64 JSON; `None`: none).
+    Kms {
+        key_id: String,
+        context: Option<String>,
+        dsse: bool,
+    },
+    /// SSE-C: a salted HMAC-SHA256 of the customer's key (never the key), to check later
+    /// requests' keys.
+    Customer { salt: [u8; 16], mac: [u8; 32] },
 }
 
 /// A version's object lock (S3 Object Lock): a retention mode with its date, and a legal hold.
@@ -503,6 +569,51 @@ mod brief {
         #[serde(borrow)]
         pub checksums: ChecksumsRef<'a>,
     }
+
+    /// [`super::SseKind`], borrowed and skipped.
+    #[derive(Deserialize)]
+    pub enum SseKindRef<'a> {
+        S3,
+        Kms {
+            _key_id: &'a str,
+            _context: Option<&'a str>,
+            _dsse: bool,
+        },
+        Customer {
+            _salt: [u8; 16],
+            _mac: [u8; 32],
+        },
+    }
+
+    /// [`super::Sse`], borrowed and skipped.
+    #[derive(Deserialize)]
+    pub struct SseRef<'a> {
+        #[serde(borrow)]
+        pub _kind: SseKindRef<'a>,
+        pub _id: [u8; 16],
+        pub _sealed_key: &'a [u8],
+        pub _key_version: u32,
+        pub _bucket_key: bool,
+        pub _seq: &'a [u8],
+    }
+
+    #[derive(Deserialize)]
+    pub struct V7<'a> {
+        #[serde(borrow)]
+        pub summary: ObjectSummary<'a>,
+        #[serde(borrow)]
+        pub _tags: Vec<(&'a str, &'a str)>,
+        #[serde(borrow)]
+        pub _lock: LockRef<'a>,
+        #[serde(borrow)]
+        pub owner: Option<&'a str>,
+        #[serde(borrow)]
+        pub _acl: Option<Vec<(&'a str, &'a str)>>,
+        #[serde(borrow)]
+        pub _sse: Option<SseRef<'a>>,
+        #[serde(borrow)]
+        pub checksums: ChecksumsRef<'a>,
+    }
 }
 
 /// What an S3 listing shows of one stored object record ([`decode_brief`]).
@@ -515,6 +626,9 @@ pub fn decode_brief(b: &[u8]) -> Result<BriefRef<'_>, MetaError> {
     let body = b.get(1..).unwrap_or_default();
     let corrupt = |e: postcard::Error| MetaError::Corrupt(e.to_string());
     match b.first() {
+        Some(&FORMAT_V7) => postcard::from_bytes::<brief::V7<'_>>(body)
+            .map(|r| (r.summary, r.checksums.into(), r.owner))
+            .map_err(corrupt),
         Some(&FORMAT_V6) => postcard::from_bytes::<brief::V6<'_>>(body)
             .map(|r| (r.summary, r.checksums.into(), r.owner))
             .map_err(corrupt),
@@ -535,7 +649,7 @@ pub fn decode_brief(b: &[u8]) -> Result<BriefRef<'_>, MetaError> {
 }
 
 impl Record for ObjectRecord {
-    const FORMAT: u8 = FORMAT_V6;
+    const FORMAT: u8 = FORMAT_V7;
 
     fn decode_old(format: u8, body: &[u8]) -> Result<Self, MetaError> {
         match format {
@@ -545,6 +659,7 @@ impl Record for ObjectRecord {
             FORMAT_V2 | FORMAT_V3 => Ok(postcard_body::<v3::ObjectRecord>(body)?.into()),
             FORMAT_V4 => Ok(postcard_body::<v4::ObjectRecord>(body)?.into()),
             FORMAT_V5 => Ok(postcard_body::<v5::ObjectRecord>(body)?.into()),
+            FORMAT_V6 => Ok(postcard_body::<v6::ObjectRecord>(body)?.into()),
             f => Err(MetaError::UnknownFormat(f)),
         }
     }
@@ -581,13 +696,14 @@ impl Record for BucketRecord {
 }
 
 impl Record for UploadRecord {
-    const FORMAT: u8 = FORMAT_V6;
+    const FORMAT: u8 = FORMAT_V7;
 
     fn decode_old(format: u8, body: &[u8]) -> Result<Self, MetaError> {
         match format {
             FORMAT_V1 => Ok(postcard_body::<v3::UploadRecord>(body)?.into()),
             FORMAT_V4 => Ok(postcard_body::<v4::UploadRecord>(body)?.into()),
             FORMAT_V5 => Ok(postcard_body::<v5::UploadRecord>(body)?.into()),
+            FORMAT_V6 => Ok(postcard_body::<v6::UploadRecord>(body)?.into()),
             f => Err(MetaError::UnknownFormat(f)),
         }
     }
@@ -627,6 +743,7 @@ mod v3 {
                 lock: Default::default(),
                 owner: None,
                 acl: None,
+                sse: None,
             }
         }
     }
@@ -760,6 +877,7 @@ mod v4 {
                 lock: Default::default(),
                 owner: None,
                 acl: None,
+                sse: None,
             }
         }
     }
@@ -894,6 +1012,7 @@ mod v5 {
                 lock: m.lock,
                 owner: None,
                 acl: None,
+                sse: None,
             }
         }
     }
@@ -910,6 +1029,146 @@ mod v5 {
                 user: m.user,
                 tags: m.tags,
                 lock: m.lock,
+            }
+        }
+    }
+
+    #[derive(Serialize, Deserialize)]
+    pub struct ObjectRecord {
+        pub size: u64,
+        pub etag: String,
+        pub last_modified_ms: i64,
+        pub meta: ObjectMeta,
+        pub checksums: Checksums,
+        pub segments: Vec<Segment>,
+        pub parts: Vec<PartSummary>,
+        pub upload_id: Option<String>,
+        pub version_id: Option<String>,
+        pub delete_marker: bool,
+    }
+
+    impl From<ObjectRecord> for super::ObjectRecord {
+        fn from(r: ObjectRecord) -> Self {
+            Self {
+                size: r.size,
+                etag: r.etag,
+                last_modified_ms: r.last_modified_ms,
+                meta: r.meta.into(),
+                checksums: r.checksums,
+                segments: r.segments,
+                parts: r.parts,
+                upload_id: r.upload_id,
+                version_id: r.version_id,
+                delete_marker: r.delete_marker,
+            }
+        }
+    }
+
+    impl From<super::ObjectRecord> for ObjectRecord {
+        fn from(r: super::ObjectRecord) -> Self {
+            Self {
+                size: r.size,
+                etag: r.etag,
+                last_modified_ms: r.last_modified_ms,
+                meta: r.meta.into(),
+                checksums: r.checksums,
+                segments: r.segments,
+                parts: r.parts,
+                upload_id: r.upload_id,
+                version_id: r.version_id,
+                delete_marker: r.delete_marker,
+            }
+        }
+    }
+
+    #[derive(Serialize, Deserialize)]
+    pub struct UploadRecord {
+        pub initiated_ms: i64,
+        pub meta: ObjectMeta,
+        pub checksum_algorithm: Option<String>,
+        pub checksum_type: Option<String>,
+        pub owner: String,
+    }
+
+    impl From<UploadRecord> for super::UploadRecord {
+        fn from(u: UploadRecord) -> Self {
+            Self {
+                initiated_ms: u.initiated_ms,
+                meta: u.meta.into(),
+                checksum_algorithm: u.checksum_algorithm,
+                checksum_type: u.checksum_type,
+                owner: u.owner,
+            }
+        }
+    }
+
+    impl From<super::UploadRecord> for UploadRecord {
+        fn from(u: super::UploadRecord) -> Self {
+            Self {
+                initiated_ms: u.initiated_ms,
+                meta: u.meta.into(),
+                checksum_algorithm: u.checksum_algorithm,
+                checksum_type: u.checksum_type,
+                owner: u.owner,
+            }
+        }
+    }
+}
+
+/// The layouts of format 6 (owner and ACL, no encryption).
+mod v6 {
+    use serde::{Deserialize, Serialize};
+
+    use super::{Checksums, ObjectLock, PartSummary, Segment};
+
+    #[derive(Serialize, Deserialize)]
+    pub struct ObjectMeta {
+        pub content_type: Option<String>,
+        pub cache_control: Option<String>,
+        pub content_disposition: Option<String>,
+        pub content_encoding: Option<String>,
+        pub content_language: Option<String>,
+        pub expires: Option<String>,
+        pub user: Vec<(String, String)>,
+        pub tags: Vec<(String, String)>,
+        pub lock: ObjectLock,
+        pub owner: Option<String>,
+        pub acl: Option<Vec<(String, String)>>,
+    }
+
+    impl From<ObjectMeta> for super::ObjectMeta {
+        fn from(m: ObjectMeta) -> Self {
+            Self {
+                content_type: m.content_type,
+                cache_control: m.cache_control,
+                content_disposition: m.content_disposition,
+                content_encoding: m.content_encoding,
+                content_language: m.content_language,
+                expires: m.expires,
+                user: m.user,
+                tags: m.tags,
+                lock: m.lock,
+                owner: m.owner,
+                acl: m.acl,
+                sse: None,
+            }
+        }
+    }
+
+    impl From<super::ObjectMeta> for ObjectMeta {
+        fn from(m: super::ObjectMeta) -> Self {
+            Self {
+                content_type: m.content_type,
+                cache_control: m.cache_control,
+                content_disposition: m.content_disposition,
+                content_encoding: m.content_encoding,
+                content_language: m.content_language,
+                expires: m.expires,
+                user: m.user,
+                tags: m.tags,
+                lock: m.lock,
+                owner: m.owner,
+                acl: m.acl,
             }
         }
     }
@@ -1097,7 +1356,7 @@ mod tests {
             delete_marker: false,
         };
         let b = encode(&r);
-        assert_eq!(b[0], FORMAT_V6);
+        assert_eq!(b[0], FORMAT_V7);
         assert_eq!(decode::<ObjectRecord>(&b).unwrap(), r);
         let mut bad = b.clone();
         bad[0] = 9;
@@ -1169,7 +1428,7 @@ mod tests {
             .collect();
         assert_eq!(got, vec![(1, "a"), (2, "b")]);
         // Re-encoding writes the current format.
-        assert_eq!(encode(&r)[0], FORMAT_V6);
+        assert_eq!(encode(&r)[0], FORMAT_V7);
         assert_eq!(decode::<ObjectRecord>(&encode(&r)).unwrap(), r);
     }
 
@@ -1266,7 +1525,7 @@ mod tests {
             retain_until_ms: Some(1),
             legal_hold: true,
         };
-        assert_eq!(encode(&locked)[0], FORMAT_V6);
+        assert_eq!(encode(&locked)[0], FORMAT_V7);
         assert_eq!(decode::<ObjectRecord>(&encode(&locked)).unwrap(), locked);
         let u = UploadRecord {
             initiated_ms: 3,
@@ -1334,7 +1593,7 @@ mod tests {
         assert_eq!(r, want);
         assert!(!r.has_detached());
         let (value, payload) = split_inline(&r);
-        assert_eq!(value[0], FORMAT_V6);
+        assert_eq!(value[0], FORMAT_V7);
         assert_eq!(payload.as_deref(), Some(&b"abcdefg"[..]));
         // The value holds no inline byte: it is the v2 body minus the bytes, plus lengths.
         let head: ObjectRecord = decode(&value).unwrap();
@@ -1399,7 +1658,7 @@ mod tests {
         let r: ObjectRecord = decode(fixture).unwrap();
         assert_eq!(r, want);
         assert!(r.meta.tags.is_empty());
-        assert_eq!(encode(&r)[0], FORMAT_V6);
+        assert_eq!(encode(&r)[0], FORMAT_V7);
         assert_eq!(decode_head(fixture).unwrap(), want);
         // BucketRecord v1: created_ms 5, owner "al".
         let b: BucketRecord = decode(&[1, 10, 2, 97, 108]).unwrap();
@@ -1423,7 +1682,7 @@ mod tests {
         assert!(u.meta.tags.is_empty());
         assert_eq!(u.checksum_algorithm.as_deref(), Some("CRC32"));
         assert_eq!(u.owner, "al");
-        assert_eq!(encode(&u)[0], FORMAT_V6);
+        assert_eq!(encode(&u)[0], FORMAT_V7);
     }
 
     /// Tags round-trip in every record that carries them, and `encode_v2` writes what format 2
@@ -1482,14 +1741,14 @@ mod tests {
         assert_eq!((s.size, owner), (5, None));
         assert_eq!(names.algorithms().collect::<Vec<_>>(), ["CRC32C"]);
         assert_eq!(decode_summary(obj).unwrap(), ObjectSummary::of(&r));
-        assert_eq!(encode(&r)[0], FORMAT_V6);
+        assert_eq!(encode(&r)[0], FORMAT_V7);
         let up: &[u8] = &[
             5, 6, 1, 1, 116, 0, 0, 0, 0, 0, 0, 1, 1, 97, 1, 98, 0, 0, 1, 0, 0, 1, 111,
         ];
         let u: UploadRecord = decode(up).unwrap();
         assert_eq!((u.initiated_ms, u.owner.as_str()), (3, "o"));
         assert!(u.meta.lock.legal_hold && u.meta.acl.is_none() && u.meta.owner.is_none());
-        assert_eq!(encode(&u)[0], FORMAT_V6);
+        assert_eq!(encode(&u)[0], FORMAT_V7);
     }
 
     /// Owner and ACL round-trip in format 6, and a listing's brief names the owner (the
@@ -1502,7 +1761,7 @@ mod tests {
         r.meta.owner = Some("alice".into());
         r.meta.acl = Some(vec![("group:AllUsers".into(), "READ".into())]);
         let b = encode(&r);
-        assert_eq!(b[0], FORMAT_V6);
+        assert_eq!(b[0], FORMAT_V7);
         assert_eq!(decode::<ObjectRecord>(&b).unwrap(), r);
         let (s, names, owner) = decode_brief(&b).unwrap();
         assert_eq!((s, owner), (ObjectSummary::of(&r), Some("alice")));
@@ -1512,5 +1771,49 @@ mod tests {
         let back: ObjectRecord = decode(&v5b).unwrap();
         assert_eq!((back.meta.owner, back.meta.acl), (None, None));
         assert_eq!(back.meta.lock, r.meta.lock);
+    }
+
+    /// Encryption round-trips in format 7 (every kind), a listing's brief reads past it, and a
+    /// format-6 value still reads, unencrypted.
+    #[test]
+    fn encryption_roundtrips_in_format_7_and_format_6_reads() {
+        for kind in [
+            SseKind::S3,
+            SseKind::Kms {
+                key_id: "1234abcd-12ab-34cd-56ef-1234567890ab".into(),
+                context: Some("eyJhIjoiYiJ9".into()),
+                dsse: true,
+            },
+            SseKind::Customer {
+                salt: [3; 16],
+                mac: [4; 32],
+            },
+        ] {
+            let mut r = v2_fixture_record();
+            r.meta.owner = Some("alice".into());
+            r.meta.sse = Some(Sse {
+                kind,
+                id: [9; 16],
+                sealed_key: vec![1, 2, 3, 4, 5],
+                key_version: 2,
+                bucket_key: true,
+                seq: vec![],
+            });
+            r.meta.sse.as_mut().unwrap().set_seqs(&[0, 5, 1 << 32]);
+            assert_eq!(r.meta.sse.as_ref().unwrap().seqs(), [0, 5, 1 << 32]);
+            let b = encode(&r);
+            assert_eq!(b[0], FORMAT_V7);
+            assert_eq!(decode::<ObjectRecord>(&b).unwrap(), r);
+            let (s, names, owner) = decode_brief(&b).unwrap();
+            assert_eq!((s, owner), (ObjectSummary::of(&r), Some("alice")));
+            assert_eq!(names.algorithms().collect::<Vec<_>>(), ["CRC32C"]);
+            let mut v6b = vec![FORMAT_V6];
+            v6b.extend(postcard::to_stdvec(&v6::ObjectRecord::from(r.clone())).unwrap());
+            let back: ObjectRecord = decode(&v6b).unwrap();
+            assert_eq!(back.meta.sse, None);
+            assert_eq!(back.meta.owner.as_deref(), Some("alice"));
+            let (_, _, owner) = decode_brief(&v6b).unwrap();
+            assert_eq!(owner, Some("alice"));
+        }
     }
 }
