@@ -32,13 +32,14 @@ def lode_bin():
 LIFECYCLE_TOML = "[lifecycle]\nday_secs = 2\ninterval_secs = 1\n"
 
 
-def small_config(directory, device_size="1GiB"):
+def small_config(directory, device_size="1GiB", extra_toml=""):
     """A lode.toml whose one device is small: the default 8 GiB device file is preallocated for
     real, and a test run starts many servers."""
     path = os.path.join(directory, "test-lode.toml")
     with open(path, "w") as f:
         f.write(f'[[datapath.devices]]\npath = "dev0.img"\nsize = "{device_size}"\n')
         f.write(LIFECYCLE_TOML)
+        f.write(extra_toml)
     return path
 
 
@@ -47,14 +48,14 @@ class Lode:
     again on the same data dir and port. Unless `extra_args` names a config, the device is
     `device_size` (1 GiB)."""
 
-    def __init__(self, data_dir, extra_env=None, extra_args=None, device_size="1GiB"):
+    def __init__(self, data_dir, extra_env=None, extra_args=None, device_size="1GiB", extra_toml=""):
         self.data_dir = data_dir
         self.extra_env = extra_env or {}
         self.extra_args = list(extra_args or [])
         if "--config" not in self.extra_args:
             parent = os.path.dirname(data_dir.rstrip("/"))
             os.makedirs(parent, exist_ok=True)
-            self.extra_args += ["--config", small_config(parent, device_size)]
+            self.extra_args += ["--config", small_config(parent, device_size, extra_toml)]
         self.port = None
         self.scheme = "http"
         self.proc = None
@@ -127,18 +128,18 @@ CLUSTER_MODE = os.environ.get("LODE_COMPAT_MODE") == "cluster"
 local_only = pytest.mark.skipif(CLUSTER_MODE, reason="local by nature (one node's data dir, devices or mount)")
 
 
-def cluster_gateways(tmp_path_factory, n=2, first_args=(), extra_env=None):
+def cluster_gateways(tmp_path_factory, n=2, first_args=(), extra_env=None, extra_toml="", all_args=()):
     """`n` gateways on one fresh namespace of the cluster, started; the first one also gets
-    `first_args` (a mount)."""
+    `first_args` (a mount), every one `all_args` and `extra_toml` in its config."""
     conf = os.environ["LODE_CEPH_CONF"]
     ns = "compat-" + uuid.uuid4().hex[:10]
     cfg = tmp_path_factory.mktemp("cluster-cfg") / "lode.toml"
-    cfg.write_text("[cluster]\nindex_split_keys = 64\n" + LIFECYCLE_TOML)
+    cfg.write_text("[cluster]\nindex_split_keys = 64\n" + LIFECYCLE_TOML + extra_toml)
     args = ["--cluster", "ceph", "--ceph-conf", conf, "--index-pool", "lode-compat-index",
             "--data-pool", "lode-compat-data", "--namespace", ns, "--config", str(cfg)]
     env = {"LODE_DOMAIN": "localhost", "LODE_MASTER_KEY": "5e" * 32, **(extra_env or {})}
     gws = [Lode(str(tmp_path_factory.mktemp("gw") / "data"), extra_env=env,
-                extra_args=args + (list(first_args) if i == 0 else [])) for i in range(n)]
+                extra_args=args + list(all_args) + (list(first_args) if i == 0 else [])) for i in range(n)]
     for g in gws:
         g.start()
     return gws

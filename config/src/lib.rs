@@ -119,6 +119,7 @@ pub struct LodeConfig {
     pub scrub: ScrubConfig,
     pub lifecycle: LifecycleConfig,
     pub access: AccessConfig,
+    pub encryption: EncryptionConfig,
     pub cluster: ClusterConfig,
 }
 
@@ -134,6 +135,7 @@ impl Default for LodeConfig {
             scrub: ScrubConfig::default(),
             lifecycle: LifecycleConfig::default(),
             access: AccessConfig::default(),
+            encryption: EncryptionConfig::default(),
             cluster: ClusterConfig::default(),
         }
     }
@@ -220,6 +222,27 @@ impl Default for ScrubConfig {
             rate: ByteSize(64 * ByteSize::MIB),
             interval_secs: 86_400,
             start_delay_secs: 600,
+        }
+    }
+}
+
+/// Encryption at rest (README "Encryption at rest").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EncryptionConfig {
+    /// New objects are encrypted (SSE-S3) unless their bucket or request says otherwise, as on
+    /// AWS. Off: objects without their own encryption are stored in clear (for a deployment
+    /// that encrypts below Lode: dm-crypt devices, encrypted OSDs).
+    pub default: bool,
+    /// Take SSE-C keys over plain HTTP (AWS refuses them: the key crosses the wire).
+    pub allow_sse_c_over_http: bool,
+}
+
+impl Default for EncryptionConfig {
+    fn default() -> Self {
+        EncryptionConfig {
+            default: true,
+            allow_sse_c_over_http: false,
         }
     }
 }

@@ -326,6 +326,90 @@ async fn user_api(
     }
 }
 
+/// The key ring and the master key versions (`lode admin kms ...`, `lode admin master-key
+/// ...`): root's secret key as a bearer token. Answers name keys by id and state, never their
+/// material.
+async fn key_api(
+    req: &http::Request<hyper::body::Incoming>,
+    svc: &lode_objects::ObjectService,
+    root_secret: &str,
+) -> (http::StatusCode, String) {
+    use http::StatusCode as S;
+    use lode_objects::kms::{KeyState, KmsError};
+    if !authorized(req, root_secret) {
+        return unauthorized();
+    }
+    let Some(enc) = svc.encryption() else {
+        return (
+            S::NOT_FOUND,
+            r#"{"error":"encryption at rest is not on"}"#.to_owned(),
+        );
+    };
+    let q = query(req);
+    let arg = |k: &str| q.get(k).cloned().unwrap_or_default();
+    let ring = &enc.ring;
+    let r: Result<serde_json::Value, KmsError> = match (req.method().as_str(), req.uri().path()) {
+        ("GET", "/api/kms/keys") => ring.list_keys().await.map(|l| serde_json::json!(l)),
+        ("POST", "/api/kms/keys") => ring
+            .create_key(&arg("description"))
+            .await
+            .map(|k| serde_json::json!(k)),
+        ("PUT", "/api/kms/state") => {
+            let state = match arg("state").as_str() {
+                "enable" => KeyState::Enabled,
+                "disable" => KeyState::Disabled,
+                "schedule-deletion" => {
+                    let days: i64 = q.get("days").and_then(|d| d.parse().ok()).unwrap_or(30);
+                    if !(7..=30).contains(&days) {
+                        return (
+                            S::BAD_REQUEST,
+                            r#"{"error":"the pending window is 7 to 30 days"}"#.to_owned(),
+                        );
+                    }
+                    KeyState::PendingDeletion {
+                        at_ms: lode_objects::now_ms() + days * 86_400_000,
+                    }
+                }
+                _ => {
+                    return (
+                        S::BAD_REQUEST,
+                        r#"{"error":"state must be enable, disable or schedule-deletion"}"#
+                            .to_owned(),
+                    );
+                }
+            };
+            ring.set_state(&arg("id"), state)
+                .await
+                .map(|k| serde_json::json!(k))
+        }
+        ("GET", "/api/master-key") => Ok(serde_json::json!({
+            "versions": enc.masters.keys().versions(),
+            "current": enc.masters.keys().current(),
+        })),
+        ("POST", "/api/master-key/rotate") => match enc.masters.rotate().await {
+            Ok(v) => Ok(serde_json::json!({ "current": v })),
+            Err(e) => {
+                return (
+                    S::INTERNAL_SERVER_ERROR,
+                    serde_json::json!({"error": e.to_string()}).to_string(),
+                );
+            }
+        },
+        _ => return (S::NOT_FOUND, r#"{"error":"not found"}"#.to_owned()),
+    };
+    match r {
+        Ok(v) => (S::OK, v.to_string()),
+        Err(e) => {
+            let st = match e {
+                KmsError::NotFound(_) => S::NOT_FOUND,
+                KmsError::Invalid(_) => S::BAD_REQUEST,
+                _ => S::INTERNAL_SERVER_ERROR,
+            };
+            (st, serde_json::json!({"error": e.to_string()}).to_string())
+        }
+    }
+}
+
 /// A bucket's effective access (`lode admin access BUCKET`): owner, grants, policy (and whether
 /// it is public), Block Public Access (the bucket's own and what holds with the account's),
 /// whether anonymous callers can reach anything through the policy or the bucket's ACL (object
@@ -450,6 +534,10 @@ pub async fn serve(listener: TcpListener, admin: Admin) {
                     let (status, ctype, body) = match (req.method(), path.as_str()) {
                         (_, "/api/users" | "/api/grants") => {
                             let (s, b) = user_api(&req, users, root_secret).await;
+                            (s, "application/json", b)
+                        }
+                        (_, p) if p.starts_with("/api/kms/") || p.starts_with("/api/master-key") => {
+                            let (s, b) = key_api(&req, svc, root_secret).await;
                             (s, "application/json", b)
                         }
                         (&http::Method::GET, "/api/access") => {

@@ -50,7 +50,11 @@ impl ToErrno for ObjError {
             | ObjError::AclNotSupported
             | ObjError::BucketAclWithOwnership
             | ObjError::InvalidRange => EINVAL,
-            ObjError::PublicAclBlocked => EACCES,
+            ObjError::PublicAclBlocked
+            | ObjError::SseCustomerBlocked
+            | ObjError::SseCustomerKeyMissing
+            | ObjError::SseCustomerKeyWrong
+            | ObjError::Kms(_) => EACCES,
             ObjError::NoOwnershipControls => ENOENT,
             ObjError::EntityTooLarge => EFBIG,
             ObjError::ObjectLocked(_) => EPERM,
@@ -203,6 +207,28 @@ pub fn s3_error(e: ObjError) -> S3Error {
                 msg,
                 http::StatusCode::SERVICE_UNAVAILABLE,
             );
+        }
+        ObjError::SseCustomerBlocked | ObjError::SseCustomerKeyWrong => C::AccessDenied,
+        ObjError::SseCustomerKeyMissing => C::InvalidRequest,
+        ObjError::Kms(k) => {
+            use lode_objects::kms::KmsError as K;
+            let (code, status) = match k {
+                K::NotFound(_) => ("KMS.NotFoundException", http::StatusCode::BAD_REQUEST),
+                K::Disabled(_) => ("KMS.DisabledException", http::StatusCode::FORBIDDEN),
+                K::PendingDeletion(_) => (
+                    "KMS.KMSInvalidStateException",
+                    http::StatusCode::BAD_REQUEST,
+                ),
+                K::Invalid(_) => ("InvalidArgument", http::StatusCode::BAD_REQUEST),
+                K::Sse(_) | K::Catalog(_) => {
+                    tracing::error!(error = %k, "key ring failure");
+                    return S3Error::with_message(
+                        C::InternalError,
+                        "We encountered an internal error. Please try again.",
+                    );
+                }
+            };
+            return with_status(C::Custom(code.into()), msg, status);
         }
         ObjError::Contended => {
             return with_status(

@@ -23,5 +23,6 @@ pub mod profile;
 pub mod rename;
 pub mod s3;
 pub mod server;
+pub mod sse;
 pub mod users;
 pub mod wire;

@@ -139,6 +139,41 @@ enum AdminCmd {
     /// BUCKET's effective access: owner, grants, policy (public or not), Block Public Access,
     /// whether anonymous callers reach anything, CORS rules.
     Access { bucket: String },
+    /// The key ring of SSE-KMS: create-key, list-keys, disable-key, enable-key,
+    /// schedule-deletion.
+    #[command(subcommand)]
+    Kms(KmsCmd),
+    /// The master key versions of SSE-S3: show them, or rotate (new objects' keys are sealed
+    /// by a new version; nothing is re-encrypted).
+    #[command(subcommand)]
+    MasterKey(MasterKeyCmd),
+}
+
+#[derive(Subcommand)]
+enum KmsCmd {
+    CreateKey {
+        #[arg(long, default_value = "")]
+        description: String,
+    },
+    ListKeys,
+    DisableKey {
+        id: String,
+    },
+    EnableKey {
+        id: String,
+    },
+    /// Disables the key now and deletes it after DAYS (7-30; AWS's window).
+    ScheduleDeletion {
+        id: String,
+        #[arg(long, default_value_t = 30)]
+        days: u32,
+    },
+}
+
+#[derive(Subcommand)]
+enum MasterKeyCmd {
+    Show,
+    Rotate,
 }
 
 #[derive(Subcommand)]
@@ -298,6 +333,26 @@ async fn admin_call(a: &AdminArgs) -> anyhow::Result<()> {
             format!("/api/grants?bucket={}&user={}", e(bucket), e(user)),
         ),
         AdminCmd::Access { bucket } => ("GET", format!("/api/access?bucket={}", e(bucket))),
+        AdminCmd::Kms(KmsCmd::CreateKey { description }) => (
+            "POST",
+            format!("/api/kms/keys?description={}", e(description)),
+        ),
+        AdminCmd::Kms(KmsCmd::ListKeys) => ("GET", "/api/kms/keys".to_owned()),
+        AdminCmd::Kms(KmsCmd::DisableKey { id }) => {
+            ("PUT", format!("/api/kms/state?id={}&state=disable", e(id)))
+        }
+        AdminCmd::Kms(KmsCmd::EnableKey { id }) => {
+            ("PUT", format!("/api/kms/state?id={}&state=enable", e(id)))
+        }
+        AdminCmd::Kms(KmsCmd::ScheduleDeletion { id, days }) => (
+            "PUT",
+            format!(
+                "/api/kms/state?id={}&state=schedule-deletion&days={days}",
+                e(id)
+            ),
+        ),
+        AdminCmd::MasterKey(MasterKeyCmd::Show) => ("GET", "/api/master-key".to_owned()),
+        AdminCmd::MasterKey(MasterKeyCmd::Rotate) => ("POST", "/api/master-key/rotate".to_owned()),
     };
     let v = http_json(
         method,

@@ -28,6 +28,8 @@ pub struct LodeS3 {
     /// For what is judged inside an operation (DeleteObjects' keys under a bucket policy).
     authz: crate::access::Authz,
     region: String,
+    /// SSE-C keys are taken over plain HTTP (`[encryption] allow_sse_c_over_http`).
+    sse_c_over_http: bool,
 }
 
 impl LodeS3 {
@@ -37,6 +39,24 @@ impl LodeS3 {
             users: Arc::clone(&authz.users),
             authz,
             region,
+            sse_c_over_http: false,
+        }
+    }
+
+    /// Takes SSE-C keys over plain HTTP too (AWS refuses them).
+    pub fn allow_sse_c_over_http(mut self, allow: bool) -> Self {
+        self.sse_c_over_http = allow;
+        self
+    }
+
+    /// Whether the request came over TLS, for the SSE-C headers.
+    fn transport<T>(&self, req: &S3Request<T>) -> crate::sse::Transport {
+        crate::sse::Transport {
+            secure: req
+                .extensions
+                .get::<crate::access::Peer>()
+                .is_some_and(|p| p.secure),
+            allow_plain: self.sse_c_over_http,
         }
     }
 
@@ -471,7 +491,66 @@ fn object_meta(
         lock: Default::default(),
         owner: None,
         acl: None,
+        sse: None,
     }
+}
+
+/// PutBucketEncryption: one rule, `AES256`, `aws:kms` or `aws:kms:dsse` (a KMS key only with
+/// the latter two), `BucketKeyEnabled`, and `BlockedEncryptionTypes` (`blocked`, comma-joined:
+/// `NONE` allows SSE-C writes, `SSE-C` blocks them; absent: as it was).
+pub(crate) async fn apply_bucket_encryption(
+    svc: &ObjectService,
+    bucket: &str,
+    cfg: &ServerSideEncryptionConfiguration,
+    blocked: Option<&str>,
+) -> S3Result<()> {
+    use lode_objects::encryption::{Algorithm, BucketEncryption};
+    let [rule] = cfg.rules.as_slice() else {
+        return Err(s3_error!(
+            MalformedXML,
+            "The XML you provided was not well-formed or did not validate against our published schema: exactly one Rule is allowed"
+        ));
+    };
+    let (algorithm, kms_key_id) = match &rule.apply_server_side_encryption_by_default {
+        None => (Algorithm::Aes256, None),
+        Some(d) => {
+            let a = Algorithm::parse(d.sse_algorithm.as_str()).ok_or_else(|| {
+                s3_error!(
+                    MalformedXML,
+                    "The XML you provided was not well-formed or did not validate against our published schema: unknown SSEAlgorithm"
+                )
+            })?;
+            if a == Algorithm::Aes256 && d.kms_master_key_id.is_some() {
+                return Err(s3_error!(
+                    InvalidArgument,
+                    "a KMSMasterKeyID is not applicable if the default sse algorithm is not aws:kms or aws:kms:dsse"
+                ));
+            }
+            (a, d.kms_master_key_id.clone())
+        }
+    };
+    let allow_sse_c = match blocked {
+        None => svc
+            .bucket_encryption(bucket)
+            .await
+            .s3()?
+            .is_some_and(|e| e.allow_sse_c),
+        Some("NONE") => true,
+        Some("SSE-C") => false,
+        Some(other) => {
+            return Err(s3_error!(
+                InvalidArgument,
+                "Invalid BlockedEncryptionTypes EncryptionType: {other} (valid: NONE, SSE-C)"
+            ));
+        }
+    };
+    let e = BucketEncryption {
+        algorithm,
+        kms_key_id,
+        bucket_key: rule.bucket_key_enabled.unwrap_or(false),
+        allow_sse_c,
+    };
+    svc.set_bucket_encryption(bucket, Some(e)).await.s3()
 }
 
 /// The version id a delete answers with (`null` for the `null` version).
@@ -588,6 +667,7 @@ fn integrity<T>(
             .trailing_headers
             .clone()
             .map(|t| Box::new(S3sTrailers(t)) as Box<dyn lode_objects::Trailers>),
+        sse: Default::default(),
     })
 }
 
@@ -1149,12 +1229,24 @@ impl S3 for LodeS3 {
             i.checksum_sha1.clone(),
             i.checksum_sha256.clone(),
         );
-        let integ = integrity(
+        let mut integ = integrity(
             &req,
             i.content_md5.clone(),
             i.checksum_algorithm.as_ref(),
             expected,
         )?;
+        integ.sse = crate::sse::WriteHeaders {
+            sse: i.server_side_encryption.as_ref(),
+            kms_key: i.ssekms_key_id.as_ref(),
+            context: i.ssekms_encryption_context.as_ref(),
+            bucket_key: i.bucket_key_enabled,
+            customer: (
+                i.sse_customer_algorithm.as_ref(),
+                i.sse_customer_key.as_ref(),
+                i.sse_customer_key_md5.as_ref(),
+            ),
+        }
+        .asked(self.transport(&req))?;
         let i = req.input;
         let tags = header_tags(i.tagging.as_deref())?;
         let lock = asked_lock(
@@ -1219,7 +1311,18 @@ impl S3 for LodeS3 {
             delete_marker: false,
         };
         let expiration = self.expiration(&i.bucket, &i.key, &probe).await;
+        let shown = crate::sse::shown(
+            r.sse.as_ref(),
+            i.sse_customer_key_md5.as_ref(),
+            &self.region,
+        );
         Ok(S3Response::new(PutObjectOutput {
+            server_side_encryption: shown.sse,
+            ssekms_key_id: shown.kms_key,
+            bucket_key_enabled: shown.bucket_key,
+            sse_customer_algorithm: shown.customer_algorithm,
+            sse_customer_key_md5: shown.customer_md5,
+            ssekms_encryption_context: shown.context,
             expiration,
             version_id: version_header(r.version_id.as_deref(), versioned),
             e_tag: Some(etag(&r.etag)),
@@ -1239,10 +1342,20 @@ impl S3 for LodeS3 {
         &self,
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
+        let t = self.transport(&req);
         let i = req.input;
-        let h = self
+        let mut h = self
             .open_for_read(&i.bucket, &i.key, i.version_id.as_deref())
             .await?;
+        let customer = crate::sse::customer_key(
+            (
+                i.sse_customer_algorithm.as_ref(),
+                i.sse_customer_key.as_ref(),
+                i.sse_customer_key_md5.as_ref(),
+            ),
+            t,
+        )?;
+        self.svc.unlock(&mut h, customer.as_ref()).await.s3()?;
         let rec = h.record.clone();
         let version_id = version_header(rec.version_id.as_deref(), self.versioned(&i.bucket).await);
         let expiration = match i.version_id {
@@ -1262,7 +1375,13 @@ impl S3 for LodeS3 {
         let stream = self.svc.read_range(h, start, end);
         let m = &rec.meta;
         let (lock_mode, lock_until, lock_hold) = lock_out(&m.lock);
+        let shown = crate::sse::record_shown(&rec, i.sse_customer_key_md5.as_ref(), &self.region);
         let out = GetObjectOutput {
+            server_side_encryption: shown.sse,
+            ssekms_key_id: shown.kms_key,
+            bucket_key_enabled: shown.bucket_key,
+            sse_customer_algorithm: shown.customer_algorithm,
+            sse_customer_key_md5: shown.customer_md5,
             body: Some(StreamingBlob::wrap(sync_wrapper::SyncStream::new(
                 Box::pin(stream),
             ))),
@@ -1313,10 +1432,20 @@ impl S3 for LodeS3 {
         &self,
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
+        let t = self.transport(&req);
         let i = req.input;
         let rec = &self
             .head_for_read(&i.bucket, &i.key, i.version_id.as_deref())
             .await?;
+        let customer = crate::sse::customer_key(
+            (
+                i.sse_customer_algorithm.as_ref(),
+                i.sse_customer_key.as_ref(),
+                i.sse_customer_key_md5.as_ref(),
+            ),
+            t,
+        )?;
+        self.svc.check_key_of(rec, customer.as_ref()).await.s3()?;
         let version_id = version_header(rec.version_id.as_deref(), self.versioned(&i.bucket).await);
         let expiration = match i.version_id {
             None => self.expiration(&i.bucket, &i.key, rec).await,
@@ -1334,7 +1463,13 @@ impl S3 for LodeS3 {
         let m = &rec.meta;
         let partial = plan.content_range.is_some();
         let (lock_mode, lock_until, lock_hold) = lock_out(&m.lock);
+        let shown = crate::sse::record_shown(rec, i.sse_customer_key_md5.as_ref(), &self.region);
         let out = HeadObjectOutput {
+            server_side_encryption: shown.sse,
+            ssekms_key_id: shown.kms_key,
+            bucket_key_enabled: shown.bucket_key,
+            sse_customer_algorithm: shown.customer_algorithm,
+            sse_customer_key_md5: shown.customer_md5,
             content_length: Some((plan.end - plan.start) as i64),
             content_range: plan.content_range,
             accept_ranges: Some("bytes".into()),
@@ -1613,7 +1748,28 @@ impl S3 for LodeS3 {
         &self,
         req: S3Request<CopyObjectInput>,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
+        let t = self.transport(&req);
         let i = req.input;
+        let sse = crate::sse::WriteHeaders {
+            sse: i.server_side_encryption.as_ref(),
+            kms_key: i.ssekms_key_id.as_ref(),
+            context: i.ssekms_encryption_context.as_ref(),
+            bucket_key: i.bucket_key_enabled,
+            customer: (
+                i.sse_customer_algorithm.as_ref(),
+                i.sse_customer_key.as_ref(),
+                i.sse_customer_key_md5.as_ref(),
+            ),
+        }
+        .asked(t)?;
+        let source_key = crate::sse::customer_key(
+            (
+                i.copy_source_sse_customer_algorithm.as_ref(),
+                i.copy_source_sse_customer_key.as_ref(),
+                i.copy_source_sse_customer_key_md5.as_ref(),
+            ),
+            t,
+        )?;
         let (acl_owner, acl) = self
             .write_acl(
                 &i.bucket,
@@ -1666,6 +1822,8 @@ impl S3 for LodeS3 {
             )?,
             owner: acl_owner,
             acl,
+            sse,
+            source_key,
         };
         let rec = self
             .svc
@@ -1676,7 +1834,14 @@ impl S3 for LodeS3 {
         self.svc.notify_changed(&i.bucket, &i.key, false);
         let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) = checksum_fields(&rec.checksums);
         let expiration = self.expiration(&i.bucket, &i.key, &rec).await;
+        let shown = crate::sse::record_shown(&rec, i.sse_customer_key_md5.as_ref(), &self.region);
         Ok(S3Response::new(CopyObjectOutput {
+            server_side_encryption: shown.sse,
+            ssekms_key_id: shown.kms_key,
+            bucket_key_enabled: shown.bucket_key,
+            sse_customer_algorithm: shown.customer_algorithm,
+            sse_customer_key_md5: shown.customer_md5,
+            ssekms_encryption_context: shown.context,
             expiration,
             version_id: version_header(rec.version_id.as_deref(), versioned),
             copy_source_version_id: src_version.map(str::to_owned),
@@ -2214,6 +2379,82 @@ impl S3 for LodeS3 {
         Ok(S3Response::new(DeleteBucketCorsOutput::default()))
     }
 
+    /// PutBucketEncryption without `BlockedEncryptionTypes` (the custom route reads every
+    /// PutBucketEncryption first: `crate::rename::Routes`).
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn put_bucket_encryption(
+        &self,
+        req: S3Request<PutBucketEncryptionInput>,
+    ) -> S3Result<S3Response<PutBucketEncryptionOutput>> {
+        let i = req.input;
+        apply_bucket_encryption(
+            &self.svc,
+            &i.bucket,
+            &i.server_side_encryption_configuration,
+            None,
+        )
+        .await?;
+        Ok(S3Response::new(PutBucketEncryptionOutput::default()))
+    }
+
+    /// GetBucketEncryption: the bucket's rule, or the server's default (SSE-S3, SSE-C
+    /// blocked) for a bucket without one; `404` when neither (encryption by default off).
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn get_bucket_encryption(
+        &self,
+        req: S3Request<GetBucketEncryptionInput>,
+    ) -> S3Result<S3Response<GetBucketEncryptionOutput>> {
+        use lode_objects::encryption::{Algorithm, BucketEncryption};
+        let i = req.input;
+        let set = self.svc.bucket_encryption(&i.bucket).await.s3()?;
+        let default_on = self.svc.encryption().is_some_and(|e| e.default_on);
+        let e = match set {
+            Some(e) => e,
+            None if default_on => BucketEncryption::aws_default(),
+            None => {
+                return Err(s3_error!(
+                    ServerSideEncryptionConfigurationNotFoundError,
+                    "The server side encryption configuration was not found"
+                ));
+            }
+        };
+        let rule = ServerSideEncryptionRule {
+            apply_server_side_encryption_by_default: Some(ServerSideEncryptionByDefault {
+                sse_algorithm: ServerSideEncryption::from(e.algorithm.as_s3().to_owned()),
+                kms_master_key_id: match e.algorithm {
+                    Algorithm::Aes256 => None,
+                    _ => e
+                        .kms_key_id
+                        .as_deref()
+                        .map(|k| crate::sse::kms_arn(lode_objects::kms::bare_id(k), &self.region)),
+                },
+            }),
+            bucket_key_enabled: Some(e.bucket_key),
+        };
+        let mut resp = S3Response::new(GetBucketEncryptionOutput {
+            server_side_encryption_configuration: Some(ServerSideEncryptionConfiguration {
+                rules: vec![rule],
+            }),
+        });
+        resp.headers.insert(
+            crate::wire::BLOCKED_ENCRYPTION,
+            http::HeaderValue::from_static(if e.allow_sse_c { "NONE" } else { "SSE-C" }),
+        );
+        Ok(resp)
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn delete_bucket_encryption(
+        &self,
+        req: S3Request<DeleteBucketEncryptionInput>,
+    ) -> S3Result<S3Response<DeleteBucketEncryptionOutput>> {
+        self.svc
+            .set_bucket_encryption(&req.input.bucket, None)
+            .await
+            .s3()?;
+        Ok(S3Response::new(DeleteBucketEncryptionOutput::default()))
+    }
+
     #[instrument(skip_all, fields(bucket = %req.input.bucket))]
     async fn put_object_lock_configuration(
         &self,
@@ -2619,7 +2860,20 @@ impl S3 for LodeS3 {
         req: S3Request<CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
         let owner = owner_of(req.credentials.as_ref());
+        let t = self.transport(&req);
         let i = req.input;
+        let sse = crate::sse::WriteHeaders {
+            sse: i.server_side_encryption.as_ref(),
+            kms_key: i.ssekms_key_id.as_ref(),
+            context: i.ssekms_encryption_context.as_ref(),
+            bucket_key: i.bucket_key_enabled,
+            customer: (
+                i.sse_customer_algorithm.as_ref(),
+                i.sse_customer_key.as_ref(),
+                i.sse_customer_key_md5.as_ref(),
+            ),
+        }
+        .asked(t)?;
         let (acl_owner, acl) = self
             .write_acl(
                 &i.bucket,
@@ -2676,9 +2930,24 @@ impl S3 for LodeS3 {
         };
         let (algo, ctype) = (rec.checksum_algorithm.clone(), rec.checksum_type.clone());
         let initiated_ms = rec.initiated_ms;
-        let id = self.svc.create_upload(&i.bucket, &i.key, rec).await.s3()?;
+        let (id, stored) = self
+            .svc
+            .create_upload(&i.bucket, &i.key, rec, &sse)
+            .await
+            .s3()?;
         let (abort_date, abort_rule_id) = self.abort_rule(&i.bucket, &i.key, initiated_ms).await;
+        let shown = crate::sse::shown(
+            stored.as_ref(),
+            i.sse_customer_key_md5.as_ref(),
+            &self.region,
+        );
         Ok(S3Response::new(CreateMultipartUploadOutput {
+            server_side_encryption: shown.sse,
+            ssekms_key_id: shown.kms_key,
+            bucket_key_enabled: shown.bucket_key,
+            sse_customer_algorithm: shown.customer_algorithm,
+            sse_customer_key_md5: shown.customer_md5,
+            ssekms_encryption_context: shown.context,
             abort_date,
             abort_rule_id,
             bucket: Some(i.bucket),
@@ -2705,12 +2974,22 @@ impl S3 for LodeS3 {
             i.checksum_sha1.clone(),
             i.checksum_sha256.clone(),
         );
-        let integ = integrity(
+        let mut integ = integrity(
             &req,
             i.content_md5.clone(),
             i.checksum_algorithm.as_ref(),
             expected,
         )?;
+        if let Some(k) = crate::sse::customer_key(
+            (
+                i.sse_customer_algorithm.as_ref(),
+                i.sse_customer_key.as_ref(),
+                i.sse_customer_key_md5.as_ref(),
+            ),
+            self.transport(&req),
+        )? {
+            integ.sse = lode_objects::encryption::Asked::Customer(k);
+        }
         let i = req.input;
         let body = body.unwrap_or_else(|| StreamingBlob::from(s3s::Body::empty()));
         let p = self
@@ -2727,7 +3006,19 @@ impl S3 for LodeS3 {
             .await
             .s3()?;
         let (crc32, crc32c, crc64nvme, sha1, sha256, _) = checksum_fields(&p.checksums);
+        // The upload's encryption, for the response's headers.
+        let up = self.svc.upload(&i.bucket, &i.key, &i.upload_id).await;
+        let shown = crate::sse::shown(
+            up.ok().and_then(|u| u.meta.sse).as_ref(),
+            i.sse_customer_key_md5.as_ref(),
+            &self.region,
+        );
         Ok(S3Response::new(UploadPartOutput {
+            server_side_encryption: shown.sse,
+            ssekms_key_id: shown.kms_key,
+            bucket_key_enabled: shown.bucket_key,
+            sse_customer_algorithm: shown.customer_algorithm,
+            sse_customer_key_md5: shown.customer_md5,
             e_tag: Some(etag(&p.etag)),
             checksum_crc32: crc32,
             checksum_crc32c: crc32c,
@@ -2743,13 +3034,31 @@ impl S3 for LodeS3 {
         &self,
         req: S3Request<UploadPartCopyInput>,
     ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        let t = self.transport(&req);
         let i = req.input;
         let (sb, sk, src_version) = source_version(&i.copy_source, "UploadPartCopy")?;
-        self.svc
+        let up = self
+            .svc
             .upload(&i.bucket, &i.key, &i.upload_id)
             .await
             .s3()?;
-        let h = match src_version {
+        let dst_key = crate::sse::customer_key(
+            (
+                i.sse_customer_algorithm.as_ref(),
+                i.sse_customer_key.as_ref(),
+                i.sse_customer_key_md5.as_ref(),
+            ),
+            t,
+        )?;
+        let source_key = crate::sse::customer_key(
+            (
+                i.copy_source_sse_customer_algorithm.as_ref(),
+                i.copy_source_sse_customer_key.as_ref(),
+                i.copy_source_sse_customer_key_md5.as_ref(),
+            ),
+            t,
+        )?;
+        let mut h = match src_version {
             Some(v) => self.svc.open_object_version(sb, sk, v).await,
             None => self.svc.open_object(sb, sk).await,
         }
@@ -2762,6 +3071,7 @@ impl S3 for LodeS3 {
         }
         .check(&h.record)
         .s3()?;
+        self.svc.unlock(&mut h, source_key.as_ref()).await.s3()?;
         let size = h.record.size;
         let source_version =
             version_header(h.record.version_id.as_deref(), self.versioned(sb).await);
@@ -2792,10 +3102,25 @@ impl S3 for LodeS3 {
         };
         let p = self
             .svc
-            .upload_part_copy((&i.bucket, &i.key, &i.upload_id, i.part_number), h, range)
+            .upload_part_copy(
+                (&i.bucket, &i.key, &i.upload_id, i.part_number),
+                h,
+                range,
+                dst_key,
+            )
             .await
             .s3()?;
+        let shown = crate::sse::shown(
+            up.meta.sse.as_ref(),
+            i.sse_customer_key_md5.as_ref(),
+            &self.region,
+        );
         Ok(S3Response::new(UploadPartCopyOutput {
+            server_side_encryption: shown.sse,
+            ssekms_key_id: shown.kms_key,
+            bucket_key_enabled: shown.bucket_key,
+            sse_customer_algorithm: shown.customer_algorithm,
+            sse_customer_key_md5: shown.customer_md5,
             copy_part_result: Some(CopyPartResult {
                 e_tag: Some(etag(&p.etag)),
                 last_modified: Some(ts(p.last_modified_ms)),
@@ -2967,7 +3292,11 @@ impl S3 for LodeS3 {
         let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) = checksum_fields(&rec.checksums);
         let versioned = self.versioned(&i.bucket).await;
         let expiration = self.expiration(&i.bucket, &i.key, &rec).await;
+        let shown = crate::sse::record_shown(&rec, None, &self.region);
         Ok(S3Response::new(CompleteMultipartUploadOutput {
+            server_side_encryption: shown.sse,
+            ssekms_key_id: shown.kms_key,
+            bucket_key_enabled: shown.bucket_key,
             expiration,
             version_id: version_header(rec.version_id.as_deref(), versioned),
             bucket: Some(i.bucket.clone()),

@@ -512,6 +512,32 @@ pub async fn fsck(
     Ok(rep)
 }
 
+/// Turns encryption at rest on: the master key versions, kept in the catalog under a root key
+/// derived from the master key (a master key that does not open them stops the start: Lode
+/// never serves what it cannot decrypt), and the key ring over the catalog.
+async fn enable_encryption(
+    svc: &Arc<ObjectService>,
+    master: &[u8; 32],
+    cfg: &lode_config::EncryptionConfig,
+) -> anyhow::Result<Arc<lode_objects::encryption::MasterStore>> {
+    use lode_objects::encryption::{Encryption, MasterStore, root_from_master};
+    let store = Arc::new(
+        MasterStore::open(Arc::clone(svc.catalog()), root_from_master(master))
+            .await
+            .context("loading the encryption master keys")?,
+    );
+    let ring = Arc::new(lode_objects::kms::LocalKeyRing::new(
+        Arc::clone(svc.catalog()),
+        Arc::clone(&store),
+    ));
+    svc.set_encryption(Arc::new(Encryption {
+        masters: Arc::clone(&store),
+        ring,
+        default_on: cfg.default,
+    }));
+    Ok(store)
+}
+
 /// Opens everything, binds the listener, and serves until `shutdown` resolves.
 pub async fn serve(
     cfg: LodeConfig,
@@ -572,6 +598,16 @@ pub async fn serve(
         );
         // Users and grants changed through other gateways.
         users.spawn_refresh(Duration::from_secs(2));
+        let masters = enable_encryption(&svc, &master, &cfg.encryption).await?;
+        // Master key versions added through other gateways: new objects use them soon.
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                if let Err(e) = masters.reload().await {
+                    tracing::warn!(error = %e, "reloading the master key versions failed");
+                }
+            }
+        });
         let backend = format!(
             "rados (index pool {}, data pool {})",
             cfg.cluster.index_pool, cfg.cluster.data_pool
@@ -600,6 +636,7 @@ pub async fn serve(
                 .await
                 .context("loading users")?,
         );
+        enable_encryption(&svc, &master, &cfg.encryption).await?;
         (
             svc,
             data_dir,
@@ -620,10 +657,10 @@ pub async fn serve(
         users: Arc::clone(&users),
         svc: Arc::clone(&svc),
     };
-    let mut builder = S3ServiceBuilder::new(crate::s3::LodeS3::new(
-        authz.clone(),
-        cfg.server.region.clone(),
-    ));
+    let mut builder = S3ServiceBuilder::new(
+        crate::s3::LodeS3::new(authz.clone(), cfg.server.region.clone())
+            .allow_sse_c_over_http(cfg.encryption.allow_sse_c_over_http),
+    );
     builder.set_auth(KeyStore::new(Arc::clone(&users)));
     builder.set_access(authz.clone());
     if !cfg.server.domain.is_empty() {
@@ -816,6 +853,8 @@ pub async fn serve(
             });
             let form_upload = crate::wire::is_form_upload(&req);
             let attributes = crate::wire::is_object_attributes(&req);
+            let encryption =
+                req.method() == http::Method::GET && crate::wire::is_bucket_encryption(req.uri());
             let has_body = crate::wire::has_body(&req);
             let body_limits = (
                 objects.config().max_object_size,
@@ -861,6 +900,9 @@ pub async fn serve(
                 }
                 if attributes {
                     crate::wire::unquote_attributes_etag(&mut resp);
+                }
+                if encryption {
+                    crate::wire::show_blocked_encryption(&mut resp);
                 }
                 crate::wire::add_request_id(&mut resp, &rid);
                 if has_body && resp.status().as_u16() >= 400 {

@@ -540,6 +540,44 @@ pub fn unquote_attributes_etag(resp: &mut http::Response<s3s::Body>) {
     resp.headers_mut().remove(http::header::CONTENT_LENGTH);
 }
 
+/// The header that carries a GetBucketEncryption's `BlockedEncryptionTypes` (which s3s 0.14
+/// does not model) from the handler to the HTTP layer, which writes it into the answer's XML.
+/// (A PutBucketEncryption is read by a custom route: `crate::rename::Routes`.)
+pub const BLOCKED_ENCRYPTION: &str = "x-lode-blocked-encryption";
+
+/// Whether `uri` names a bucket encryption request (`?encryption`).
+pub fn is_bucket_encryption(uri: &http::Uri) -> bool {
+    uri.query().is_some_and(|q| {
+        q.split('&')
+            .any(|p| p == "encryption" || p.starts_with("encryption="))
+    })
+}
+
+/// Writes the handler's [`BLOCKED_ENCRYPTION`] into a GetBucketEncryption answer's rule, as
+/// `<BlockedEncryptionTypes>`, and drops the header.
+pub fn show_blocked_encryption(resp: &mut http::Response<s3s::Body>) {
+    let Some(v) = resp.headers_mut().remove(BLOCKED_ENCRYPTION) else {
+        return;
+    };
+    if resp.status() != http::StatusCode::OK {
+        return;
+    }
+    let Some(b) = resp.body().bytes() else {
+        return;
+    };
+    let Some(at) = find(&b, b"</Rule>") else {
+        return;
+    };
+    let mut out = Vec::with_capacity(b.len() + 96);
+    out.extend_from_slice(&b[..at]);
+    out.extend_from_slice(b"<BlockedEncryptionTypes><EncryptionType>");
+    out.extend_from_slice(v.as_bytes());
+    out.extend_from_slice(b"</EncryptionType></BlockedEncryptionTypes>");
+    out.extend_from_slice(&b[at..]);
+    *resp.body_mut() = s3s::Body::from(out);
+    resp.headers_mut().remove(http::header::CONTENT_LENGTH);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -680,5 +718,20 @@ mod tests {
         let mut ok = http::Response::new(s3s::Body::from("<Error></Error>".to_owned()));
         add_request_id(&mut ok, "ABC");
         assert!(find(&ok.body().bytes().unwrap(), b"RequestId").is_none());
+    }
+
+    #[test]
+    fn blocked_encryption_types_are_written_into_the_rule() {
+        let mut resp = http::Response::new(s3s::Body::from(
+            "<ServerSideEncryptionConfiguration><Rule><BucketKeyEnabled>false</BucketKeyEnabled></Rule></ServerSideEncryptionConfiguration>".to_owned(),
+        ));
+        resp.headers_mut()
+            .insert(BLOCKED_ENCRYPTION, http::HeaderValue::from_static("SSE-C"));
+        show_blocked_encryption(&mut resp);
+        let b = resp.body().bytes().unwrap();
+        assert!(
+            String::from_utf8_lossy(&b).contains("<BlockedEncryptionTypes><EncryptionType>SSE-C</EncryptionType></BlockedEncryptionTypes></Rule>")
+        );
+        assert!(resp.headers().get(BLOCKED_ENCRYPTION).is_none());
     }
 }

@@ -220,7 +220,11 @@ async fn multipart_complete_references_parts_and_abort_frees_them() {
         checksum_type: None,
         owner: "me".into(),
     };
-    let id = svc.create_upload("bk1", "mp", rec.clone()).await.unwrap();
+    let id = svc
+        .create_upload("bk1", "mp", rec.clone(), &Default::default())
+        .await
+        .unwrap()
+        .0;
     let p1 = data(5 << 20, 3);
     let p2 = data(100_000, 4);
     let e1 = svc
@@ -284,7 +288,11 @@ async fn multipart_complete_references_parts_and_abort_frees_them() {
         "part 3, not chosen, was released"
     );
     drop(e3);
-    let id2 = svc.create_upload("bk1", "mp2", rec).await.unwrap();
+    let id2 = svc
+        .create_upload("bk1", "mp2", rec, &Default::default())
+        .await
+        .unwrap()
+        .0;
     svc.upload_part(
         "bk1",
         "mp2",
@@ -459,7 +467,11 @@ async fn a_part_committed_during_abort_or_complete_is_never_orphaned() {
             checksum_type: None,
             owner: "me".into(),
         };
-        let id = svc.create_upload("bk1", "race", rec).await.unwrap();
+        let id = svc
+            .create_upload("bk1", "race", rec, &Default::default())
+            .await
+            .unwrap()
+            .0;
         let p1 = svc
             .upload_part(
                 "bk1",

@@ -138,6 +138,26 @@ pub enum ObjError {
     ContentSha256Mismatch,
     #[error(transparent)]
     Chunk(#[from] ChunkError),
+    /// Encrypted bytes or a sealed key that did not open (corrupt, moved, the wrong key), or
+    /// a master key version this server does not have.
+    #[error(transparent)]
+    Encryption(#[from] crate::sse::SseError),
+    /// The key ring refused (an unknown, disabled or deleted key).
+    #[error(transparent)]
+    Kms(crate::kms::KmsError),
+    /// An SSE-C write into a bucket that blocks SSE-C (S3's `403 AccessDenied`).
+    #[error(
+        "Requests specifying Server Side Encryption with Customer provided keys are blocked for this bucket (BlockedEncryptionTypes)"
+    )]
+    SseCustomerBlocked,
+    /// A read of an SSE-C object without its key (S3's `400 InvalidRequest`).
+    #[error(
+        "The object was stored using a form of Server Side Encryption. The correct parameters must be provided to retrieve the object."
+    )]
+    SseCustomerKeyMissing,
+    /// A read of an SSE-C object with another key (S3's `403 AccessDenied`).
+    #[error("Access Denied")]
+    SseCustomerKeyWrong,
     /// The same key kept being changed under the commit; retrying later is safe.
     #[error("too many concurrent updates of the same key")]
     Contended,

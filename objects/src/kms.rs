@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::sse::{DataKey, MasterKeys, SseError};
+use crate::encryption::MasterStore;
+use crate::sse::{DataKey, SseError};
 use lode_catalog::{Catalog, CatalogError};
 
 /// Where a key can be used.
@@ -73,10 +74,28 @@ pub trait KeyRing: Send + Sync {
         sealed: &[u8],
         context: &[u8],
     ) -> Result<DataKey, KmsError>;
+    /// Seals an existing data key under key `id` (a copy that keeps its source's bytes).
+    async fn encrypt_data_key(
+        &self,
+        id: &str,
+        key: &DataKey,
+        context: &[u8],
+    ) -> Result<Vec<u8>, KmsError>;
+    /// The key used when a request names none (AWS: the account's `aws/s3` key), made on
+    /// first use.
+    async fn default_key(&self) -> Result<KeyInfo, KmsError>;
 }
 
+/// The id of the key ring's default key ([`KeyRing::default_key`]).
+pub const DEFAULT_KEY: &str = "alias/aws/s3";
+
+/// How long a key's state, as read, is trusted before it is read again: a key disabled through
+/// another gateway stops opening data keys here within this time (through this gateway, at
+/// once).
+const KEY_TTL: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A stored key: its metadata and its material, sealed by a master key version.
-#[derive(Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 struct StoredKey {
     info: KeyInfo,
     master_version: u32,
@@ -92,22 +111,44 @@ fn key_key(id: &str) -> Vec<u8> {
 /// Lode's own key ring over the catalog.
 pub struct LocalKeyRing {
     catalog: Arc<dyn Catalog>,
-    master: Arc<MasterKeys>,
+    master: Arc<MasterStore>,
+    /// Keys as read lately (for [`KEY_TTL`]), so that reads of SSE-KMS objects do not each
+    /// read the catalog.
+    cache: std::sync::Mutex<std::collections::HashMap<String, (StoredKey, std::time::Instant)>>,
 }
 
+/// At most this many keys are cached.
+const CACHED_KEYS: usize = 4096;
+
 impl LocalKeyRing {
-    pub fn new(catalog: Arc<dyn Catalog>, master: Arc<MasterKeys>) -> Self {
-        LocalKeyRing { catalog, master }
+    pub fn new(catalog: Arc<dyn Catalog>, master: Arc<MasterStore>) -> Self {
+        LocalKeyRing {
+            catalog,
+            master,
+            cache: Default::default(),
+        }
     }
 
     async fn stored(&self, id: &str) -> Result<StoredKey, KmsError> {
         let id = bare_id(id);
+        if let Some((s, at)) = self.cache.lock().expect("keys").get(id)
+            && at.elapsed() < KEY_TTL
+        {
+            return Ok(s.clone());
+        }
         let v = self
             .catalog
             .sys_get(&key_key(id))
             .await?
             .ok_or_else(|| KmsError::NotFound(id.to_owned()))?;
-        serde_json::from_slice(&v).map_err(|e| KmsError::Invalid(format!("stored key: {e}")))
+        let s: StoredKey = serde_json::from_slice(&v)
+            .map_err(|e| KmsError::Invalid(format!("stored key: {e}")))?;
+        let mut c = self.cache.lock().expect("keys");
+        if c.len() >= CACHED_KEYS {
+            c.clear();
+        }
+        c.insert(id.to_owned(), (s.clone(), std::time::Instant::now()));
+        Ok(s)
     }
 
     /// The key's material, when the key may be used.
@@ -118,7 +159,35 @@ impl LocalKeyRing {
             KeyState::Disabled => return Err(KmsError::Disabled(s.info.id)),
             KeyState::PendingDeletion { .. } => return Err(KmsError::PendingDeletion(s.info.id)),
         }
-        Ok(self.master.open_key(s.master_version, &s.sealed)?)
+        Ok(self
+            .master
+            .open_data_key(s.master_version, &s.sealed)
+            .await?)
+    }
+
+    /// Stores a new key under `id` (refused when one is there).
+    async fn store_new(&self, id: &str, description: &str) -> Result<KeyInfo, KmsError> {
+        let material = DataKey::generate()?;
+        let (master_version, sealed) = self.master.keys().seal_key(&material)?;
+        let info = KeyInfo {
+            id: id.to_owned(),
+            description: description.to_owned(),
+            state: KeyState::Enabled,
+            created_ms: crate::now_ms(),
+        };
+        let v = serde_json::to_vec(&StoredKey {
+            info: info.clone(),
+            master_version,
+            sealed,
+        })
+        .expect("a key serializes");
+        let create = Arc::new(move |cur: Option<&[u8]>| match cur {
+            Some(_) => Err(CatalogError::PreconditionFailed),
+            None => Ok(Some(v.clone())),
+        });
+        self.catalog.sys_update(&key_key(id), create).await?;
+        tracing::info!(key = %id, "KMS key created");
+        Ok(info)
     }
 }
 
@@ -155,27 +224,7 @@ impl KeyRing for LocalKeyRing {
             &h[16..20],
             &h[20..]
         );
-        let material = DataKey::generate()?;
-        let (master_version, sealed) = self.master.seal_key(&material)?;
-        let info = KeyInfo {
-            id: id.clone(),
-            description: description.to_owned(),
-            state: KeyState::Enabled,
-            created_ms: crate::now_ms(),
-        };
-        let v = serde_json::to_vec(&StoredKey {
-            info: info.clone(),
-            master_version,
-            sealed,
-        })
-        .expect("a key serializes");
-        let create = Arc::new(move |cur: Option<&[u8]>| match cur {
-            Some(_) => Err(CatalogError::PreconditionFailed),
-            None => Ok(Some(v.clone())),
-        });
-        self.catalog.sys_update(&key_key(&id), create).await?;
-        tracing::info!(key = %id, "KMS key created");
-        Ok(info)
+        self.store_new(&id, description).await
     }
 
     async fn list_keys(&self) -> Result<Vec<KeyInfo>, KmsError> {
@@ -206,6 +255,7 @@ impl KeyRing for LocalKeyRing {
             Err(CatalogError::PreconditionFailed) => return Err(KmsError::NotFound(missing)),
             r => r?,
         }
+        self.cache.lock().expect("keys").remove(&id);
         tracing::info!(key = %id, ?state, "KMS key state changed");
         Ok(s.info)
     }
@@ -234,20 +284,56 @@ impl KeyRing for LocalKeyRing {
             &context_aad(bare_id(id), context),
         )?)
     }
+
+    async fn encrypt_data_key(
+        &self,
+        id: &str,
+        key: &DataKey,
+        context: &[u8],
+    ) -> Result<Vec<u8>, KmsError> {
+        let kek = self.usable(id).await?;
+        Ok(crate::sse::seal_key_with(
+            &kek,
+            key,
+            &context_aad(bare_id(id), context),
+        )?)
+    }
+
+    async fn default_key(&self) -> Result<KeyInfo, KmsError> {
+        match self.stored(DEFAULT_KEY).await {
+            Ok(s) => Ok(s.info),
+            Err(KmsError::NotFound(_)) => {
+                match self
+                    .store_new(DEFAULT_KEY, "Default key for SSE-KMS (aws/s3)")
+                    .await
+                {
+                    // Another gateway made it first.
+                    Err(KmsError::Catalog(CatalogError::PreconditionFailed)) => {
+                        Ok(self.stored(DEFAULT_KEY).await?.info)
+                    }
+                    r => r,
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn ring() -> LocalKeyRing {
+    async fn ring() -> LocalKeyRing {
         let catalog: Arc<dyn Catalog> = Arc::new(lode_catalog::mem_catalog());
-        LocalKeyRing::new(catalog, Arc::new(MasterKeys::new([(1, [3u8; 32])])))
+        let master = MasterStore::open(Arc::clone(&catalog), [3u8; 32])
+            .await
+            .unwrap();
+        LocalKeyRing::new(catalog, Arc::new(master))
     }
 
     #[tokio::test]
     async fn keys_make_data_keys_that_only_they_open() {
-        let r = ring();
+        let r = ring().await;
         let k = r.create_key("team a").await.unwrap();
         assert_eq!(k.id.len(), 36);
         assert_eq!(r.list_keys().await.unwrap(), vec![k.clone()]);
@@ -281,7 +367,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_disabled_key_opens_nothing_until_enabled() {
-        let r = ring();
+        let r = ring().await;
         let k = r.create_key("").await.unwrap();
         let (_, sealed) = r.generate_data_key(&k.id, b"c").await.unwrap();
         r.set_state(&k.id, KeyState::Disabled).await.unwrap();

@@ -18,6 +18,7 @@
 pub mod acl;
 pub mod checksum;
 pub mod cors;
+pub mod encryption;
 pub mod error;
 pub mod failpoint;
 pub mod kms;
@@ -34,7 +35,7 @@ pub mod tags;
 pub use error::{ObjError, ObjResult};
 pub use lode_catalog::{
     Brief, BucketRecord, ChecksumNames, Checksums, ChunkLoc, ListPage, ObjectLock, ObjectMeta,
-    ObjectRecord, PartRecord, PartSummary, Segment, UploadPage, UploadRecord,
+    ObjectRecord, PartRecord, PartSummary, Segment, Sse, SseKind, UploadPage, UploadRecord,
 };
 pub use namespace::SegmentCache;
 pub use notify::{ChangeListener, SettingsAnnouncer};

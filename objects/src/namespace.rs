@@ -24,6 +24,8 @@ pub struct SegmentCache {
     entry: Option<(String, usize, Bytes)>,
     ahead: Option<(String, usize, tokio::task::JoinHandle<ObjResult<Bytes>>)>,
     last_end: u64,
+    /// The data key of the encrypted object read lately, by its encryption id.
+    key: Option<([u8; 16], Arc<crate::sse::DataKey>)>,
 }
 
 impl ObjectService {
@@ -96,7 +98,11 @@ impl ObjectService {
         }
         let guard = self.blobs.read_guard();
         match self.catalog.get_blocking(bucket, key)? {
-            Some(record) => Ok(ObjectHandle { record, guard }),
+            Some(record) => Ok(ObjectHandle {
+                record,
+                guard,
+                key: None,
+            }),
             None => Err(ObjError::NoSuchKey),
         }
     }
@@ -110,21 +116,50 @@ impl ObjectService {
         len: u64,
         cache: &mut SegmentCache,
     ) -> ObjResult<Bytes> {
+        let mut h = h;
         let end = (off.saturating_add(len)).min(h.record.size);
         if off >= end {
             return Ok(Bytes::new());
         }
+        // An encrypted object: its key, found once per open file (SSE-C: refused).
+        let sse = h.record.meta.sse.clone();
+        if let Some(sse) = &sse {
+            match &cache.key {
+                Some((id, k)) if *id == sse.id => h.key = Some(Arc::clone(k)),
+                _ => {
+                    self.unlock(&mut h, None).await?;
+                    let k = h.key.clone().expect("unlocked");
+                    cache.key = Some((sse.id, k));
+                }
+            }
+        }
+        let lens = crate::encryption::plain_lens(&h.record)?;
+        let key = h.key.clone();
+        let opened = |i: usize, stored: &[u8], from: usize, to: usize| -> ObjResult<Bytes> {
+            match (&sse, &key) {
+                (Some(sse), Some(k)) => crate::encryption::open_piece(
+                    k,
+                    sse,
+                    i,
+                    stored,
+                    lens[i],
+                    from as u64,
+                    to as u64,
+                ),
+                _ => Ok(Bytes::copy_from_slice(&stored[from..to])),
+            }
+        };
         let mut out: Vec<Bytes> = vec![];
         let mut pos = 0u64;
         for (i, seg) in h.record.segments.iter().enumerate() {
-            let (s0, s1) = (pos, pos + seg.len());
+            let (s0, s1) = (pos, pos + lens[i]);
             pos = s1;
             if s1 <= off || s0 >= end {
                 continue;
             }
             let (from, to) = ((off.max(s0) - s0) as usize, (end.min(s1) - s0) as usize);
             let data = match seg {
-                Segment::Inline(b) => Bytes::copy_from_slice(&b[from..to]),
+                Segment::Inline(b) => opened(i, b, from, to)?,
                 Segment::Detached(_) => return Err(crate::service::unloaded()),
                 Segment::Chunk(c) => {
                     let hit = match &cache.entry {
@@ -169,7 +204,10 @@ impl ObjectService {
                         });
                         cache.ahead = Some((h.record.etag.clone(), i + 1, task));
                     }
-                    d.slice(from..to)
+                    match sse {
+                        Some(_) => opened(i, &d, from, to)?,
+                        None => d.slice(from..to),
+                    }
                 }
             };
             out.push(data);
@@ -197,7 +235,8 @@ impl ObjectService {
         limit: u64,
         mut sink: impl FnMut(&[u8]) -> std::io::Result<()>,
     ) -> ObjResult<u64> {
-        let h = self.open_object(bucket, key).await?;
+        let mut h = self.open_object(bucket, key).await?;
+        self.unlock(&mut h, None).await?;
         let size = h.record.size.min(limit);
         let mut s = std::pin::pin!(self.read_range(h, 0, size));
         while let Some(piece) = s.next().await {

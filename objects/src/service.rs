@@ -83,6 +83,9 @@ pub struct ObjectService {
     versioning: Arc<SettingsCache>,
     /// Cluster mode: tells the other gateways of a settings change before it is acknowledged.
     announcer: std::sync::OnceLock<Arc<dyn crate::SettingsAnnouncer>>,
+    /// Encryption at rest (unset: objects are written in clear, and encrypted ones do not
+    /// open).
+    pub(crate) enc: std::sync::OnceLock<Arc<crate::encryption::Encryption>>,
 }
 
 /// Buckets' versioning states as this gateway read them lately. In cluster mode the other
@@ -124,6 +127,8 @@ pub(crate) struct BucketSettings {
     pub acl: Option<Arc<crate::acl::Acl>>,
     /// Its object ownership (absent: `ObjectWriter`).
     pub ownership: Option<crate::acl::Ownership>,
+    /// Its default encryption (`None`: not set).
+    pub encryption: Option<Arc<crate::encryption::BucketEncryption>>,
 }
 
 impl SettingsCache {
@@ -254,6 +259,8 @@ struct Ingested {
     md5: [u8; 16],
     checksums: Checksums,
     segments: Vec<Segment>,
+    /// Each segment's sequence base, when sealed.
+    seqs: Vec<u64>,
     alloc: Option<Box<dyn PendingBlobs>>,
 }
 
@@ -344,6 +351,9 @@ pub struct Integrity {
     pub algos: Vec<Algo>,
     /// Checksums that arrive in an aws-chunked trailer, read after the body.
     pub trailers: Option<Box<dyn Trailers>>,
+    /// How the body is to be encrypted at rest (its `x-amz-server-side-encryption*`
+    /// headers; an upload part's and an append's SSE-C key).
+    pub sse: crate::encryption::Asked,
 }
 
 /// Headers that arrive after the body (an aws-chunked trailer), read once the body is done.
@@ -361,6 +371,8 @@ pub use lode_catalog::UploadPage;
 pub struct ObjectHandle {
     pub record: ObjectRecord,
     pub(crate) guard: BlobGuard,
+    /// The data key of an encrypted record, once [`ObjectService::unlock`] found it.
+    pub(crate) key: Option<Arc<crate::sse::DataKey>>,
 }
 
 pub struct PutResult {
@@ -370,6 +382,8 @@ pub struct PutResult {
     pub last_modified_ms: i64,
     /// The new version's id in a versioned bucket (`None`: the `null` version).
     pub version_id: Option<String>,
+    /// How the object is encrypted at rest (`None`: in clear).
+    pub sse: Option<lode_catalog::Sse>,
 }
 
 fn chunk_loc(c: &ChunkRef) -> ChunkLoc {
@@ -465,6 +479,10 @@ pub struct CopyChanges {
     /// and the request's, never the source's (S3 copies no ACL).
     pub owner: Option<String>,
     pub acl: Option<Vec<(String, String)>>,
+    /// How the copy is encrypted (its `x-amz-server-side-encryption*` headers).
+    pub sse: crate::encryption::Asked,
+    /// The source's SSE-C key (`x-amz-copy-source-server-side-encryption-customer-*`).
+    pub source_key: Option<crate::encryption::CustomerKey>,
 }
 
 /// A copy's metadata: the source's or the REPLACE directive's, with the source's tags or the
@@ -476,7 +494,35 @@ fn copied_meta(src: &ObjectMeta, c: &CopyChanges) -> ObjectMeta {
     m.lock = c.lock.clone();
     m.owner = c.owner.clone();
     m.acl = c.acl.clone();
+    // Set by the copy: a re-sealed key, or the copy's own.
+    m.sse = None;
     m
+}
+
+/// The number an append to `rec` gets as its part (the object itself is part 1 until appended
+/// to).
+fn next_part(rec: &ObjectRecord) -> u32 {
+    rec.parts.last().map_or(2, |p| p.number + 1)
+}
+
+/// A full chunk buffer as written: itself, or (sealing) its segments sealed into a new buffer;
+/// records the chunk's sequence base in `seqs`.
+fn sealed_chunk(
+    plain: AlignedBuf,
+    seal: Option<&crate::encryption::Sealing>,
+    seqs: &mut Vec<u64>,
+    next_seq: &mut u64,
+) -> ObjResult<AlignedBuf> {
+    let Some(s) = seal else {
+        return Ok(plain);
+    };
+    let n = crate::sse::sealed_len(plain.len() as u64) as usize;
+    let mut out = AlignedBuf::with_capacity(n);
+    out.set_len(n);
+    crate::sse::seal_into(&s.key, &s.id, *next_seq, &plain, &mut out)?;
+    seqs.push(*next_seq);
+    *next_seq += crate::sse::segments(plain.len() as u64);
+    Ok(out)
 }
 
 pub fn multipart_etag(part_etags: &[&str]) -> String {
@@ -503,6 +549,7 @@ impl ObjectService {
             listeners: Default::default(),
             versioning: Default::default(),
             announcer: Default::default(),
+            enc: Default::default(),
         })
     }
 
@@ -859,7 +906,7 @@ impl ObjectService {
 
     /// Sets (or, with `None`, removes) one bucket setting, in one commit of the bucket's
     /// record, and makes every gateway follow it before returning.
-    async fn set_setting(
+    pub(crate) async fn set_setting(
         &self,
         name: &str,
         setting: &'static str,
@@ -931,6 +978,9 @@ impl ObjectService {
                     .map(Arc::new),
                 ownership: name_setting(&b, crate::acl::OWNERSHIP_SETTING)
                     .and_then(crate::acl::Ownership::parse),
+                encryption: name_setting(&b, crate::encryption::SETTING)
+                    .and_then(crate::encryption::BucketEncryption::decode)
+                    .map(Arc::new),
             },
             None => BucketSettings::default(),
         };
@@ -1038,18 +1088,20 @@ impl ObjectService {
         integrity: &Integrity,
         max: u64,
         content_length: Option<i64>,
+        seal: Option<&crate::encryption::Sealing>,
     ) -> ObjResult<Ingested>
     where
         S: Stream<Item = Result<Bytes, E>> + Unpin,
         E: std::fmt::Display,
     {
         let inline_max = self.cfg.inline_threshold;
-        self.ingest_capped(body, integrity, max, content_length, inline_max)
+        self.ingest_capped(body, integrity, max, content_length, inline_max, seal)
             .await
     }
 
     /// [`Self::ingest`] that keeps at most `inline_max` bytes inline (larger bodies go to
-    /// chunks).
+    /// chunks), sealing every segment when `seal` says how (MD5 and checksums are of the
+    /// plaintext, as S3's are).
     async fn ingest_capped<S, E>(
         &self,
         mut body: S,
@@ -1057,6 +1109,7 @@ impl ObjectService {
         max: u64,
         content_length: Option<i64>,
         inline_max: usize,
+        seal: Option<&crate::encryption::Sealing>,
     ) -> ObjResult<Ingested>
     where
         S: Stream<Item = Result<Bytes, E>> + Unpin,
@@ -1071,7 +1124,13 @@ impl ObjectService {
         let mut head = BytesMut::new();
         let mut writer: Option<Box<dyn BlobWriter>> = None;
         let mut cur: Option<AlignedBuf> = None;
-        let chunk_size = self.cfg.chunk_size;
+        // Sealed, a chunk holds whole segments and stays within the chunk size.
+        let chunk_size = match seal {
+            None => self.cfg.chunk_size,
+            Some(_) => crate::sse::plain_per_chunk(self.cfg.chunk_size),
+        };
+        let mut seqs: Vec<u64> = vec![];
+        let mut next_seq = seal.map_or(0, |s| s.base);
         // Buffers are sized to what is left of a declared body: a 17 KiB object must not pay for
         // zeroing and faulting in a 4 MiB buffer.
         let cap_for = |consumed: u64| -> usize {
@@ -1120,7 +1179,9 @@ impl ObjectService {
                 rest = &rest[n..];
                 if b.remaining() == 0 {
                     consumed += b.len() as u64;
-                    w.push(cur.take().expect("buffer")).await?;
+                    let b = cur.take().expect("buffer");
+                    let b = sealed_chunk(b, seal, &mut seqs, &mut next_seq)?;
+                    w.push(b).await?;
                 }
             }
         }
@@ -1157,11 +1218,21 @@ impl ObjectService {
         let checksums = computed.to_record();
 
         let (segments, alloc) = match writer {
-            None => (vec![Segment::Inline(head.to_vec())], None),
+            None => {
+                let inline = match seal {
+                    None => head.to_vec(),
+                    Some(s) => {
+                        seqs.push(next_seq);
+                        crate::sse::seal(&s.key, &s.id, next_seq, &head)?
+                    }
+                };
+                (vec![Segment::Inline(inline)], None)
+            }
             Some(mut w) => {
                 if let Some(b) = cur.take()
                     && !b.is_empty()
                 {
+                    let b = sealed_chunk(b, seal, &mut seqs, &mut next_seq)?;
                     w.push(b).await?;
                 }
                 w.drain().await?;
@@ -1179,6 +1250,7 @@ impl ObjectService {
             md5,
             checksums,
             segments,
+            seqs,
             alloc,
         })
     }
@@ -1212,9 +1284,21 @@ impl ObjectService {
         {
             self.bucket(bucket).await?;
         }
+        let sealing = self.new_sealing(bucket, &integrity.sse).await?;
         let ing = self
-            .ingest(body, &integrity, self.cfg.max_object_size, content_length)
+            .ingest(
+                body,
+                &integrity,
+                self.cfg.max_object_size,
+                content_length,
+                sealing.as_ref().map(|(_, s)| s),
+            )
             .await?;
+        let mut meta = meta;
+        meta.sse = sealing.map(|(mut sse, _)| {
+            sse.set_seqs(&ing.seqs);
+            sse
+        });
         let etag = hex::encode(ing.md5);
         let record = ObjectRecord {
             size: ing.size,
@@ -1234,6 +1318,7 @@ impl ObjectService {
             checksums: ing.checksums,
             last_modified_ms: record.last_modified_ms,
             version_id: None,
+            sse: record.meta.sse.clone(),
         };
         result.version_id = self
             .commit_object(bucket, key, record, ing.alloc, cond, true)
@@ -1279,6 +1364,39 @@ impl ObjectService {
         )?;
         meta.lock = lock.clone();
         self.bucket(bucket).await?;
+        // How the new bytes are sealed: under the object's own key as its next part, or (no
+        // object yet) as a new object's. The commit checks that the object is still that one.
+        let found = match self.head_object(bucket, key).await {
+            Ok(r) => Some(r),
+            Err(ObjError::NoSuchKey) => None,
+            Err(e) => return Err(e),
+        };
+        let customer = match &integrity.sse {
+            crate::encryption::Asked::Customer(k) => Some(k.clone()),
+            _ => None,
+        };
+        let mut sealing = None;
+        let mut expect: Option<([u8; 16], u32)> = None;
+        match &found {
+            Some(cur) if cur.size != offset => return Err(ObjError::InvalidWriteOffset),
+            Some(cur) => {
+                if let Some(sse) = &cur.meta.sse {
+                    let next = next_part(cur);
+                    sealing = Some(crate::encryption::Sealing {
+                        key: self.key_of(sse, customer.as_ref()).await?,
+                        id: sse.id,
+                        base: crate::encryption::part_base(next),
+                    });
+                    expect = Some((sse.id, next));
+                }
+            }
+            None => {
+                if let Some((sse, s)) = self.new_sealing(bucket, &integrity.sse).await? {
+                    meta.sse = Some(sse);
+                    sealing = Some(s);
+                }
+            }
+        }
         let room = self.cfg.max_object_size.saturating_sub(offset);
         let fits_inline = content_length.is_some_and(|l| {
             l >= 0 && offset.saturating_add(l as u64) <= self.cfg.inline_threshold as u64
@@ -1289,14 +1407,31 @@ impl ObjectService {
             0
         };
         let ing = self
-            .ingest_capped(body, &integrity, room, content_length, inline_max)
+            .ingest_capped(
+                body,
+                &integrity,
+                room,
+                content_length,
+                inline_max,
+                sealing.as_ref(),
+            )
             .await?;
         let (size, etag, sums) = (ing.size, hex::encode(ing.md5), ing.checksums.clone());
         let segments = ing.segments;
+        let seqs = ing.seqs;
+        if let Some(sse) = meta.sse.as_mut() {
+            sse.set_seqs(&seqs);
+        }
+        let existing = found.is_some();
         let now = now_ms();
         let f: lode_catalog::AppendFn = Arc::new(move |cur: Option<&ObjectRecord>| {
             cond.check(cur)?;
             if cur.map_or(0, |c| c.size) != offset {
+                return Err(refused(ObjError::InvalidWriteOffset));
+            }
+            // Sealed as the object it is now (or as the new object there still is not)?
+            let now_is = cur.and_then(|c| c.meta.sse.as_ref().map(|s| (s.id, next_part(c))));
+            if now_is != expect || cur.is_some() != existing {
                 return Err(refused(ObjError::InvalidWriteOffset));
             }
             let Some(cur) = cur else {
@@ -1339,6 +1474,11 @@ impl ObjectService {
             if v != Versioning::Off {
                 meta.lock = lock.clone();
             }
+            if let Some(sse) = meta.sse.as_mut() {
+                let mut all = sse.seqs();
+                all.extend_from_slice(&seqs);
+                sse.set_seqs(&all);
+            }
             Ok(ObjectRecord {
                 size: cur.size + size,
                 etag: multipart_etag(&tags),
@@ -1366,6 +1506,7 @@ impl ObjectService {
             checksums: rec.checksums,
             last_modified_ms: rec.last_modified_ms,
             version_id: done.version_id,
+            sse: rec.meta.sse,
         })
     }
 
@@ -1412,7 +1553,11 @@ impl ObjectService {
             None => self.catalog.get(bucket, key).await?,
         };
         let record = found.ok_or(ObjError::NoSuchKey)?;
-        Ok(ObjectHandle { record, guard })
+        Ok(ObjectHandle {
+            record,
+            guard,
+            key: None,
+        })
     }
 
     /// The record of an object without its inline payload: what HEAD, GetObjectAttributes and
@@ -1427,42 +1572,66 @@ impl ObjectService {
     }
 
     /// Streams bytes `[start, end)` of an opened object. Chunks are read (and crc-checked) with
-    /// one read ahead.
+    /// one read ahead; an encrypted object's (unlocked first: [`Self::unlock`]) are opened
+    /// only where the range touches them.
     pub fn read_range(
         &self,
         h: ObjectHandle,
         start: u64,
         end: u64,
     ) -> impl Stream<Item = Result<Bytes, ObjError>> + Send + 'static {
-        let mut pieces: Vec<(Segment, u64, u64)> = vec![];
-        let mut pos = 0u64;
-        for s in &h.record.segments {
-            let len = s.len();
-            let (s0, s1) = (pos, pos + len);
-            if s1 > start && s0 < end {
-                let from = start.max(s0) - s0;
-                let to = end.min(s1) - s0;
-                pieces.push((s.clone(), from, to));
+        let sse = h.record.meta.sse.clone().map(Arc::new);
+        let key = h.key.clone();
+        let mut early = None;
+        let lens = match crate::encryption::plain_lens(&h.record) {
+            Ok(l) => l,
+            Err(e) => {
+                early = Some(e);
+                vec![]
             }
-            pos = s1;
+        };
+        if sse.is_some() && key.is_none() {
+            early = Some(ObjError::Internal(
+                "a read of an encrypted object that was not unlocked".into(),
+            ));
+        }
+        let mut pieces: Vec<(usize, Segment, u64, u64, u64)> = vec![];
+        let mut pos = 0u64;
+        if early.is_none() {
+            for (i, (s, &len)) in h.record.segments.iter().zip(&lens).enumerate() {
+                let (s0, s1) = (pos, pos + len);
+                if s1 > start && s0 < end {
+                    let from = start.max(s0) - s0;
+                    let to = end.min(s1) - s0;
+                    pieces.push((i, s.clone(), from, to, len));
+                }
+                pos = s1;
+            }
         }
         let blobs = Arc::clone(&self.blobs);
         let guard = h.guard;
-        futures::stream::iter(pieces)
-            .map(move |(seg, from, to)| {
-                let blobs = Arc::clone(&blobs);
-                async move {
-                    match seg {
-                        Segment::Inline(b) => Ok(Bytes::from(b).slice(from as usize..to as usize)),
-                        Segment::Detached(_) => Err(unloaded()),
-                        Segment::Chunk(c) => {
-                            let data = blobs.read(&chunk_ref(&c)).await?;
-                            Ok(data.slice(from as usize..to as usize))
+        futures::stream::iter(early.map(Err))
+            .chain(
+                futures::stream::iter(pieces)
+                    .map(move |(i, seg, from, to, len)| {
+                        let blobs = Arc::clone(&blobs);
+                        let (sse, key) = (sse.clone(), key.clone());
+                        async move {
+                            let stored = match seg {
+                                Segment::Inline(b) => Bytes::from(b),
+                                Segment::Detached(_) => return Err(unloaded()),
+                                Segment::Chunk(c) => blobs.read(&chunk_ref(&c)).await?,
+                            };
+                            match (sse, key) {
+                                (Some(sse), Some(key)) => crate::encryption::open_piece(
+                                    &key, &sse, i, &stored, len, from, to,
+                                ),
+                                _ => Ok(stored.slice(from as usize..to as usize)),
+                            }
                         }
-                    }
-                }
-            })
-            .buffered(2)
+                    })
+                    .buffered(2),
+            )
             .chain(futures::stream::once(async move {
                 drop(guard);
                 Ok(Bytes::new())
@@ -1574,7 +1743,11 @@ impl ObjectService {
         if record.delete_marker {
             return Err(ObjError::DeleteMarker(record.version_id));
         }
-        Ok(ObjectHandle { record, guard })
+        Ok(ObjectHandle {
+            record,
+            guard,
+            key: None,
+        })
     }
 
     /// The newest version of a key (head form): the current one, or the delete marker that
@@ -1702,7 +1875,8 @@ impl ObjectService {
     ) -> ObjResult<ObjectRecord> {
         check_key(src.1)?;
         check_key(dst.1)?;
-        if src == dst && changes.meta.is_none() && src_version.is_none() {
+        let new_encryption = !matches!(changes.sse, crate::encryption::Asked::Default);
+        if src == dst && changes.meta.is_none() && src_version.is_none() && !new_encryption {
             return Err(ObjError::InvalidRequest(
                 "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes.".into(),
             ));
@@ -1717,14 +1891,53 @@ impl ObjectService {
                 .copy_bytes(src, src_version, dst, changes, src_check)
                 .await;
         }
+        // Shared chunks keep their encryption: the source's data key is re-sealed for the
+        // copy where it can be (SSE-S3 and SSE-KMS both ways); into or out of SSE-C, or
+        // between clear and encrypted, the bytes are copied and sealed anew.
+        let head = self.head_object(src.0, src.1).await?;
+        self.check_key_of(&head, changes.source_key.as_ref())
+            .await?;
+        let sse = match &head.meta.sse {
+            None => match self.new_sealing(dst.0, &changes.sse).await? {
+                None => None,
+                Some(_) => {
+                    return self
+                        .copy_bytes(src, src_version, dst, changes, src_check)
+                        .await;
+                }
+            },
+            Some(src_sse) => {
+                let key = self.key_of(src_sse, changes.source_key.as_ref()).await?;
+                let bucket_enc = self.settings_of(dst.0).await?.encryption;
+                let enc = self.enc.get().expect("a key was found");
+                match enc
+                    .reseal(src_sse, &key, &changes.sse, bucket_enc.as_deref())
+                    .await?
+                {
+                    Some(sse) => Some(sse),
+                    None => {
+                        return self
+                            .copy_bytes(src, src_version, dst, changes, src_check)
+                            .await;
+                    }
+                }
+            }
+        };
+        let expect_id = head.meta.sse.as_ref().map(|s| s.id);
         // An unversioned destination has no object lock: a lock asked for is refused.
         crate::objlock::lock_for_write(None, changes.lock.clone(), now_ms())?;
         let make = Arc::new(move |src: &ObjectRecord| {
             src_check(src).map_err(refused)?;
+            // The source changed since its key was re-sealed: the copy is retried by the
+            // client.
+            if src.meta.sse.as_ref().map(|s| s.id) != expect_id {
+                return Err(refused(ObjError::Contended));
+            }
             let mut rec = src.clone();
             rec.last_modified_ms = now_ms();
             rec.upload_id = None;
             rec.meta = copied_meta(&src.meta, &changes);
+            rec.meta.sse = sse.clone();
             Ok(rec)
         });
         let (rec, done) = self.catalog.copy(src, dst, make).await?;
@@ -1748,7 +1961,10 @@ impl ObjectService {
             None => self.open_object(src.0, src.1).await?,
         };
         src_check(&h.record)?;
+        let mut h = h;
+        self.unlock(&mut h, changes.source_key.as_ref()).await?;
         let source = h.record.clone();
+        let sealing = self.new_sealing(dst.0, &changes.sse).await?;
         let stream = Box::pin(self.read_range(h, 0, source.size));
         let ing = self
             .ingest(
@@ -1756,8 +1972,14 @@ impl ObjectService {
                 &Integrity::default(),
                 self.cfg.max_object_size,
                 Some(source.size as i64),
+                sealing.as_ref().map(|(_, s)| s),
             )
             .await?;
+        let mut meta = copied_meta(&source.meta, &changes);
+        meta.sse = sealing.map(|(mut sse, _)| {
+            sse.set_seqs(&ing.seqs);
+            sse
+        });
         if hex::encode(ing.md5) != source.etag && source.parts.is_empty() {
             return Err(ObjError::Internal(
                 "a copied object's bytes changed under the copy".into(),
@@ -1767,7 +1989,7 @@ impl ObjectService {
             size: source.size,
             etag: source.etag.clone(),
             last_modified_ms: now_ms(),
-            meta: copied_meta(&source.meta, &changes),
+            meta,
             checksums: source.checksums,
             segments: ing.segments,
             parts: source.parts,
@@ -1826,9 +2048,13 @@ impl ObjectService {
         bucket: &str,
         key: &str,
         rec: UploadRecord,
-    ) -> ObjResult<String> {
+        sse: &crate::encryption::Asked,
+    ) -> ObjResult<(String, Option<lode_catalog::Sse>)> {
         check_key(key)?;
         let mut rec = rec;
+        // The upload's encryption, its data key sealed as the object's will be (each part is
+        // sealed under it).
+        rec.meta.sse = self.new_sealing(bucket, sse).await?.map(|(s, _)| s);
         let settings = self.settings_of(bucket).await?;
         rec.meta.lock = crate::objlock::lock_for_write(
             settings.lock.as_ref(),
@@ -1836,8 +2062,9 @@ impl ObjectService {
             now_ms(),
         )?;
         let id = new_upload_id();
+        let sse = rec.meta.sse.clone();
         self.catalog.create_upload(bucket, key, &id, rec).await?;
-        Ok(id)
+        Ok((id, sse))
     }
 
     pub async fn upload(
@@ -1876,8 +2103,39 @@ impl ObjectService {
         {
             integrity.algos.push(a);
         }
+        let customer = match &integrity.sse {
+            crate::encryption::Asked::Customer(k) => Some(k),
+            _ => None,
+        };
+        let sealing = match &up.meta.sse {
+            Some(sse) => {
+                if customer.is_some() && !matches!(sse.kind, lode_catalog::SseKind::Customer { .. })
+                {
+                    return Err(ObjError::InvalidRequest(
+                        "The encryption parameters are not applicable to this upload.".into(),
+                    ));
+                }
+                Some(crate::encryption::Sealing {
+                    key: self.key_of(sse, customer).await?,
+                    id: sse.id,
+                    base: crate::encryption::part_base(part_number as u32),
+                })
+            }
+            None if customer.is_some() => {
+                return Err(ObjError::InvalidRequest(
+                    "The encryption parameters are not applicable to this upload.".into(),
+                ));
+            }
+            None => None,
+        };
         let ing = self
-            .ingest(body, &integrity, self.cfg.max_object_size, content_length)
+            .ingest(
+                body,
+                &integrity,
+                self.cfg.max_object_size,
+                content_length,
+                sealing.as_ref(),
+            )
             .await?;
         let part = PartRecord {
             size: ing.size,
@@ -1920,6 +2178,7 @@ impl ObjectService {
         dst: (&str, &str, &str, i32),
         src: ObjectHandle,
         range: (u64, u64),
+        dst_key: Option<crate::encryption::CustomerKey>,
     ) -> ObjResult<PartRecord> {
         let (bucket, key, upload_id, part_number) = dst;
         let stream = Box::pin(self.read_range(src, range.0, range.1));
@@ -1930,7 +2189,10 @@ impl ObjectService {
             part_number,
             stream,
             Some((range.1 - range.0) as i64),
-            Integrity::default(),
+            Integrity {
+                sse: dst_key.map_or_else(Default::default, crate::encryption::Asked::Customer),
+                ..Default::default()
+            },
         )
         .await
     }
@@ -2073,11 +2335,27 @@ fn build_completion(
     let etags: Vec<&str> = chosen.iter().map(|(_, p)| p.etag.as_str()).collect();
     let etag = multipart_etag(&etags);
     let checksums = crate::checksum::combine_parts(s.upload, &chosen, whole)?;
+    let mut meta = s.upload.meta.clone();
+    if let Some(sse) = meta.sse.as_mut() {
+        // Each part's segments were sealed from its own number's base on.
+        let mut seqs = vec![];
+        for (n, p) in &chosen {
+            let mut next = crate::encryption::part_base(*n);
+            for seg in &p.segments {
+                seqs.push(next);
+                let plain = crate::sse::plain_len(seg.len()).ok_or_else(|| {
+                    ObjError::Encryption(crate::sse::SseError::Truncated(seg.len()))
+                })?;
+                next += crate::sse::segments(plain);
+            }
+        }
+        sse.set_seqs(&seqs);
+    }
     let record = ObjectRecord {
         size: chosen.iter().map(|(_, p)| p.size).sum(),
         etag,
         last_modified_ms: now_ms(),
-        meta: s.upload.meta.clone(),
+        meta,
         checksums,
         segments: chosen
             .iter()

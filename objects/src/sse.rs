@@ -85,6 +85,12 @@ pub fn segments(n: u64) -> u64 {
     n.div_ceil(SEGMENT as u64).max(1)
 }
 
+/// How many plaintext bytes a sealed chunk holds so that it stays within `chunk_size` stored
+/// bytes: whole segments (at least one).
+pub fn plain_per_chunk(chunk_size: usize) -> usize {
+    (chunk_size / (SEGMENT + OVERHEAD)).max(1) * SEGMENT
+}
+
 /// The stored length of `n` plaintext bytes.
 pub fn sealed_len(n: u64) -> u64 {
     n + segments(n) * OVERHEAD as u64
@@ -132,28 +138,49 @@ pub fn seal(
     first: u64,
     plain: &[u8],
 ) -> Result<Vec<u8>, SseError> {
+    let mut out = vec![0u8; sealed_len(plain.len() as u64) as usize];
+    seal_into(key, object, first, plain, &mut out)?;
+    Ok(out)
+}
+
+/// [`seal`] into `out`, which is exactly [`sealed_len`] of `plain` long (a chunk buffer: no
+/// copy beyond the one into place).
+pub fn seal_into(
+    key: &DataKey,
+    object: &[u8; 16],
+    first: u64,
+    plain: &[u8],
+    out: &mut [u8],
+) -> Result<(), SseError> {
+    assert_eq!(
+        out.len() as u64,
+        sealed_len(plain.len() as u64),
+        "sealed length"
+    );
     let k = key.aead();
-    let mut out = Vec::with_capacity(sealed_len(plain.len() as u64) as usize);
     let pieces: Vec<&[u8]> = if plain.is_empty() {
         vec![&[][..]]
     } else {
         plain.chunks(SEGMENT).collect()
     };
+    let mut at = 0usize;
     for (i, piece) in pieces.into_iter().enumerate() {
         let nonce: [u8; NONCE_LEN] = random()?;
-        out.extend_from_slice(&nonce);
-        let at = out.len();
-        out.extend_from_slice(piece);
+        out[at..at + NONCE_LEN].copy_from_slice(&nonce);
+        let body = at + NONCE_LEN;
+        let end = body + piece.len();
+        out[body..end].copy_from_slice(piece);
         let tag = k
             .seal_in_place_separate_tag(
                 Nonce::assume_unique_for_key(nonce),
                 Aad::from(aad(object, first + i as u64)),
-                &mut out[at..],
+                &mut out[body..end],
             )
             .map_err(|_| SseError::Corrupt)?;
-        out.extend_from_slice(tag.as_ref());
+        out[end..end + 16].copy_from_slice(tag.as_ref());
+        at = end + 16;
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Opens stored segments numbered from `first` (as [`seal`] made them); any segment that does
@@ -165,21 +192,23 @@ pub fn open(
     stored: &[u8],
 ) -> Result<Vec<u8>, SseError> {
     let k = key.aead();
-    let mut out = Vec::with_capacity(stored.len());
+    let mut out: Vec<u8> = Vec::with_capacity(stored.len());
     for (i, seg) in stored.chunks(SEGMENT + OVERHEAD).enumerate() {
         if seg.len() < OVERHEAD {
             return Err(SseError::Truncated(stored.len() as u64));
         }
         let nonce: [u8; NONCE_LEN] = seg[..NONCE_LEN].try_into().expect("nonce length");
-        let mut body = seg[NONCE_LEN..].to_vec();
-        let plain = k
+        let at = out.len();
+        out.extend_from_slice(&seg[NONCE_LEN..]);
+        let n = k
             .open_in_place(
                 Nonce::assume_unique_for_key(nonce),
                 Aad::from(aad(object, first + i as u64)),
-                &mut body,
+                &mut out[at..],
             )
-            .map_err(|_| SseError::Corrupt)?;
-        out.extend_from_slice(plain);
+            .map_err(|_| SseError::Corrupt)?
+            .len();
+        out.truncate(at + n);
     }
     Ok(out)
 }
@@ -211,6 +240,18 @@ impl MasterKeys {
                 .map(|(v, k)| (v, DataKey::from_bytes(k)))
                 .collect(),
         }
+    }
+
+    /// Master keys already opened (from where they are kept sealed).
+    pub fn from_opened(keys: impl IntoIterator<Item = (u32, DataKey)>) -> Self {
+        MasterKeys {
+            keys: keys.into_iter().collect(),
+        }
+    }
+
+    /// The versions held, oldest first.
+    pub fn versions(&self) -> Vec<u32> {
+        self.keys.keys().copied().collect()
     }
 
     /// The newest version (what new data keys are sealed with).

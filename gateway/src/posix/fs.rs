@@ -1234,6 +1234,16 @@ impl Filesystem for LodeFs {
             if flags.acc_mode() == OpenAccMode::O_RDWR {
                 self.policy_check(&p.bucket, Some(&p.key), "s3:GetObject", None)?;
             }
+            // An SSE-C object opens only with its customer's key, which the mount never has
+            // (SEMANTICS.md).
+            if let Ok(Some(rec)) = self.svc.stat_blocking(&p.bucket, &p.key)
+                && matches!(
+                    rec.meta.sse.as_ref().map(|s| &s.kind),
+                    Some(lode_objects::SseKind::Customer { .. })
+                )
+            {
+                return Err(libc::EACCES);
+            }
             Ok(())
         });
         if let Err(e) = checked {

@@ -1,0 +1,364 @@
+"""Encryption at rest (issue 33): SSE-S3 by default, SSE-KMS with Lode's own key ring, SSE-C,
+bucket default encryption, through boto3 and aws-cli, on the session's server(s) (in cluster mode
+the requests alternate between two gateways, so a key made or disabled through one is used by
+the other). The raw bytes under Lode (the device file and metadata store on one node, the RADOS
+objects with the `rados` CLI in cluster mode) hold no plaintext of encrypted objects, and do hold
+the plaintext of objects written in clear, so the scan can fail."""
+
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import uuid
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from conftest import ACCESS_KEY, CLUSTER_MODE, REGION, SECRET_KEY, Lode, cluster_gateways, local_only
+from test_tls import pki  # noqa: F401 (fixture)
+from test_users import admin
+
+
+def code_of(e):
+    r = e.value.response
+    return r["ResponseMetadata"]["HTTPStatusCode"], r["Error"]["Code"]
+
+
+def refused(fn, *args, **kw):
+    with pytest.raises(ClientError) as e:
+        fn(*args, **kw)
+    return code_of(e)
+
+
+def new_key(srv, description="test"):
+    p = admin(srv, "kms", "create-key", "--description", description)
+    return json.loads(p.stdout)["id"]
+
+
+def body_of(n, seed=b"lode-sse"):
+    out = bytearray()
+    i = 0
+    while len(out) < n:
+        out += hashlib.sha256(seed + i.to_bytes(8, "big")).digest()
+        i += 1
+    return bytes(out[:n])
+
+
+SIZES = [0, 1000, 70_000, 5 * 1024 * 1024 + 123]
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_sse_s3_is_the_default_and_reads_back(s3, bucket, size):
+    body = body_of(size)
+    put = s3.put_object(Bucket=bucket, Key="k", Body=body)
+    assert put["ServerSideEncryption"] == "AES256"
+    got = s3.get_object(Bucket=bucket, Key="k")
+    assert got["ServerSideEncryption"] == "AES256"
+    assert got["Body"].read() == body
+    # ETag stays the plaintext's MD5, as on AWS for SSE-S3.
+    assert got["ETag"] == '"%s"' % hashlib.md5(body).hexdigest()
+    assert s3.head_object(Bucket=bucket, Key="k")["ServerSideEncryption"] == "AES256"
+    if size > 10:
+        for a, b in [(0, 0), (size // 3, size // 2), (size - 1, size - 1), (65535, 65537)]:
+            if b >= size:
+                continue
+            r = s3.get_object(Bucket=bucket, Key="k", Range=f"bytes={a}-{b}")["Body"].read()
+            assert r == body[a:b + 1], (a, b)
+
+
+def test_explicit_aes256_copy_and_multipart(s3, bucket):
+    body = body_of(12 << 20, b"mp")
+    cr = s3.create_multipart_upload(Bucket=bucket, Key="mp", ServerSideEncryption="AES256")
+    assert cr["ServerSideEncryption"] == "AES256"
+    parts = []
+    for n, at in enumerate(range(0, len(body), 5 << 20), start=1):
+        p = s3.upload_part(Bucket=bucket, Key="mp", UploadId=cr["UploadId"], PartNumber=n,
+                           Body=body[at:at + (5 << 20)])
+        assert p["ServerSideEncryption"] == "AES256"
+        parts.append({"PartNumber": n, "ETag": p["ETag"]})
+    done = s3.complete_multipart_upload(Bucket=bucket, Key="mp", UploadId=cr["UploadId"],
+                                        MultipartUpload={"Parts": parts})
+    assert done["ServerSideEncryption"] == "AES256"
+    assert s3.get_object(Bucket=bucket, Key="mp")["Body"].read() == body
+    # Reads that cross part and chunk boundaries.
+    for a, b in [((5 << 20) - 10, (5 << 20) + 10), (4 << 20, (10 << 20) + 5)]:
+        r = s3.get_object(Bucket=bucket, Key="mp", Range=f"bytes={a}-{b}")["Body"].read()
+        assert r == body[a:b + 1]
+    assert s3.get_object(Bucket=bucket, Key="mp", PartNumber=2)["Body"].read() == body[5 << 20:10 << 20]
+    cp = s3.copy_object(Bucket=bucket, Key="copy", CopySource={"Bucket": bucket, "Key": "mp"})
+    assert cp["ServerSideEncryption"] == "AES256"
+    assert s3.get_object(Bucket=bucket, Key="copy")["Body"].read() == body
+    # UploadPartCopy from an encrypted source into an encrypted upload.
+    up = s3.create_multipart_upload(Bucket=bucket, Key="upc")
+    p = s3.upload_part_copy(Bucket=bucket, Key="upc", UploadId=up["UploadId"], PartNumber=1,
+                            CopySource={"Bucket": bucket, "Key": "mp"}, CopySourceRange="bytes=100-200099")
+    s3.complete_multipart_upload(Bucket=bucket, Key="upc", UploadId=up["UploadId"],
+                                 MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": p["CopyPartResult"]["ETag"]}]})
+    assert s3.get_object(Bucket=bucket, Key="upc")["Body"].read() == body[100:200100]
+
+
+def test_sse_kms_with_the_key_ring(s3, bucket, lode_servers):
+    srv = lode_servers[0]
+    key = new_key(srv, "team a")
+    listed = json.loads(admin(srv, "kms", "list-keys").stdout)
+    assert key in [k["id"] for k in listed]
+    assert "material" not in json.dumps(listed) and "sealed" not in json.dumps(listed)
+    ctx = base64.b64encode(json.dumps({"team": "a"}).encode()).decode()
+    body = body_of(300_000, b"kms")
+    put = s3.put_object(Bucket=bucket, Key="k", Body=body, ServerSideEncryption="aws:kms",
+                        SSEKMSKeyId=key, SSEKMSEncryptionContext=ctx, BucketKeyEnabled=True)
+    assert put["ServerSideEncryption"] == "aws:kms"
+    assert put["SSEKMSKeyId"].endswith(f":key/{key}")
+    assert put["BucketKeyEnabled"] is True
+    got = s3.get_object(Bucket=bucket, Key="k")
+    assert got["Body"].read() == body
+    assert (got["ServerSideEncryption"], got["SSEKMSKeyId"].rsplit("/", 1)[1]) == ("aws:kms", key)
+    # DSSE, and no key named: the key ring's default key.
+    d = s3.put_object(Bucket=bucket, Key="dsse", Body=b"x", ServerSideEncryption="aws:kms:dsse")
+    assert d["ServerSideEncryption"] == "aws:kms:dsse" and d["SSEKMSKeyId"]
+    assert s3.get_object(Bucket=bucket, Key="dsse")["Body"].read() == b"x"
+    # A disabled key: its objects do not open (through either gateway) until it is enabled.
+    admin(srv, "kms", "disable-key", key)
+    for _ in range(len(lode_servers)):
+        assert refused(s3.get_object, Bucket=bucket, Key="k") == (403, "KMS.DisabledException")
+    assert refused(s3.put_object, Bucket=bucket, Key="k2", Body=b"y", ServerSideEncryption="aws:kms",
+                   SSEKMSKeyId=key) == (403, "KMS.DisabledException")
+    admin(srv, "kms", "enable-key", key)
+    for _ in range(len(lode_servers)):
+        assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == body
+    # An unknown key.
+    assert refused(s3.put_object, Bucket=bucket, Key="k3", Body=b"z", ServerSideEncryption="aws:kms",
+                   SSEKMSKeyId=str(uuid.uuid4())) == (400, "KMS.NotFoundException")
+    # Copy to SSE-S3 and back to KMS re-seals the key (same bytes read back).
+    s3.copy_object(Bucket=bucket, Key="s3copy", CopySource={"Bucket": bucket, "Key": "k"},
+                   ServerSideEncryption="AES256")
+    h = s3.head_object(Bucket=bucket, Key="s3copy")
+    assert h["ServerSideEncryption"] == "AES256"
+    assert s3.get_object(Bucket=bucket, Key="s3copy")["Body"].read() == body
+    admin(srv, "kms", "schedule-deletion", key, "--days", "7")
+    assert refused(s3.get_object, Bucket=bucket, Key="k")[1] == "KMS.KMSInvalidStateException"
+    # The copy holds its own key: unaffected.
+    assert s3.get_object(Bucket=bucket, Key="s3copy")["Body"].read() == body
+
+
+def test_bucket_default_encryption(s3, bucket, lode_servers):
+    srv = lode_servers[0]
+    got = s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"]["Rules"][0]
+    assert got["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] == "AES256"
+    assert got["BlockedEncryptionTypes"]["EncryptionType"] == ["SSE-C"]
+    key = new_key(srv)
+    s3.put_bucket_encryption(Bucket=bucket, ServerSideEncryptionConfiguration={"Rules": [{
+        "ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "aws:kms", "KMSMasterKeyID": key},
+        "BucketKeyEnabled": True}]})
+    rule = s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"]["Rules"][0]
+    assert rule["ApplyServerSideEncryptionByDefault"]["KMSMasterKeyID"].endswith(key)
+    assert rule["BucketKeyEnabled"] is True
+    put = s3.put_object(Bucket=bucket, Key="d", Body=b"default")
+    assert (put["ServerSideEncryption"], put["SSEKMSKeyId"].rsplit("/", 1)[1]) == ("aws:kms", key)
+    # A request's own headers win over the default.
+    assert s3.put_object(Bucket=bucket, Key="e", Body=b"own", ServerSideEncryption="AES256")[
+        "ServerSideEncryption"] == "AES256"
+    assert refused(s3.put_bucket_encryption, Bucket=bucket, ServerSideEncryptionConfiguration={"Rules": [{
+        "ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256", "KMSMasterKeyID": key}}]})[0] == 400
+    s3.delete_bucket_encryption(Bucket=bucket)
+    assert s3.put_object(Bucket=bucket, Key="f", Body=b"x")["ServerSideEncryption"] == "AES256"
+    assert s3.get_object(Bucket=bucket, Key="d")["Body"].read() == b"default"
+
+
+def ssec(key):
+    return {"SSECustomerAlgorithm": "AES256", "SSECustomerKey": key}
+
+
+def test_sse_c_is_refused_over_plain_http_and_blocked_by_default(s3, bucket):
+    assert s3.meta.endpoint_url.startswith("http://")
+    # botocore refuses SSE-C over http itself; a raw request shows the server's answer.
+    import requests
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+    k = os.urandom(32)
+    headers = {
+        "x-amz-server-side-encryption-customer-algorithm": "AES256",
+        "x-amz-server-side-encryption-customer-key": base64.b64encode(k).decode(),
+        "x-amz-server-side-encryption-customer-key-MD5": base64.b64encode(hashlib.md5(k).digest()).decode(),
+        "x-amz-content-sha256": hashlib.sha256(b"x").hexdigest(),
+    }
+    url = f"{s3.meta.endpoint_url}/{bucket}/c"
+    req = AWSRequest(method="PUT", url=url, data=b"x", headers=headers)
+    S3SigV4Auth(Credentials(ACCESS_KEY, SECRET_KEY), "s3", REGION).add_auth(req)
+    r = requests.put(url, data=b"x", headers=dict(req.headers))
+    assert r.status_code == 400 and b"secure connection" in r.content, r.content
+    assert b"base64" not in r.content and base64.b64encode(k) not in r.content
+
+
+@pytest.fixture(scope="module")
+def tls(pki, tmp_path_factory):  # noqa: F811
+    """A server (cluster mode: a gateway) over TLS, for SSE-C."""
+    args = ["--tls-cert", str(pki / "server.pem"), "--tls-key", str(pki / "server.key")]
+    if CLUSTER_MODE:
+        gws = cluster_gateways(tmp_path_factory, n=1, first_args=args)
+    else:
+        d = tmp_path_factory.mktemp("sse-tls")
+        gws = [Lode(str(d / "data"), extra_args=args, device_size="256MiB")]
+        gws[0].start()
+    c = boto3.client("s3", endpoint_url=gws[0].endpoint, aws_access_key_id=ACCESS_KEY,
+                     aws_secret_access_key=SECRET_KEY, region_name=REGION, verify=str(pki / "ca.pem"),
+                     config=Config(retries={"max_attempts": 1}))
+    yield gws[0], c
+    for g in gws:
+        g.remove()
+
+
+def test_sse_c_round_trip_and_errors(tls):
+    srv, s3 = tls
+    b = "ssec-" + uuid.uuid4().hex[:8]
+    s3.create_bucket(Bucket=b)
+    k1, k2 = os.urandom(32), os.urandom(32)
+    # Blocked on a new bucket (AWS's default since April 2026) until BlockedEncryptionTypes NONE.
+    assert refused(s3.put_object, Bucket=b, Key="c", Body=b"x", **ssec(k1)) == (403, "AccessDenied")
+    s3.put_bucket_encryption(Bucket=b, ServerSideEncryptionConfiguration={"Rules": [{
+        "ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"},
+        "BlockedEncryptionTypes": {"EncryptionType": ["NONE"]}}]})
+    rule = s3.get_bucket_encryption(Bucket=b)["ServerSideEncryptionConfiguration"]["Rules"][0]
+    assert rule["BlockedEncryptionTypes"]["EncryptionType"] == ["NONE"]
+    body = body_of(5 * 1024 * 1024 + 7, b"ssec")
+    put = s3.put_object(Bucket=b, Key="c", Body=body, **ssec(k1))
+    assert put["SSECustomerAlgorithm"] == "AES256"
+    assert put["SSECustomerKeyMD5"] == base64.b64encode(hashlib.md5(k1).digest()).decode()
+    assert "ServerSideEncryption" not in put
+    got = s3.get_object(Bucket=b, Key="c", **ssec(k1))
+    assert got["Body"].read() == body and got["SSECustomerAlgorithm"] == "AES256"
+    assert s3.get_object(Bucket=b, Key="c", Range="bytes=70000-70010", **ssec(k1))["Body"].read() == body[70000:70011]
+    assert s3.head_object(Bucket=b, Key="c", **ssec(k1))["ContentLength"] == len(body)
+    # No key: 400; another key: 403 (HEAD too, without a body).
+    assert refused(s3.get_object, Bucket=b, Key="c") == (400, "InvalidRequest")
+    assert refused(s3.get_object, Bucket=b, Key="c", **ssec(k2)) == (403, "AccessDenied")
+    assert refused(s3.head_object, Bucket=b, Key="c", **ssec(k2))[0] == 403
+    assert refused(s3.head_object, Bucket=b, Key="c")[0] == 400
+    # A key for an object that is not SSE-C.
+    s3.put_object(Bucket=b, Key="plain", Body=b"p")
+    assert refused(s3.get_object, Bucket=b, Key="plain", **ssec(k1)) == (400, "InvalidRequest")
+    # Copy: SSE-C to SSE-C under another key, and out to SSE-S3.
+    s3.copy_object(Bucket=b, Key="c2", CopySource={"Bucket": b, "Key": "c"}, **ssec(k2),
+                   CopySourceSSECustomerAlgorithm="AES256", CopySourceSSECustomerKey=k1)
+    assert s3.get_object(Bucket=b, Key="c2", **ssec(k2))["Body"].read() == body
+    assert refused(s3.copy_object, Bucket=b, Key="c3", CopySource={"Bucket": b, "Key": "c"})[0] == 400
+    s3.copy_object(Bucket=b, Key="c3", CopySource={"Bucket": b, "Key": "c"},
+                   CopySourceSSECustomerAlgorithm="AES256", CopySourceSSECustomerKey=k1)
+    h = s3.head_object(Bucket=b, Key="c3")
+    assert h["ServerSideEncryption"] == "AES256"
+    assert s3.get_object(Bucket=b, Key="c3")["Body"].read() == body
+    # Multipart under SSE-C: every part with the key; a part with another key is refused.
+    up = s3.create_multipart_upload(Bucket=b, Key="m", **ssec(k1))
+    p1 = s3.upload_part(Bucket=b, Key="m", UploadId=up["UploadId"], PartNumber=1, Body=body[:5 << 20], **ssec(k1))
+    assert refused(s3.upload_part, Bucket=b, Key="m", UploadId=up["UploadId"], PartNumber=2,
+                   Body=body[5 << 20:], **ssec(k2)) == (403, "AccessDenied")
+    p2 = s3.upload_part(Bucket=b, Key="m", UploadId=up["UploadId"], PartNumber=2, Body=body[5 << 20:], **ssec(k1))
+    s3.complete_multipart_upload(Bucket=b, Key="m", UploadId=up["UploadId"], MultipartUpload={"Parts": [
+        {"PartNumber": 1, "ETag": p1["ETag"]}, {"PartNumber": 2, "ETag": p2["ETag"]}]})
+    assert s3.get_object(Bucket=b, Key="m", **ssec(k1))["Body"].read() == body
+    # Bad headers: a key of the wrong length or a wrong MD5.
+    import botocore.handlers  # noqa: F401 (boto3 computes the MD5 itself; send a raw bad one)
+    assert refused(s3.get_object, Bucket=b, Key="c", SSECustomerAlgorithm="AES256",
+                   SSECustomerKey=os.urandom(16))[0] == 400
+    # The key never shows in the server's log.
+    log = open(srv.log_path, "rb").read()
+    for k in (k1, k2):
+        assert base64.b64encode(k) not in log and k.hex().encode() not in log
+
+
+def test_aws_cli_sse_flags(aws, tmp_path, lode_servers):
+    b = "cli-sse-" + uuid.uuid4().hex[:8]
+    aws("s3", "mb", f"s3://{b}")
+    f = tmp_path / "f.bin"
+    f.write_bytes(body_of(9 << 20, b"cli"))
+    aws("s3", "cp", str(f), f"s3://{b}/a", "--sse", "AES256")
+    h = json.loads(aws("s3api", "head-object", "--bucket", b, "--key", "a").stdout)
+    assert h["ServerSideEncryption"] == "AES256"
+    key = new_key(lode_servers[0], "cli")
+    aws("s3", "cp", str(f), f"s3://{b}/k", "--sse", "aws:kms", "--sse-kms-key-id", key)
+    h = json.loads(aws("s3api", "head-object", "--bucket", b, "--key", "k").stdout)
+    assert h["ServerSideEncryption"] == "aws:kms" and h["SSEKMSKeyId"].endswith(key)
+    out = tmp_path / "back.bin"
+    aws("s3", "cp", f"s3://{b}/k", str(out))
+    assert out.read_bytes() == f.read_bytes()
+
+
+def scan_for(paths, needles):
+    """Which of `needles` occur in the files under `paths`."""
+    found = set()
+    for root in paths:
+        for dirpath, _, files in os.walk(root):
+            for name in files:
+                p = os.path.join(dirpath, name)
+                try:
+                    with open(p, "rb") as fh:
+                        while True:
+                            block = fh.read(64 << 20)
+                            if not block:
+                                break
+                            for n in needles:
+                                if n in block:
+                                    found.add(n)
+                except OSError:
+                    continue
+    return found
+
+
+@local_only
+def test_raw_bytes_on_one_node_are_not_the_plaintext(tmp_path):
+    srv = Lode(str(tmp_path / "data"), device_size="128MiB", extra_toml="[encryption]\ndefault = false\n")
+    srv.start()
+    try:
+        s3 = boto3.client("s3", endpoint_url=srv.endpoint, aws_access_key_id=ACCESS_KEY,
+                          aws_secret_access_key=SECRET_KEY, region_name=REGION)
+        s3.create_bucket(Bucket="clear")
+        s3.create_bucket(Bucket="sealed")
+        s3.put_bucket_encryption(Bucket="sealed", ServerSideEncryptionConfiguration={"Rules": [{
+            "ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]})
+        big_clear, big_sealed = body_of(3 << 20, b"clear-big"), body_of(3 << 20, b"sealed-big")
+        small_clear, small_sealed = body_of(3000, b"clear-small"), body_of(3000, b"sealed-small")
+        assert "ServerSideEncryption" not in s3.put_object(Bucket="clear", Key="big", Body=big_clear)
+        s3.put_object(Bucket="clear", Key="small", Body=small_clear)
+        assert s3.put_object(Bucket="sealed", Key="big", Body=big_sealed)["ServerSideEncryption"] == "AES256"
+        s3.put_object(Bucket="sealed", Key="small", Body=small_sealed)
+        needles = {n: n[1000:1064] for n in (big_clear, big_sealed, small_clear, small_sealed)}
+        found = scan_for([srv.data_dir], set(needles.values()))
+        assert needles[big_clear] in found and needles[small_clear] in found, "the scan finds plaintext"
+        assert needles[big_sealed] not in found and needles[small_sealed] not in found
+        assert s3.get_object(Bucket="sealed", Key="big")["Body"].read() == big_sealed
+    finally:
+        srv.remove()
+
+
+@pytest.mark.skipif(not CLUSTER_MODE, reason="the RADOS objects of a cluster")
+def test_raw_rados_objects_are_not_the_plaintext(tmp_path_factory):
+    gws = cluster_gateways(tmp_path_factory, n=1, extra_toml="[encryption]\ndefault = false\n")
+    try:
+        g = gws[0]
+        s3 = boto3.client("s3", endpoint_url=g.endpoint, aws_access_key_id=ACCESS_KEY,
+                          aws_secret_access_key=SECRET_KEY, region_name=REGION)
+        s3.create_bucket(Bucket="clear")
+        s3.put_object(Bucket="clear", Key="big", Body=body_of(3 << 20, b"rados-clear"))
+        s3.create_bucket(Bucket="sealed")
+        s3.put_object(Bucket="sealed", Key="big", Body=body_of(3 << 20, b"rados-sealed"),
+                      ServerSideEncryption="AES256")
+        conf = os.environ["LODE_CEPH_CONF"]
+        ns = g.extra_args[g.extra_args.index("--namespace") + 1]
+        out = tmp_path_factory.mktemp("rados")
+        names = subprocess.run(["rados", "-c", conf, "-p", "lode-compat-data", "-N", ns, "ls"],
+                               check=True, capture_output=True, text=True).stdout.split()
+        assert names
+        for i, n in enumerate(names):
+            subprocess.run(["rados", "-c", conf, "-p", "lode-compat-data", "-N", ns, "get", n, str(out / f"o{i}")],
+                           check=True, capture_output=True)
+        clear, sealed = body_of(3 << 20, b"rados-clear")[5000:5064], body_of(3 << 20, b"rados-sealed")[5000:5064]
+        found = scan_for([str(out)], {clear, sealed})
+        assert clear in found, "the scan finds plaintext"
+        assert sealed not in found
+    finally:
+        for g in gws:
+            g.remove()
