@@ -44,10 +44,12 @@ def force_unmount(path):
 def mounted(tmp_path_factory):
     d = tmp_path_factory.mktemp("posix")
     mnt = str(d / "mnt")
+    # SSE-C over plain HTTP, for the test of SSE-C objects on the mount.
+    plain_ssec = "[encryption]\nallow_sse_c_over_http = true\n"
     if CLUSTER_MODE:
-        gws = cluster_gateways(tmp_path_factory, n=1, first_args=["--mount", mnt])
+        gws = cluster_gateways(tmp_path_factory, n=1, first_args=["--mount", mnt], extra_toml=plain_ssec)
     else:
-        gws = [Lode(str(d / "data"), extra_args=["--mount", mnt], device_size="1GiB")]
+        gws = [Lode(str(d / "data"), extra_args=["--mount", mnt], device_size="1GiB", extra_toml=plain_ssec)]
         gws[0].start()
     srv = gws[0]
     assert is_mounted(mnt)
@@ -854,3 +856,35 @@ def test_allow_other_enforces_permission_bits(tmp_path):
         srv.remove()
         force_unmount(mnt)
         os.rmdir(mnt)
+
+
+def test_encrypted_objects_on_the_mount(mounted, ps3, pb):
+    """SSE-S3 and SSE-KMS objects read and write through the mount as any other (random reads
+    open only the segments they touch); a file made on the mount takes the bucket's default
+    encryption; an SSE-C object cannot be opened (EACCES, SEMANTICS.md P24)."""
+    import json
+
+    from test_sse import raw_ssec_put
+    from test_users import admin
+    name, d = pb
+    key = json.loads(admin(mounted, "kms", "create-key", "--description", "mount").stdout)["id"]
+    ps3.put_bucket_encryption(Bucket=name, ServerSideEncryptionConfiguration={"Rules": [{
+        "ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "aws:kms", "KMSMasterKeyID": key},
+        "BlockedEncryptionTypes": {"EncryptionType": ["NONE"]}}]})
+    body = os.urandom(5 * 1024 * 1024 + 999)
+    ps3.put_object(Bucket=name, Key="s3obj", Body=body, ServerSideEncryption="AES256")
+    with open(os.path.join(d, "s3obj"), "rb") as f:
+        assert f.read() == body
+        for at in (0, 65_530, 4_128_760, len(body) - 10):
+            f.seek(at)
+            assert f.read(100) == body[at:at + 100], at
+    with open(os.path.join(d, "made"), "wb") as f:
+        f.write(body)
+    h = ps3.head_object(Bucket=name, Key="made")
+    assert h["ServerSideEncryption"] == "aws:kms" and h["SSEKMSKeyId"].endswith(key)
+    assert ps3.get_object(Bucket=name, Key="made")["Body"].read() == body
+    r = raw_ssec_put(ps3.meta.endpoint_url, name, "ssec", b"customer secret", os.urandom(32))
+    assert r.status_code == 200, r.content
+    assert os.stat(os.path.join(d, "ssec")).st_size == len(b"customer secret")
+    with pytest.raises(PermissionError):
+        open(os.path.join(d, "ssec"), "rb")

@@ -34,16 +34,20 @@ def test_flipped_bytes_fail_the_get_and_scrub_reports_the_object(tmp_path):
         s3.create_bucket(Bucket="scrubbed")
         victim = os.urandom(6 << 20)  # two chunks
         healthy = os.urandom(5 << 20)
-        s3.put_object(Bucket="scrubbed", Key="victim", Body=victim)
         s3.put_object(Bucket="scrubbed", Key="healthy", Body=healthy)
         s3.put_object(Bucket="scrubbed", Key="tiny", Body=b"inline")
-
-        # Find the victim's first chunk in the device file by its content, and flip one byte.
+        # The victim is encrypted at rest (the default): its chunks are found as what its PUT
+        # changed on the device (written with O_DIRECT and synced before the answer).
         dev = os.path.join(data_dir, "dev0.img")
+        before = open(dev, "rb").read()
+        s3.put_object(Bucket="scrubbed", Key="victim", Body=victim)
+
+        # Flip one byte of the victim's first chunk.
         with open(dev, "r+b") as f:
             image = f.read()
-            off = image.find(victim[:4096])
-            assert off >= 0, "the victim's bytes are on the device"
+            off = next((i for i in range(0, len(image), 4096) if image[i:i + 4096] != before[i:i + 4096]), -1)
+            assert off >= 0, "the victim's PUT wrote to the device"
+            assert image.find(victim[:4096]) < 0, "sealed: the plaintext is not on the device"
             f.seek(off + 1234)
             b = f.read(1)
             f.seek(off + 1234)
@@ -105,5 +109,6 @@ def test_scrub_of_a_clean_store_exits_0(tmp_path):
     p = subprocess.run([lode_bin(), "scrub", "--config", cfg, "--data-dir", data_dir], capture_output=True, timeout=120)
     assert p.returncode == 0, p.stderr.decode()[-2000:]
     out = json.loads(p.stdout)
-    assert out["bad"] == [] and out["chunks"] == 2 and out["bytes"] == 5 << 20
+    # Sealed at rest: 80 segments of 64 KiB, each with its 12-byte nonce and 16-byte tag.
+    assert out["bad"] == [] and out["chunks"] == 2 and out["bytes"] == (5 << 20) + 80 * 28
     srv.remove()
