@@ -514,15 +514,19 @@ pub(crate) fn open_piece(
         .ok_or(ObjError::Encryption(SseError::Truncated(
             stored.len() as u64
         )))?;
-    let plain = crate::sse::open(key, &sse.id, base + first, part)?;
+    // Opened into a pooled read buffer: no fresh allocation per chunk read.
+    let mut plain = lode_datapath::AlignedBuf::with_capacity(part.len());
+    plain.set_len(part.len());
+    let n = crate::sse::open_into(key, &sse.id, base + first, part, &mut plain)?;
+    plain.set_len(n);
     let skip = first * crate::sse::SEGMENT as u64;
     let (a, b) = ((from - skip) as usize, (to - skip) as usize);
-    if b > plain.len() {
+    if b > n {
         return Err(ObjError::Encryption(SseError::Truncated(
             stored.len() as u64
         )));
     }
-    Ok(bytes::Bytes::from(plain).slice(a..b))
+    Ok(bytes::Bytes::from_owner(plain).slice(a..b))
 }
 
 impl crate::service::ObjectService {

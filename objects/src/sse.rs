@@ -191,26 +191,42 @@ pub fn open(
     first: u64,
     stored: &[u8],
 ) -> Result<Vec<u8>, SseError> {
+    let mut out = vec![0u8; stored.len()];
+    let n = open_into(key, object, first, stored, &mut out)?;
+    out.truncate(n);
+    Ok(out)
+}
+
+/// [`open`] into `out` (at least as long as `stored`; a pooled read buffer): returns the
+/// plaintext's length. Each segment is copied once into place and opened there.
+pub fn open_into(
+    key: &DataKey,
+    object: &[u8; 16],
+    first: u64,
+    stored: &[u8],
+    out: &mut [u8],
+) -> Result<usize, SseError> {
+    assert!(out.len() >= stored.len(), "room to open into");
     let k = key.aead();
-    let mut out: Vec<u8> = Vec::with_capacity(stored.len());
+    let mut at = 0usize;
     for (i, seg) in stored.chunks(SEGMENT + OVERHEAD).enumerate() {
         if seg.len() < OVERHEAD {
             return Err(SseError::Truncated(stored.len() as u64));
         }
         let nonce: [u8; NONCE_LEN] = seg[..NONCE_LEN].try_into().expect("nonce length");
-        let at = out.len();
-        out.extend_from_slice(&seg[NONCE_LEN..]);
+        let body = &seg[NONCE_LEN..];
+        out[at..at + body.len()].copy_from_slice(body);
         let n = k
             .open_in_place(
                 Nonce::assume_unique_for_key(nonce),
                 Aad::from(aad(object, first + i as u64)),
-                &mut out[at..],
+                &mut out[at..at + body.len()],
             )
             .map_err(|_| SseError::Corrupt)?
             .len();
-        out.truncate(at + n);
+        at += n;
     }
-    Ok(out)
+    Ok(at)
 }
 
 /// The master keys that seal data keys (SSE-S3), by version. New keys are sealed by the newest;
