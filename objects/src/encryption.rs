@@ -514,11 +514,9 @@ pub(crate) fn open_piece(
         .ok_or(ObjError::Encryption(SseError::Truncated(
             stored.len() as u64
         )))?;
-    // Opened into a pooled read buffer: no fresh allocation per chunk read.
-    let mut plain = lode_datapath::AlignedBuf::with_capacity(part.len());
-    plain.set_len(part.len());
+    let mut plain = vec![0u8; part.len()];
     let n = crate::sse::open_into(key, &sse.id, base + first, part, &mut plain)?;
-    plain.set_len(n);
+    plain.truncate(n);
     let skip = first * crate::sse::SEGMENT as u64;
     let (a, b) = ((from - skip) as usize, (to - skip) as usize);
     if b > n {
@@ -526,7 +524,7 @@ pub(crate) fn open_piece(
             stored.len() as u64
         )));
     }
-    Ok(bytes::Bytes::from_owner(plain).slice(a..b))
+    Ok(bytes::Bytes::from(plain).slice(a..b))
 }
 
 impl crate::service::ObjectService {
