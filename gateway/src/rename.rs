@@ -154,25 +154,32 @@ fn source_key(raw: &str, bucket: &str) -> S3Result<String> {
 }
 
 impl RenameRoute {
-    /// The request's bucket and key, path-style or virtual-hosted as s3s resolves them.
-    fn target(&self, uri: &Uri, headers: &HeaderMap) -> S3Result<(String, String)> {
+    /// The request's path, path-style or virtual-hosted as s3s resolves it (`Err(Ok(..))`: a
+    /// refusal of the request as such; `Err(Err(()))`: a path s3s does not parse).
+    fn path(&self, uri: &Uri, headers: &HeaderMap) -> Result<S3Path, Result<s3s::S3Error, ()>> {
         let path = urlencoding::decode(uri.path())
-            .map_err(|_| s3_error!(InvalidURI, "The request path is not valid UTF-8"))?;
-        let host = header(headers, "host")?;
+            .map_err(|_| Ok(s3_error!(InvalidURI, "The request path is not valid UTF-8")))?;
+        let host = header(headers, "host").map_err(Ok)?;
         let parsed = match (&self.hosts, host) {
             (Some(vh), Some(h)) if !is_address(h) => {
-                let v = vh.parse_host_header(h)?;
+                let v = vh.parse_host_header(h).map_err(Ok)?;
                 s3s::path::parse_virtual_hosted_style(v.bucket(), &path)
             }
             _ => s3s::path::parse_path_style(&path),
         };
-        match parsed {
+        parsed.map_err(|_| Err(()))
+    }
+
+    /// The request's bucket and key, path-style or virtual-hosted as s3s resolves them.
+    fn target(&self, uri: &Uri, headers: &HeaderMap) -> S3Result<(String, String)> {
+        match self.path(uri, headers) {
             Ok(S3Path::Object { bucket, key }) => Ok((bucket.into(), key.into())),
             Ok(_) => Err(s3_error!(
                 MethodNotAllowed,
                 "RenameObject needs a bucket and a key"
             )),
-            Err(_) => Err(s3_error!(InvalidURI, "Could not parse the request path")),
+            Err(Ok(e)) => Err(e),
+            Err(Err(())) => Err(s3_error!(InvalidURI, "Could not parse the request path")),
         }
     }
 }
@@ -241,23 +248,14 @@ impl RenameRoute {
 
     /// The request's bucket (a bucket-level request), path-style or virtual-hosted.
     fn target_bucket(&self, uri: &Uri, headers: &HeaderMap) -> S3Result<String> {
-        let path = urlencoding::decode(uri.path())
-            .map_err(|_| s3_error!(InvalidURI, "The request path is not valid UTF-8"))?;
-        let host = header(headers, "host")?;
-        let parsed = match (&self.hosts, host) {
-            (Some(vh), Some(h)) if !is_address(h) => {
-                let v = vh.parse_host_header(h)?;
-                s3s::path::parse_virtual_hosted_style(v.bucket(), &path)
-            }
-            _ => s3s::path::parse_path_style(&path),
-        };
-        match parsed {
+        match self.path(uri, headers) {
             Ok(S3Path::Bucket { bucket }) => Ok(bucket.into()),
             Ok(_) => Err(s3_error!(
                 MethodNotAllowed,
                 "The specified method is not allowed against this resource."
             )),
-            Err(_) => Err(s3_error!(InvalidURI, "Could not parse the request path")),
+            Err(Ok(e)) => Err(e),
+            Err(Err(())) => Err(s3_error!(InvalidURI, "Could not parse the request path")),
         }
     }
 

@@ -22,6 +22,42 @@ const LEGACY_REGION: &str = "us-east-1";
 /// s3s's tag list (`TagSet` is Lode's pairs).
 type TagSet_ = s3s::dto::TagSet;
 
+/// The `x-amz-server-side-encryption*` headers of a write (every write operation's input
+/// names them alike).
+macro_rules! write_sse {
+    ($i:expr) => {
+        crate::sse::WriteHeaders {
+            sse: $i.server_side_encryption.as_ref(),
+            kms_key: $i.ssekms_key_id.as_ref(),
+            context: $i.ssekms_encryption_context.as_ref(),
+            bucket_key: $i.bucket_key_enabled,
+            customer: customer_headers!($i),
+        }
+    };
+}
+
+/// The SSE-C headers of a request: (algorithm, key, key MD5).
+macro_rules! customer_headers {
+    ($i:expr) => {
+        (
+            $i.sse_customer_algorithm.as_ref(),
+            $i.sse_customer_key.as_ref(),
+            $i.sse_customer_key_md5.as_ref(),
+        )
+    };
+}
+
+/// The SSE-C headers of a copy's source.
+macro_rules! source_customer_headers {
+    ($i:expr) => {
+        (
+            $i.copy_source_sse_customer_algorithm.as_ref(),
+            $i.copy_source_sse_customer_key.as_ref(),
+            $i.copy_source_sse_customer_key_md5.as_ref(),
+        )
+    };
+}
+
 pub struct LodeS3 {
     svc: Arc<ObjectService>,
     users: Arc<crate::users::Users>,
@@ -1235,18 +1271,7 @@ impl S3 for LodeS3 {
             i.checksum_algorithm.as_ref(),
             expected,
         )?;
-        integ.sse = crate::sse::WriteHeaders {
-            sse: i.server_side_encryption.as_ref(),
-            kms_key: i.ssekms_key_id.as_ref(),
-            context: i.ssekms_encryption_context.as_ref(),
-            bucket_key: i.bucket_key_enabled,
-            customer: (
-                i.sse_customer_algorithm.as_ref(),
-                i.sse_customer_key.as_ref(),
-                i.sse_customer_key_md5.as_ref(),
-            ),
-        }
-        .asked(self.transport(&req))?;
+        integ.sse = write_sse!(i).asked(self.transport(&req))?;
         let i = req.input;
         let tags = header_tags(i.tagging.as_deref())?;
         let lock = asked_lock(
@@ -1347,14 +1372,7 @@ impl S3 for LodeS3 {
         let mut h = self
             .open_for_read(&i.bucket, &i.key, i.version_id.as_deref())
             .await?;
-        let customer = crate::sse::customer_key(
-            (
-                i.sse_customer_algorithm.as_ref(),
-                i.sse_customer_key.as_ref(),
-                i.sse_customer_key_md5.as_ref(),
-            ),
-            t,
-        )?;
+        let customer = crate::sse::customer_key(customer_headers!(i), t)?;
         self.svc.unlock(&mut h, customer.as_ref()).await.s3()?;
         let rec = h.record.clone();
         let version_id = version_header(rec.version_id.as_deref(), self.versioned(&i.bucket).await);
@@ -1437,14 +1455,7 @@ impl S3 for LodeS3 {
         let rec = &self
             .head_for_read(&i.bucket, &i.key, i.version_id.as_deref())
             .await?;
-        let customer = crate::sse::customer_key(
-            (
-                i.sse_customer_algorithm.as_ref(),
-                i.sse_customer_key.as_ref(),
-                i.sse_customer_key_md5.as_ref(),
-            ),
-            t,
-        )?;
+        let customer = crate::sse::customer_key(customer_headers!(i), t)?;
         self.svc.check_key_of(rec, customer.as_ref()).await.s3()?;
         let version_id = version_header(rec.version_id.as_deref(), self.versioned(&i.bucket).await);
         let expiration = match i.version_id {
@@ -1750,26 +1761,8 @@ impl S3 for LodeS3 {
     ) -> S3Result<S3Response<CopyObjectOutput>> {
         let t = self.transport(&req);
         let i = req.input;
-        let sse = crate::sse::WriteHeaders {
-            sse: i.server_side_encryption.as_ref(),
-            kms_key: i.ssekms_key_id.as_ref(),
-            context: i.ssekms_encryption_context.as_ref(),
-            bucket_key: i.bucket_key_enabled,
-            customer: (
-                i.sse_customer_algorithm.as_ref(),
-                i.sse_customer_key.as_ref(),
-                i.sse_customer_key_md5.as_ref(),
-            ),
-        }
-        .asked(t)?;
-        let source_key = crate::sse::customer_key(
-            (
-                i.copy_source_sse_customer_algorithm.as_ref(),
-                i.copy_source_sse_customer_key.as_ref(),
-                i.copy_source_sse_customer_key_md5.as_ref(),
-            ),
-            t,
-        )?;
+        let sse = write_sse!(i).asked(t)?;
+        let source_key = crate::sse::customer_key(source_customer_headers!(i), t)?;
         let (acl_owner, acl) = self
             .write_acl(
                 &i.bucket,
@@ -2862,18 +2855,7 @@ impl S3 for LodeS3 {
         let owner = owner_of(req.credentials.as_ref());
         let t = self.transport(&req);
         let i = req.input;
-        let sse = crate::sse::WriteHeaders {
-            sse: i.server_side_encryption.as_ref(),
-            kms_key: i.ssekms_key_id.as_ref(),
-            context: i.ssekms_encryption_context.as_ref(),
-            bucket_key: i.bucket_key_enabled,
-            customer: (
-                i.sse_customer_algorithm.as_ref(),
-                i.sse_customer_key.as_ref(),
-                i.sse_customer_key_md5.as_ref(),
-            ),
-        }
-        .asked(t)?;
+        let sse = write_sse!(i).asked(t)?;
         let (acl_owner, acl) = self
             .write_acl(
                 &i.bucket,
@@ -2980,14 +2962,7 @@ impl S3 for LodeS3 {
             i.checksum_algorithm.as_ref(),
             expected,
         )?;
-        if let Some(k) = crate::sse::customer_key(
-            (
-                i.sse_customer_algorithm.as_ref(),
-                i.sse_customer_key.as_ref(),
-                i.sse_customer_key_md5.as_ref(),
-            ),
-            self.transport(&req),
-        )? {
+        if let Some(k) = crate::sse::customer_key(customer_headers!(i), self.transport(&req))? {
             integ.sse = lode_objects::encryption::Asked::Customer(k);
         }
         let i = req.input;
@@ -3042,22 +3017,8 @@ impl S3 for LodeS3 {
             .upload(&i.bucket, &i.key, &i.upload_id)
             .await
             .s3()?;
-        let dst_key = crate::sse::customer_key(
-            (
-                i.sse_customer_algorithm.as_ref(),
-                i.sse_customer_key.as_ref(),
-                i.sse_customer_key_md5.as_ref(),
-            ),
-            t,
-        )?;
-        let source_key = crate::sse::customer_key(
-            (
-                i.copy_source_sse_customer_algorithm.as_ref(),
-                i.copy_source_sse_customer_key.as_ref(),
-                i.copy_source_sse_customer_key_md5.as_ref(),
-            ),
-            t,
-        )?;
+        let dst_key = crate::sse::customer_key(customer_headers!(i), t)?;
+        let source_key = crate::sse::customer_key(source_customer_headers!(i), t)?;
         let mut h = match src_version {
             Some(v) => self.svc.open_object_version(sb, sk, v).await,
             None => self.svc.open_object(sb, sk).await,
