@@ -149,6 +149,21 @@ pub(crate) struct Sealing {
     pub base: u64,
 }
 
+/// What a new object is to be encrypted as, before any key is made ([`Encryption::plan`]).
+pub(crate) enum Plan<'a> {
+    S3 {
+        bucket_key: bool,
+    },
+    Kms {
+        /// `None`: the key ring's default key.
+        key_id: Option<String>,
+        context: Option<String>,
+        dsse: bool,
+        bucket_key: bool,
+    },
+    Customer(&'a CustomerKey),
+}
+
 /// The sequence base of part `n`'s first segment (each part numbers its own segments from
 /// there; parts are at most 5 GiB, far fewer than 2^32 segments).
 pub(crate) fn part_base(n: u32) -> u64 {
@@ -174,6 +189,54 @@ fn random_id() -> ObjResult<[u8; 16]> {
 }
 
 impl Encryption {
+    /// What a new object written under `asked` into a bucket whose default is `bucket` (`None`:
+    /// not set) is to be encrypted as, before any key is made. `None`: stored in clear.
+    pub(crate) fn plan<'a>(
+        &self,
+        asked: &'a Asked,
+        bucket: Option<&BucketEncryption>,
+    ) -> ObjResult<Option<Plan<'a>>> {
+        Ok(Some(match asked {
+            Asked::Customer(k) => {
+                if !bucket.is_some_and(|b| b.allow_sse_c) {
+                    return Err(ObjError::SseCustomerBlocked);
+                }
+                Plan::Customer(k)
+            }
+            Asked::S3 { bucket_key } => Plan::S3 {
+                bucket_key: bucket_key.unwrap_or(false),
+            },
+            Asked::Kms {
+                dsse,
+                key_id,
+                context,
+                bucket_key,
+            } => Plan::Kms {
+                key_id: key_id.clone().or_else(|| {
+                    bucket
+                        .filter(|b| b.algorithm != Algorithm::Aes256)
+                        .and_then(|b| b.kms_key_id.clone())
+                }),
+                context: context.clone(),
+                dsse: *dsse,
+                bucket_key: bucket_key.unwrap_or_else(|| bucket.is_some_and(|b| b.bucket_key)),
+            },
+            Asked::Default => match bucket {
+                Some(b) if b.algorithm != Algorithm::Aes256 => Plan::Kms {
+                    key_id: b.kms_key_id.clone(),
+                    context: None,
+                    dsse: b.algorithm == Algorithm::KmsDsse,
+                    bucket_key: b.bucket_key,
+                },
+                Some(b) => Plan::S3 {
+                    bucket_key: b.bucket_key,
+                },
+                None if self.default_on => Plan::S3 { bucket_key: false },
+                None => return Ok(None),
+            },
+        }))
+    }
+
     /// The record entry and data key of a new object written under `asked` into a bucket
     /// whose default is `bucket` (`None`: not set). `None`: stored in clear.
     pub(crate) async fn for_write(
@@ -181,7 +244,9 @@ impl Encryption {
         asked: &Asked,
         bucket: Option<&BucketEncryption>,
     ) -> ObjResult<Option<(Sse, Arc<DataKey>)>> {
-        let allow_sse_c = bucket.is_some_and(|b| b.allow_sse_c);
+        let Some(plan) = self.plan(asked, bucket)? else {
+            return Ok(None);
+        };
         let id = random_id()?;
         let new = |kind, sealed_key, key_version, bucket_key| Sse {
             kind,
@@ -191,72 +256,46 @@ impl Encryption {
             bucket_key,
             seq: vec![],
         };
-        let (kms_key, context, dsse, bucket_key) = match asked {
-            Asked::Customer(k) => {
-                if !allow_sse_c {
-                    return Err(ObjError::SseCustomerBlocked);
-                }
+        Ok(Some(match plan {
+            Plan::Customer(k) => {
                 let (salt, mac) = crate::sse::customer_key_check(k.bytes())?;
                 let sse = new(SseKind::Customer { salt, mac }, vec![], 0, false);
-                return Ok(Some((sse, Arc::new(DataKey::from_bytes(*k.bytes())))));
+                (sse, Arc::new(DataKey::from_bytes(*k.bytes())))
             }
-            Asked::S3 { bucket_key } => return self.sse_s3(id, bucket_key.unwrap_or(false)),
-            Asked::Kms {
-                dsse,
+            Plan::S3 { bucket_key } => {
+                let dk = DataKey::generate()?;
+                let (version, sealed) = self.masters.keys().seal_key(&dk)?;
+                (new(SseKind::S3, sealed, version, bucket_key), Arc::new(dk))
+            }
+            Plan::Kms {
                 key_id,
                 context,
+                dsse,
                 bucket_key,
-            } => (
-                key_id.clone().or_else(|| {
-                    bucket
-                        .filter(|b| b.algorithm != Algorithm::Aes256)
-                        .and_then(|b| b.kms_key_id.clone())
-                }),
-                context.clone(),
-                *dsse,
-                bucket_key.unwrap_or_else(|| bucket.is_some_and(|b| b.bucket_key)),
-            ),
-            Asked::Default => match bucket {
-                Some(b) if b.algorithm != Algorithm::Aes256 => (
-                    b.kms_key_id.clone(),
-                    None,
-                    b.algorithm == Algorithm::KmsDsse,
-                    b.bucket_key,
-                ),
-                Some(b) => return self.sse_s3(id, b.bucket_key),
-                None if self.default_on => return self.sse_s3(id, false),
-                None => return Ok(None),
-            },
-        };
-        let key_id = match kms_key {
-            Some(k) => crate::kms::bare_id(&k).to_owned(),
-            None => self.ring.default_key().await.map_err(kms_error)?.id,
-        };
-        let (dk, sealed) = self
-            .ring
-            .generate_data_key(&key_id, &kms_context(context.as_deref(), &id))
-            .await
-            .map_err(kms_error)?;
-        let kind = SseKind::Kms {
-            key_id,
-            context,
-            dsse,
-        };
-        Ok(Some((new(kind, sealed, 0, bucket_key), Arc::new(dk))))
+            } => {
+                let key_id = self.kms_key(key_id).await?;
+                let (dk, sealed) = self
+                    .ring
+                    .generate_data_key(&key_id, &kms_context(context.as_deref(), &id))
+                    .await
+                    .map_err(kms_error)?;
+                let kind = SseKind::Kms {
+                    key_id,
+                    context,
+                    dsse,
+                };
+                (new(kind, sealed, 0, bucket_key), Arc::new(dk))
+            }
+        }))
     }
 
-    fn sse_s3(&self, id: [u8; 16], bucket_key: bool) -> ObjResult<Option<(Sse, Arc<DataKey>)>> {
-        let dk = DataKey::generate()?;
-        let (version, sealed) = self.masters.keys().seal_key(&dk)?;
-        let sse = Sse {
-            kind: SseKind::S3,
-            id,
-            sealed_key: sealed,
-            key_version: version,
-            bucket_key,
-            seq: vec![],
-        };
-        Ok(Some((sse, Arc::new(dk))))
+    /// The key ring key a KMS write uses: the one named (bare or as an ARN), else the ring's
+    /// default key.
+    async fn kms_key(&self, named: Option<String>) -> ObjResult<String> {
+        Ok(match named {
+            Some(k) => crate::kms::bare_id(&k).to_owned(),
+            None => self.ring.default_key().await.map_err(kms_error)?.id,
+        })
     }
 
     /// The data key of a stored object (SSE-C: with the request's key, checked against the
@@ -307,30 +346,41 @@ impl Encryption {
         if matches!(src.kind, SseKind::Customer { .. }) {
             return Ok(None);
         }
-        // What the copy would get as a new object, without its key.
-        let Some((mut want, _)) = self.for_write(asked, bucket).await? else {
-            return Ok(None);
-        };
-        want.id = src.id;
-        want.seq = src.seq.clone();
-        match &want.kind {
-            SseKind::Customer { .. } => return Ok(None),
-            SseKind::S3 => {
+        // What the copy would get as a new object, sealed with the source's key.
+        let (kind, sealed_key, key_version, bucket_key) = match self.plan(asked, bucket)? {
+            None | Some(Plan::Customer(_)) => return Ok(None),
+            Some(Plan::S3 { bucket_key }) => {
                 let (v, sealed) = self.masters.keys().seal_key(key)?;
-                want.key_version = v;
-                want.sealed_key = sealed;
+                (SseKind::S3, sealed, v, bucket_key)
             }
-            SseKind::Kms {
-                key_id, context, ..
-            } => {
-                want.sealed_key = self
+            Some(Plan::Kms {
+                key_id,
+                context,
+                dsse,
+                bucket_key,
+            }) => {
+                let key_id = self.kms_key(key_id).await?;
+                let sealed = self
                     .ring
-                    .encrypt_data_key(key_id, key, &kms_context(context.as_deref(), &src.id))
+                    .encrypt_data_key(&key_id, key, &kms_context(context.as_deref(), &src.id))
                     .await
                     .map_err(kms_error)?;
+                let kind = SseKind::Kms {
+                    key_id,
+                    context,
+                    dsse,
+                };
+                (kind, sealed, 0, bucket_key)
             }
-        }
-        Ok(Some(want))
+        };
+        Ok(Some(Sse {
+            kind,
+            id: src.id,
+            sealed_key,
+            key_version,
+            bucket_key,
+            seq: src.seq.clone(),
+        }))
     }
 }
 
@@ -565,17 +615,11 @@ impl crate::service::ObjectService {
         bucket: &str,
         asked: &Asked,
     ) -> ObjResult<Option<(Sse, Sealing)>> {
-        let Some(enc) = self.enc.get() else {
-            return match asked {
-                Asked::Default => Ok(None),
-                _ => Err(ObjError::NotImplemented(
-                    "Server-side encryption on a server without keys".into(),
-                )),
-            };
+        let Some((enc, default)) = self.encryption_for(bucket, asked).await? else {
+            return Ok(None);
         };
-        let settings = self.settings_of(bucket).await?;
         Ok(enc
-            .for_write(asked, settings.encryption.as_deref())
+            .for_write(asked, default.as_deref())
             .await?
             .map(|(sse, key)| {
                 let s = Sealing {
@@ -585,6 +629,32 @@ impl crate::service::ObjectService {
                 };
                 (sse, s)
             }))
+    }
+
+    /// Whether a new object in `bucket` written under `asked` is encrypted (no key is made).
+    pub(crate) async fn encrypts(&self, bucket: &str, asked: &Asked) -> ObjResult<bool> {
+        Ok(match self.encryption_for(bucket, asked).await? {
+            Some((enc, default)) => enc.plan(asked, default.as_deref())?.is_some(),
+            None => false,
+        })
+    }
+
+    /// Encryption and the bucket's default for a write under `asked` (`None`: encryption is
+    /// off and nothing is asked; asked of a server without keys: `NotImplemented`).
+    async fn encryption_for(
+        &self,
+        bucket: &str,
+        asked: &Asked,
+    ) -> ObjResult<Option<(&Arc<Encryption>, Option<Arc<BucketEncryption>>)>> {
+        let Some(enc) = self.enc.get() else {
+            return match asked {
+                Asked::Default => Ok(None),
+                _ => Err(ObjError::NotImplemented(
+                    "Server-side encryption on a server without keys".into(),
+                )),
+            };
+        };
+        Ok(Some((enc, self.settings_of(bucket).await?.encryption)))
     }
 
     /// The data key of an encrypted record (SSE-C: `customer` must be its key).

@@ -1940,14 +1940,12 @@ impl ObjectService {
         self.check_key_of(&head, changes.source_key.as_ref())
             .await?;
         let sse = match &head.meta.sse {
-            None => match self.new_sealing(dst.0, &changes.sse).await? {
-                None => None,
-                Some(_) => {
-                    return self
-                        .copy_bytes(src, src_version, dst, changes, src_check)
-                        .await;
-                }
-            },
+            None if !self.encrypts(dst.0, &changes.sse).await? => None,
+            None => {
+                return self
+                    .copy_bytes(src, src_version, dst, changes, src_check)
+                    .await;
+            }
             Some(src_sse) => {
                 let key = self.key_of(src_sse, changes.source_key.as_ref()).await?;
                 let bucket_enc = self.settings_of(dst.0).await?.encryption;
