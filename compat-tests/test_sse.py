@@ -409,7 +409,7 @@ def test_a_wrong_master_key_stops_the_start_and_no_key_is_logged(tmp_path):
         s3.create_bucket(Bucket="mkey")
         s3.put_object(Bucket="mkey", Key="old", Body=b"before rotation")
         shown = json.loads(admin(srv, "master-key", "show").stdout)
-        assert shown == {"versions": [1], "current": 1}
+        assert shown == {"versions": [1], "current": 1, "retired": []}
         assert json.loads(admin(srv, "master-key", "rotate").stdout) == {"current": 2}
         s3.put_object(Bucket="mkey", Key="new", Body=b"after rotation")
         srv.stop()
@@ -428,3 +428,81 @@ def test_a_wrong_master_key_stops_the_start_and_no_key_is_logged(tmp_path):
             assert form not in log
     finally:
         srv.remove()
+
+
+def test_rotation_reseals_every_key_then_the_old_version_retires(tmp_path_factory):
+    """`lode admin master-key reseal` moves every SSE-S3 data key (current and noncurrent
+    versions, multipart objects) and every key ring key to the newest master key version, in
+    metadata only; an upload in progress keeps its old seal until it completes (and completes
+    under the newest). Retiring a version is refused while anything is still sealed by it; once
+    retired, it opens nothing, and every object still reads, through every gateway."""
+    if CLUSTER_MODE:
+        gws = cluster_gateways(tmp_path_factory)
+    else:
+        gws = [Lode(str(tmp_path_factory.mktemp("reseal") / "data"), device_size="256MiB")]
+        gws[0].start()
+    try:
+        srv = gws[0]
+        clients = [boto3.client("s3", endpoint_url=g.endpoint, aws_access_key_id=ACCESS_KEY,
+                                aws_secret_access_key=SECRET_KEY, region_name=REGION,
+                                config=Config(retries={"max_attempts": 1})) for g in gws]
+        s3 = clients[0]
+        s3.create_bucket(Bucket="rsl")
+        s3.put_bucket_versioning(Bucket="rsl", VersioningConfiguration={"Status": "Enabled"})
+        want = {}  # (key, version id) -> body
+        for k, n in (("small", 100), ("mid", 70_000), ("big", 4 * 1024 * 1024 + 7)):
+            body = body_of(n, k.encode())
+            v = s3.put_object(Bucket="rsl", Key=k, Body=body)["VersionId"]
+            want[(k, v)] = body
+        v = s3.put_object(Bucket="rsl", Key="small", Body=b"second")["VersionId"]
+        want[("small", v)] = b"second"
+        part = body_of(5 * 1024 * 1024, b"part")
+        up = s3.create_multipart_upload(Bucket="rsl", Key="mp")["UploadId"]
+        e1 = s3.upload_part(Bucket="rsl", Key="mp", UploadId=up, PartNumber=1, Body=part)["ETag"]
+        kms = new_key(srv, "reseal")
+        v = s3.put_object(Bucket="rsl", Key="kms", Body=b"under a ring key", ServerSideEncryption="aws:kms",
+                          SSEKMSKeyId=kms)["VersionId"]
+        want[("kms", v)] = b"under a ring key"
+        sse_s3 = 4  # object versions sealed by the master key (the KMS one is not)
+
+        assert json.loads(admin(srv, "master-key", "rotate").stdout) == {"current": 2}
+        p = admin(srv, "master-key", "retire", "1", check=False)
+        assert p.returncode != 0 and b"still sealed by master key version 1" in p.stderr
+        p = admin(srv, "master-key", "retire", "2", check=False)
+        assert p.returncode != 0 and b"current" in p.stderr
+
+        rep = json.loads(admin(srv, "master-key", "reseal").stdout)
+        assert (rep["current"], rep["resealed"], rep["kms_keys"]) == (2, sse_s3, 1), rep
+        assert rep["objects"] == len(want), rep
+        assert rep["remaining"] == {"1": 1}, rep  # the upload in progress
+        p = admin(srv, "master-key", "retire", "1", check=False)
+        assert p.returncode != 0 and b"1 records" in p.stderr
+        # The second part goes through the other gateway; the upload completes under version 2.
+        e2 = clients[-1].upload_part(Bucket="rsl", Key="mp", UploadId=up, PartNumber=2, Body=b"tail")["ETag"]
+        v = s3.complete_multipart_upload(Bucket="rsl", Key="mp", UploadId=up, MultipartUpload={
+            "Parts": [{"PartNumber": 1, "ETag": e1}, {"PartNumber": 2, "ETag": e2}]})["VersionId"]
+        want[("mp", v)] = part + b"tail"
+        rep = json.loads(admin(srv, "master-key", "reseal").stdout)
+        assert (rep["resealed"], rep["kms_keys"], rep["remaining"]) == (0, 0, {}), rep
+
+        assert json.loads(admin(srv, "master-key", "retire", "1").stdout) == {"version": 1, "retired": True}
+        assert json.loads(admin(srv, "master-key", "show").stdout) == {
+            "versions": [1, 2], "current": 2, "retired": [1]}
+
+        def all_read():
+            for c in clients:
+                for (k, vid), body in want.items():
+                    got = c.get_object(Bucket="rsl", Key=k, VersionId=vid)
+                    assert got["Body"].read() == body, (k, vid)
+                    assert got["ServerSideEncryption"] == ("aws:kms" if k == "kms" else "AES256")
+            return True
+        # The retiring gateway has it retired at once; the others within their 10 s reload,
+        # and nothing they read needs it.
+        assert all_read()
+        s3.put_object(Bucket="rsl", Key="after", Body=b"new")
+        assert s3.get_object(Bucket="rsl", Key="after")["Body"].read() == b"new"
+        assert json.loads(admin(srv, "master-key", "unretire", "1").stdout) == {"version": 1, "retired": False}
+        assert json.loads(admin(srv, "master-key", "show").stdout)["retired"] == []
+    finally:
+        for g in gws:
+            g.remove()

@@ -326,6 +326,25 @@ async fn user_api(
     }
 }
 
+/// A master key operation's answer.
+fn master_answer(
+    r: Result<serde_json::Value, lode_objects::encryption::MasterError>,
+) -> (http::StatusCode, String) {
+    use http::StatusCode as S;
+    use lode_objects::encryption::MasterError as E;
+    match r {
+        Ok(v) => (S::OK, v.to_string()),
+        Err(e) => {
+            let st = match e {
+                E::NoSuchVersion(_) | E::Off => S::NOT_FOUND,
+                E::Current(_) | E::InUse { .. } => S::CONFLICT,
+                _ => S::INTERNAL_SERVER_ERROR,
+            };
+            (st, serde_json::json!({"error": e.to_string()}).to_string())
+        }
+    }
+}
+
 /// The key ring and the master key versions (`lode admin kms ...`, `lode admin master-key
 /// ...`): root's secret key as a bearer token. Answers name keys by id and state, never their
 /// material.
@@ -385,16 +404,33 @@ async fn key_api(
         ("GET", "/api/master-key") => Ok(serde_json::json!({
             "versions": enc.masters.keys().versions(),
             "current": enc.masters.keys().current(),
+            "retired": enc.masters.retired(),
         })),
-        ("POST", "/api/master-key/rotate") => match enc.masters.rotate().await {
-            Ok(v) => Ok(serde_json::json!({ "current": v })),
-            Err(e) => {
+        ("POST", "/api/master-key/rotate") => {
+            return master_answer(
+                enc.masters
+                    .rotate()
+                    .await
+                    .map(|v| serde_json::json!({ "current": v })),
+            );
+        }
+        ("POST", "/api/master-key/reseal") => {
+            return master_answer(svc.reseal_master_keys().await.map(|r| serde_json::json!(r)));
+        }
+        ("POST", p @ ("/api/master-key/retire" | "/api/master-key/unretire")) => {
+            let Some(v) = q.get("version").and_then(|v| v.parse().ok()) else {
                 return (
-                    S::INTERNAL_SERVER_ERROR,
-                    serde_json::json!({"error": e.to_string()}).to_string(),
+                    S::BAD_REQUEST,
+                    r#"{"error":"version must be a number"}"#.to_owned(),
                 );
-            }
-        },
+            };
+            let retire = p.ends_with("/retire");
+            return master_answer(
+                svc.retire_master_key(v, retire)
+                    .await
+                    .map(|()| serde_json::json!({ "version": v, "retired": retire })),
+            );
+        }
         _ => return (S::NOT_FOUND, r#"{"error":"not found"}"#.to_owned()),
     };
     match r {

@@ -143,8 +143,9 @@ enum AdminCmd {
     /// schedule-deletion.
     #[command(subcommand)]
     Kms(KmsCmd),
-    /// The master key versions of SSE-S3: show them, or rotate (new objects' keys are sealed
-    /// by a new version; nothing is re-encrypted).
+    /// The master key versions of SSE-S3: show, rotate (new objects' keys are sealed by a new
+    /// version), reseal (existing keys move to the newest version), retire / unretire an old
+    /// version. No data is re-encrypted.
     #[command(subcommand)]
     MasterKey(MasterKeyCmd),
 }
@@ -173,7 +174,19 @@ enum KmsCmd {
 #[derive(Subcommand)]
 enum MasterKeyCmd {
     Show,
+    /// Adds a new master key version: new objects' data keys are sealed by it.
     Rotate,
+    /// Re-seals every SSE-S3 data key and key ring key sealed by an older version with the
+    /// newest (metadata only: no data is rewritten); reports what an older version still seals.
+    Reseal,
+    /// Stops VERSION from opening anything (refused while anything is still sealed by it).
+    Retire {
+        version: u32,
+    },
+    /// Puts a retired VERSION back in use.
+    Unretire {
+        version: u32,
+    },
 }
 
 #[derive(Subcommand)]
@@ -353,6 +366,14 @@ async fn admin_call(a: &AdminArgs) -> anyhow::Result<()> {
         ),
         AdminCmd::MasterKey(MasterKeyCmd::Show) => ("GET", "/api/master-key".to_owned()),
         AdminCmd::MasterKey(MasterKeyCmd::Rotate) => ("POST", "/api/master-key/rotate".to_owned()),
+        AdminCmd::MasterKey(MasterKeyCmd::Reseal) => ("POST", "/api/master-key/reseal".to_owned()),
+        AdminCmd::MasterKey(MasterKeyCmd::Retire { version }) => {
+            ("POST", format!("/api/master-key/retire?version={version}"))
+        }
+        AdminCmd::MasterKey(MasterKeyCmd::Unretire { version }) => (
+            "POST",
+            format!("/api/master-key/unretire?version={version}"),
+        ),
     };
     let v = http_json(
         method,

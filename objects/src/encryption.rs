@@ -398,6 +398,9 @@ pub struct MasterStore {
     root: DataKey,
     catalog: Arc<dyn Catalog>,
     keys: RwLock<Arc<MasterKeys>>,
+    /// Versions an operator retired: they open nothing for a request (only `reseal` still
+    /// uses them), until unretired.
+    retired: RwLock<std::collections::BTreeSet<u32>>,
 }
 
 impl std::fmt::Debug for MasterStore {
@@ -409,11 +412,16 @@ impl std::fmt::Debug for MasterStore {
 }
 
 const MASTER_PREFIX: &[u8] = b"sse\0master\0";
+const RETIRED_PREFIX: &[u8] = b"sse\0retired\0";
 /// What labels a master key version's seal under the root key.
 const ROOT_LABEL: &[u8] = b"lode-sse-master-key-v1";
 
 fn version_key(v: u32) -> Vec<u8> {
-    let mut k = MASTER_PREFIX.to_vec();
+    versioned_key(MASTER_PREFIX, v)
+}
+
+fn versioned_key(prefix: &[u8], v: u32) -> Vec<u8> {
+    let mut k = prefix.to_vec();
     k.extend_from_slice(format!("{v:010}").as_bytes());
     k
 }
@@ -429,6 +437,21 @@ pub enum MasterError {
     WrongRootKey(u32),
     #[error("stored master key entry {0:?} is malformed")]
     Malformed(String),
+    #[error("there is no master key version {0}")]
+    NoSuchVersion(u32),
+    #[error("master key version {0} is the current one: rotate first")]
+    Current(u32),
+    #[error(
+        "{count} records are still sealed by master key version {version}: run `lode admin \
+         master-key reseal` (multipart uploads in progress are re-sealed when they complete)"
+    )]
+    InUse { version: u32, count: u64 },
+    #[error("encryption at rest is not on")]
+    Off,
+    #[error(transparent)]
+    Kms(#[from] KmsError),
+    #[error(transparent)]
+    Service(Box<ObjError>),
     #[error(transparent)]
     Catalog(#[from] CatalogError),
     #[error(transparent)]
@@ -457,6 +480,7 @@ impl MasterStore {
             root: DataKey::from_bytes(root),
             catalog,
             keys: RwLock::new(Arc::new(MasterKeys::new([]))),
+            retired: Default::default(),
         };
         s.reload().await?;
         if s.keys().current().is_none() {
@@ -481,7 +505,48 @@ impl MasterStore {
                 .map_err(|_| MasterError::WrongRootKey(version))?;
             opened.push((version, key));
         }
+        let mut retired = std::collections::BTreeSet::new();
+        for (k, _) in self.catalog.sys_scan(RETIRED_PREFIX).await? {
+            let name = String::from_utf8_lossy(&k[RETIRED_PREFIX.len()..]).into_owned();
+            retired.insert(name.parse().map_err(|_| MasterError::Malformed(name))?);
+        }
         *self.keys.write().expect("master keys") = Arc::new(MasterKeys::from_opened(opened));
+        *self.retired.write().expect("retired versions") = retired;
+        Ok(())
+    }
+
+    /// The versions an operator retired.
+    pub fn retired(&self) -> Vec<u32> {
+        self.retired
+            .read()
+            .expect("retired versions")
+            .iter()
+            .copied()
+            .collect()
+    }
+
+    /// Marks version `v` retired (or, `retired` false, in use again). Retiring checks first,
+    /// with `in_use`, that nothing is sealed by it any more; the current version cannot be
+    /// retired.
+    pub(crate) async fn set_retired(&self, v: u32, retired: bool) -> Result<(), MasterError> {
+        self.reload().await?;
+        let keys = self.keys();
+        if !keys.versions().contains(&v) {
+            return Err(MasterError::NoSuchVersion(v));
+        }
+        if retired && keys.current() == Some(v) {
+            return Err(MasterError::Current(v));
+        }
+        let f = Arc::new(move |_: Option<&[u8]>| Ok(retired.then(Vec::new)));
+        self.catalog
+            .sys_update(&versioned_key(RETIRED_PREFIX, v), f)
+            .await?;
+        self.reload().await?;
+        tracing::info!(
+            version = v,
+            retired,
+            "master key version retirement changed"
+        );
         Ok(())
     }
 
@@ -517,6 +582,14 @@ impl MasterStore {
     /// Opens a data key sealed by master key `version`, reading the versions again once when
     /// this gateway does not have it yet.
     pub async fn open_data_key(&self, version: u32, sealed: &[u8]) -> Result<DataKey, SseError> {
+        if self
+            .retired
+            .read()
+            .expect("retired versions")
+            .contains(&version)
+        {
+            return Err(SseError::Retired(version));
+        }
         match self.keys().open_key(version, sealed) {
             Err(SseError::NoMasterKey(_)) => {
                 if let Err(e) = self.reload().await {
@@ -718,6 +791,226 @@ fn not_applicable() -> ObjError {
     ObjError::InvalidRequest("The encryption parameters are not applicable to this object.".into())
 }
 
+/// What `lode admin master-key reseal` did.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct ResealReport {
+    /// The version everything was re-sealed with.
+    pub current: u32,
+    /// Object versions (current and noncurrent) looked at, and those whose SSE-S3 data key
+    /// was re-sealed.
+    pub objects: u64,
+    pub resealed: u64,
+    /// Key ring keys whose material was re-sealed.
+    pub kms_keys: u64,
+    /// What an older version still seals after the pass, by version: multipart uploads in
+    /// progress (re-sealed when they complete) and records that changed under the pass.
+    pub remaining: std::collections::BTreeMap<u32, u64>,
+}
+
+impl crate::service::ObjectService {
+    fn masters(&self) -> Result<&Arc<MasterStore>, MasterError> {
+        self.encryption()
+            .map(|e| &e.masters)
+            .ok_or(MasterError::Off)
+    }
+
+    /// Re-seals every SSE-S3 data key (of every object version, in every bucket) and every key
+    /// ring key sealed by an older master key version with the newest one, one metadata
+    /// commit per record; the bytes are not touched (rotation re-seals keys, never data).
+    pub async fn reseal_master_keys(&self) -> Result<ResealReport, MasterError> {
+        let masters = self.masters()?;
+        masters.reload().await?;
+        let keys = masters.keys();
+        let current = keys.current().ok_or(MasterError::NoSuchVersion(0))?;
+        let mut rep = ResealReport {
+            current,
+            ..Default::default()
+        };
+        rep.kms_keys = self.enc_ring().reseal_material().await?;
+        for bucket in self.all_buckets().await? {
+            self.walk_sealed(&bucket, |key, rec, latest| {
+                rep.objects += 1;
+                let sse = rec.meta.sse.as_ref().filter(|s| stale(s, current))?;
+                let (old, id) = (sse.key_version, sse.id);
+                let (version, sealed) = match keys.reseal(old, &sse.sealed_key) {
+                    Ok(r) => r,
+                    Err(e) => return Some(Err(e.into())),
+                };
+                let f: lode_catalog::RecordFn = Arc::new(move |r| {
+                    // Only the same object, still sealed by the same version, changes.
+                    let mut r = r.clone();
+                    match r.meta.sse.as_mut() {
+                        Some(s) if s.id == id && s.key_version == old => {
+                            (s.key_version, s.sealed_key) = (version, sealed.clone());
+                            Ok(r)
+                        }
+                        _ => Err(CatalogError::PreconditionFailed),
+                    }
+                });
+                Some(Ok((key.to_owned(), rec.version_id.clone(), latest, f)))
+            })
+            .await?
+            .into_iter()
+            .for_each(|done| rep.resealed += u64::from(done));
+        }
+        for (v, n) in self.sealed_by_old(current).await? {
+            rep.remaining.insert(v, n);
+        }
+        tracing::info!(
+            current,
+            objects = rep.objects,
+            resealed = rep.resealed,
+            kms_keys = rep.kms_keys,
+            remaining = ?rep.remaining,
+            "master key reseal done"
+        );
+        Ok(rep)
+    }
+
+    /// Retires master key version `v` (`retired` false: puts it back in use): refused while
+    /// any object version, upload or key ring key is still sealed by it.
+    pub async fn retire_master_key(&self, v: u32, retired: bool) -> Result<(), MasterError> {
+        let masters = self.masters()?;
+        masters.reload().await?;
+        if retired && masters.keys().current() != Some(v) {
+            let left = self.sealed_by_old(u32::MAX).await?;
+            if let Some(&count) = left.get(&v) {
+                return Err(MasterError::InUse { version: v, count });
+            }
+        }
+        masters.set_retired(v, retired).await
+    }
+
+    fn enc_ring(&self) -> &Arc<dyn KeyRing> {
+        &self.encryption().expect("encryption is on").ring
+    }
+
+    async fn all_buckets(&self) -> Result<Vec<String>, MasterError> {
+        Ok(self
+            .catalog
+            .list_buckets()
+            .await?
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect())
+    }
+
+    /// How many object versions, uploads and key ring keys each master key version other than
+    /// `current` seals.
+    async fn sealed_by_old(
+        &self,
+        current: u32,
+    ) -> Result<std::collections::BTreeMap<u32, u64>, MasterError> {
+        let mut left = std::collections::BTreeMap::<u32, u64>::new();
+        let masters = self.masters()?;
+        for v in masters.keys().versions() {
+            if v != current {
+                let n = self.enc_ring().sealed_by(v).await?;
+                if n > 0 {
+                    *left.entry(v).or_default() += n;
+                }
+            }
+        }
+        for bucket in self.all_buckets().await? {
+            self.walk_sealed(&bucket, |_, rec, _| {
+                if let Some(s) = rec.meta.sse.as_ref().filter(|s| stale(s, current)) {
+                    *left.entry(s.key_version).or_default() += 1;
+                }
+                None
+            })
+            .await?;
+            let mut q = lode_catalog::UploadQuery {
+                max: 1000,
+                ..Default::default()
+            };
+            loop {
+                let page = self.catalog.list_uploads(&bucket, &q).await?;
+                for (_, _, u) in &page.uploads {
+                    if let Some(s) = u.meta.sse.as_ref().filter(|s| stale(s, current)) {
+                        *left.entry(s.key_version).or_default() += 1;
+                    }
+                }
+                match page.last {
+                    Some((k, id)) if page.truncated => {
+                        (q.key_marker, q.id_marker) = (Some(k), Some(id))
+                    }
+                    _ => break,
+                }
+            }
+        }
+        Ok(left)
+    }
+
+    /// Walks every object version of `bucket` (delete markers hold no key): `f` sees each
+    /// key, record (head form) and whether it is the current one, and may return a change to
+    /// commit (key, version id, current, the change). Returns, for each change, whether it
+    /// was committed (`false`: the record changed or went meanwhile).
+    #[allow(clippy::type_complexity)]
+    async fn walk_sealed(
+        &self,
+        bucket: &str,
+        mut f: impl FnMut(
+            &str,
+            &lode_catalog::ObjectRecord,
+            bool,
+        )
+            -> Option<ObjResult<(String, Option<String>, bool, lode_catalog::RecordFn)>>,
+    ) -> Result<Vec<bool>, MasterError> {
+        let mut done = vec![];
+        let mut q = lode_catalog::VersionQuery {
+            max: 1000,
+            ..Default::default()
+        };
+        loop {
+            let page = self
+                .list_object_versions(bucket, q.clone())
+                .await
+                .map_err(|e| MasterError::Service(Box::new(e)))?;
+            let mut changes = vec![];
+            for e in &page.entries {
+                if e.record.delete_marker {
+                    continue;
+                }
+                if let Some(c) = f(&e.key, &e.record, e.is_latest) {
+                    changes.push(c.map_err(|e| MasterError::Service(Box::new(e)))?);
+                }
+            }
+            for (key, vid, latest, change) in changes {
+                let r = match vid {
+                    Some(v) if !latest => {
+                        self.catalog.update_version(bucket, &key, &v, change).await
+                    }
+                    None if !latest => {
+                        self.catalog
+                            .update_version(bucket, &key, "null", change)
+                            .await
+                    }
+                    _ => self.catalog.update(bucket, &key, change).await,
+                };
+                match r {
+                    Ok(_) => done.push(true),
+                    Err(
+                        CatalogError::PreconditionFailed
+                        | CatalogError::NoSuchKey
+                        | CatalogError::NoSuchBucket,
+                    ) => done.push(false),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            match page.next {
+                Some((k, v)) if page.truncated => (q.key_marker, q.version_marker) = (Some(k), v),
+                _ => break,
+            }
+        }
+        Ok(done)
+    }
+}
+
+/// Whether an entry is an SSE-S3 key sealed by a master key version other than `current`.
+fn stale(s: &Sse, current: u32) -> bool {
+    matches!(s.kind, SseKind::S3) && s.key_version != current
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -746,5 +1039,34 @@ mod tests {
             .unwrap_err();
         assert!(matches!(e, MasterError::WrongRootKey(_)), "{e}");
         assert!(!format!("{m:?}").contains("1, 1"));
+    }
+
+    #[tokio::test]
+    async fn a_retired_version_opens_nothing_until_unretired_and_the_current_one_cannot_retire() {
+        let cat: Arc<dyn Catalog> = Arc::new(lode_catalog::mem_catalog());
+        let m = MasterStore::open(Arc::clone(&cat), [1; 32]).await.unwrap();
+        let dk = DataKey::generate().unwrap();
+        let (_, sealed) = m.keys().seal_key(&dk).unwrap();
+        assert!(matches!(
+            m.set_retired(1, true).await,
+            Err(MasterError::Current(1))
+        ));
+        assert!(matches!(
+            m.set_retired(9, true).await,
+            Err(MasterError::NoSuchVersion(9))
+        ));
+        m.rotate().await.unwrap();
+        m.set_retired(1, true).await.unwrap();
+        assert!(matches!(
+            m.open_data_key(1, &sealed).await,
+            Err(SseError::Retired(1))
+        ));
+        // Re-sealing still opens it (what reseal does), and a gateway that loads later sees
+        // the retirement.
+        assert_eq!(m.keys().reseal(1, &sealed).unwrap().0, 2);
+        let other = MasterStore::open(Arc::clone(&cat), [1; 32]).await.unwrap();
+        assert_eq!(other.retired(), [1]);
+        m.set_retired(1, false).await.unwrap();
+        assert!(m.open_data_key(1, &sealed).await.is_ok());
     }
 }

@@ -84,6 +84,17 @@ pub trait KeyRing: Send + Sync {
     /// The key used when a request names none (AWS: the account's `aws/s3` key), made on
     /// first use.
     async fn default_key(&self) -> Result<KeyInfo, KmsError>;
+    /// Re-seals the key material the ring keeps sealed by Lode's master key versions with the
+    /// newest version (`lode admin master-key reseal`): how many keys it re-sealed. A ring whose material lives elsewhere has
+    /// none.
+    async fn reseal_material(&self) -> Result<u64, KmsError> {
+        Ok(0)
+    }
+    /// How many keys' material master key version `v` seals.
+    async fn sealed_by(&self, v: u32) -> Result<u64, KmsError> {
+        let _ = v;
+        Ok(0)
+    }
 }
 
 /// The id of the key ring's default key ([`KeyRing::default_key`]).
@@ -297,6 +308,55 @@ impl KeyRing for LocalKeyRing {
             key,
             &context_aad(bare_id(id), context),
         )?)
+    }
+
+    async fn reseal_material(&self) -> Result<u64, KmsError> {
+        let keys = self.master.keys();
+        let Some(current) = keys.current() else {
+            return Ok(0);
+        };
+        let mut n = 0;
+        for (k, v) in self.catalog.sys_scan(b"kms\0").await? {
+            let s: StoredKey = serde_json::from_slice(&v)
+                .map_err(|e| KmsError::Invalid(format!("stored key: {e}")))?;
+            if s.master_version == current {
+                continue;
+            }
+            let (version, sealed) = keys.reseal(s.master_version, &s.sealed)?;
+            let old = s.master_version;
+            // Only the material changes: a state set meanwhile stays.
+            let f = Arc::new(move |cur: Option<&[u8]>| {
+                let Some(cur) = cur else {
+                    return Ok(None);
+                };
+                let mut c: StoredKey =
+                    serde_json::from_slice(cur).map_err(|_| CatalogError::PreconditionFailed)?;
+                if c.master_version != old {
+                    return Err(CatalogError::PreconditionFailed);
+                }
+                c.master_version = version;
+                c.sealed = sealed.clone();
+                Ok(Some(serde_json::to_vec(&c).expect("a key serializes")))
+            });
+            match self.catalog.sys_update(&k, f).await {
+                Ok(()) => n += 1,
+                // Changed meanwhile: counted by the next check.
+                Err(CatalogError::PreconditionFailed) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.cache.lock().expect("keys").clear();
+        Ok(n)
+    }
+
+    async fn sealed_by(&self, v: u32) -> Result<u64, KmsError> {
+        let mut n = 0;
+        for (_, s) in self.catalog.sys_scan(b"kms\0").await? {
+            let s: StoredKey = serde_json::from_slice(&s)
+                .map_err(|e| KmsError::Invalid(format!("stored key: {e}")))?;
+            n += u64::from(s.master_version == v);
+        }
+        Ok(n)
     }
 
     async fn default_key(&self) -> Result<KeyInfo, KmsError> {

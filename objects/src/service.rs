@@ -2308,10 +2308,12 @@ impl ObjectService {
         cond.versioning = self.versioning_of(bucket).await?;
         let asked = Arc::new(parts);
         let id = upload_id.to_owned();
+        // An upload begun under an older master key version completes under the newest.
+        let masters = self.encryption().map(|e| e.masters.keys());
         let f = {
             let asked = Arc::clone(&asked);
             Arc::new(move |s: UploadState<'_>| {
-                build_completion(&s, &asked, &whole, &id).map_err(refused)
+                build_completion(&s, &asked, &whole, &id, masters.as_deref()).map_err(refused)
             })
         };
         match self
@@ -2353,6 +2355,7 @@ fn build_completion(
     asked: &[(i32, String, crate::checksum::ChecksumSet)],
     whole: &crate::checksum::ChecksumSet,
     upload_id: &str,
+    masters: Option<&crate::sse::MasterKeys>,
 ) -> ObjResult<Completion> {
     let mut chosen: Vec<(u32, PartRecord)> = vec![];
     for (i, (n, etag, sums)) in asked.iter().enumerate() {
@@ -2390,6 +2393,11 @@ fn build_completion(
             }
         }
         sse.set_seqs(&seqs);
+        if let (lode_catalog::SseKind::S3, Some(m)) = (&sse.kind, masters)
+            && m.current().is_some_and(|c| c != sse.key_version)
+        {
+            (sse.key_version, sse.sealed_key) = m.reseal(sse.key_version, &sse.sealed_key)?;
+        }
     }
     let record = ObjectRecord {
         size: chosen.iter().map(|(_, p)| p.size).sum(),

@@ -36,6 +36,13 @@ pub enum SseError {
     /// A sealed data key names a master key version this server does not have.
     #[error("no master key version {0} (was a newer master key lost?)")]
     NoMasterKey(u32),
+    /// A sealed data key names a master key version an operator retired (`lode admin
+    /// master-key retire`): `reseal` had not moved it, or it was written while the retirement
+    /// was under way. `unretire` opens it again.
+    #[error(
+        "master key version {0} is retired (run `lode admin master-key unretire {0}`, then `reseal`)"
+    )]
+    Retired(u32),
     #[error("the system random source failed")]
     Random,
 }
