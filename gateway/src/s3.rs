@@ -1528,6 +1528,7 @@ impl S3 for LodeS3 {
         &self,
         req: S3Request<GetObjectAttributesInput>,
     ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+        let t = self.transport(&req);
         let i = req.input;
         // SDKs send one `x-amz-object-attributes` header with comma-separated names.
         let names: Vec<&str> = i
@@ -1564,6 +1565,9 @@ impl S3 for LodeS3 {
         let rec = self
             .head_for_read(&i.bucket, &i.key, i.version_id.as_deref())
             .await?;
+        // An SSE-C object's attributes need its key, as its HEAD does.
+        let customer = crate::sse::customer_key(customer_headers!(i), t)?;
+        self.svc.check_key_of(&rec, customer.as_ref()).await.s3()?;
         let version_id = version_header(rec.version_id.as_deref(), self.versioned(&i.bucket).await);
         let checksum =
             (wanted(ObjectAttributes::CHECKSUM) && !rec.checksums.is_empty()).then(|| {
