@@ -35,7 +35,8 @@ trap cleanup EXIT
 CONF="$CEPH/ceph.conf"
 # radosgw: beast with tcp_nodelay (its default waits 40 ms for delayed ACKs on small replies).
 # It forces a secure-only connection to the monitors (rgw_main.cc's defaults), which an
-# auth-none cluster cannot offer (only crc): without crc it never connects (-13, EACCES).
+# auth-none cluster (`ceph-dev.sh start --auth none`) cannot offer (only crc): without crc it
+# never connects (-13, EACCES). Lode's gateway uses crc too (`[cluster] ms_mode`).
 cat >> "$CONF" <<CONF
 [client.rgw.bench]
 ms_mon_client_mode = crc
@@ -46,6 +47,9 @@ pid_file = $WORK/rgw.pid
 rgw_thread_pool_size = 64
 CONF
 mkdir -p "$WORK/rgw"
+# cephx (the dev cluster's default): radosgw's own key, RGW's usual caps.
+ceph -c "$CONF" auth get-or-create client.rgw.bench mon 'allow rw' osd 'allow rwx' \
+    -o "$CEPH/ceph.client.rgw.bench.keyring" >/dev/null
 radosgw -c "$CONF" -n client.rgw.bench --no-mon-config >"$WORK/rgw.out" 2>&1 || true
 radosgw-admin -c "$CONF" -n client.admin user create --uid=bench --display-name=bench \
     --access-key=$AK --secret=$SK >/dev/null

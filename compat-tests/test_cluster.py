@@ -3,6 +3,7 @@ cluster that ./test.sh starts (scripts/ceph-dev.sh; LODE_CEPH_CONF names its cep
 by boto3, with requests spread over both gateways. One RADOS namespace per test session."""
 
 import hashlib
+import json
 import os
 import subprocess
 import threading
@@ -359,6 +360,96 @@ def test_bad_cluster_setups_are_refused_at_start(tmp_path):
     p = subprocess.run([lode_bin(), "serve", "--listen", "127.0.0.1:0", "--admin-listen", "", *cluster_args(ns)],
                        capture_output=True, env={k: v for k, v in dict(os.environ, LODE_ACCESS_KEY=ACCESS_KEY, LODE_SECRET_KEY=SECRET_KEY).items() if k != "LODE_MASTER_KEY"}, timeout=60)
     assert p.returncode != 0 and b"LODE_MASTER_KEY" in p.stderr
+
+
+# cephx ---------------------------------------------------------------------------------------
+def ceph_user(name, *pools):
+    """client.NAME with the smallest caps Lode needs on `pools` (scripts/ceph-dev.sh user):
+    its keyring's path."""
+    out = subprocess.run([SCRIPT, "user", os.path.dirname(ceph_conf()), name, *pools],
+                         check=True, capture_output=True, text=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+def ceph(*args):
+    return subprocess.run(["ceph", "-c", ceph_conf(), *args], check=True, capture_output=True, text=True)
+
+
+def test_a_gateway_runs_as_its_own_cephx_user_with_minimal_caps(tmp_path):
+    """Lode runs as a user of its own with mon 'allow r' and osd 'allow rw' on its two pools
+    only (README "Deploying against your Ceph cluster"). Caps revoked under it: requests end in
+    503 within the op timeout with the reason logged, never a hang; given back, a restarted
+    gateway serves again. A wrong key, or caps missing on a pool, are refused at start
+    with a message that says what to fix."""
+    import time
+    ns = "cx-" + uuid.uuid4().hex[:8]
+    user = "lode-min-" + uuid.uuid4().hex[:6]
+    keyring = ceph_user(user, INDEX_POOL, DATA_POOL)
+    cfg = tmp_path / "lode.toml"
+    cfg.write_text("[cluster]\nop_timeout_secs = 3\n")
+    args = [*cluster_args(ns), "--ceph-user", user, "--ceph-keyring", keyring, "--config", str(cfg)]
+    (tmp_path / "g").mkdir()
+    g = Lode(str(tmp_path / "g" / "data"), extra_env=MASTER, extra_args=args)
+    g.start()
+    try:
+        assert g.proc.poll() is None
+        s3 = make_client(g.endpoint)
+        s3.create_bucket(Bucket="cxb")
+        body = os.urandom(5 * MIB + 3)
+        s3.put_object(Bucket="cxb", Key="big", Body=body)
+        s3.put_object(Bucket="cxb", Key="small", Body=b"s")
+        assert s3.get_object(Bucket="cxb", Key="big")["Body"].read() == body
+        assert [o["Key"] for o in s3.list_objects_v2(Bucket="cxb")["Contents"]] == ["big", "small"]
+        # Revoked: caps taken away (existing sessions keep theirs until cephx renews their
+        # tickets, within auth_service_ticket_ttl) and the client cut off at once, as an
+        # operator does it: the gateway's RADOS instances are blocklisted.
+        ceph("auth", "caps", f"client.{user}", "mon", "allow r", "osd", "allow r pool=none-of-lodes")
+        sessions = json.loads(ceph("tell", "mon.a", "sessions", "-f", "json").stdout)
+        addrs = {f'{a["addr"]}/{a["nonce"]}' for x in sessions if x["entity_name"] == f"client.{user}"
+                 for a in x["addrs"]["addrvec"]}
+        assert addrs, sessions
+        for a in addrs:
+            ceph("osd", "blocklist", "add", a)
+        t0 = time.time()
+        for key, n in (("after", 1000), ("after-big", 5 * MIB)):
+            with pytest.raises(ClientError) as e:
+                s3.put_object(Bucket="cxb", Key=key, Body=b"x" * n)
+            assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503
+        with pytest.raises(ClientError) as e:
+            s3.get_object(Bucket="cxb", Key="big")["Body"].read()
+        assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503
+        assert time.time() - t0 < 3 * 3 + 5  # bounded by op_timeout_secs, never a hang
+        log = open(g.log_path).read()
+        assert "blocklisted" in log
+        # Given back (caps, blocklist lifted): a restarted gateway serves, nothing was lost.
+        ceph("auth", "caps", f"client.{user}", "mon", "allow r", "osd",
+             f"allow rw pool={INDEX_POOL}, allow rw pool={DATA_POOL}")
+        for a in addrs:
+            ceph("osd", "blocklist", "rm", a)
+        g.restart()
+        s3 = make_client(g.endpoint)
+        s3.put_object(Bucket="cxb", Key="after", Body=b"y")
+        assert s3.get_object(Bucket="cxb", Key="small")["Body"].read() == b"s"
+        assert s3.get_object(Bucket="cxb", Key="big")["Body"].read() == body
+        assert "after-big" not in [o["Key"] for o in s3.list_objects_v2(Bucket="cxb")["Contents"]]
+    finally:
+        g.remove()
+        ceph("auth", "rm", f"client.{user}")
+    # A key the cluster does not know for the user.
+    fake = subprocess.run(["ceph-authtool", "--gen-print-key"], check=True, capture_output=True, text=True).stdout.strip()
+    bad = tmp_path / "bad.keyring"
+    bad.write_text(f"[client.{user}]\n\tkey = {fake}\n")
+    err = start_fails(tmp_path, [*cluster_args(ns), "--ceph-user", user, "--ceph-keyring", str(bad)])
+    assert f"the cluster refused client.{user}" in err, err
+    assert fake not in err
+    # Caps on the index pool only: the data pool is named, with the cap it needs.
+    other = "lode-half-" + uuid.uuid4().hex[:6]
+    half = ceph_user(other, INDEX_POOL)
+    try:
+        err = start_fails(tmp_path, [*cluster_args(ns), "--ceph-user", other, "--ceph-keyring", half, "--config", str(cfg)])
+        assert f"osd 'allow rw pool={DATA_POOL}'" in err, err
+    finally:
+        ceph("auth", "rm", f"client.{other}")
 
 
 # Faults --------------------------------------------------------------------------------------

@@ -1,16 +1,28 @@
 #!/usr/bin/env bash
 # A throwaway single-host Ceph (Pacific) cluster on loopback, for tests of Lode's cluster mode.
 #
-#   scripts/ceph-dev.sh start DIR          1 mon + 3 BlueStore OSDs (files under DIR), waits for I/O
+#   scripts/ceph-dev.sh start DIR [--auth none]
+#                                          1 mon + 3 BlueStore OSDs (files under DIR), waits for I/O;
+#                                          cephx on unless --auth none
 #   scripts/ceph-dev.sh stop DIR [--purge] stop the daemons whose pid files are under DIR
 #                                          (--purge also removes DIR)
 #   scripts/ceph-dev.sh purge DIR          same as stop DIR --purge
 #   scripts/ceph-dev.sh status DIR         which daemons of DIR are alive, and `ceph -s`
 #   scripts/ceph-dev.sh kill-osd DIR N     SIGKILL osd.N (fault tests)
 #   scripts/ceph-dev.sh start-osd DIR N    restart osd.N on its existing data, wait until it is up
+#   scripts/ceph-dev.sh user DIR NAME POOL...
+#                                          client.NAME with the smallest caps Lode needs on the
+#                                          POOLs (made if missing): mon 'allow r', osd 'allow rw
+#                                          pool=P' each; its keyring DIR/ceph.client.NAME.keyring
 #
 # Clients use DIR/ceph.conf (`ceph -c DIR/ceph.conf -s`, `rados -c DIR/ceph.conf lspools`,
-# rados_conf_read_file). No auth (auth_*_required = none), msgr2 only, 127.0.0.1 only, no mgr.
+# rados_conf_read_file). cephx is on (auth_*_required = cephx), as real clusters run: every
+# entity's keyring is DIR/ceph.<entity>.keyring (`keyring = DIR/$cluster.$name.keyring` in the
+# conf), so a client that reads DIR/ceph.conf under its name finds its key. `client.admin` may
+# do anything; `client.lode` (Lode's default user) may read the maps, create and tag pools and
+# read and write every pool: the tests make pools of many names (a production cluster gives it
+# only its two pools: README "Deploying against your Ceph cluster"). msgr2 only, 127.0.0.1
+# only, no mgr.
 # Pools default to size 3 / min_size 2 and 8 PGs; pool delete is allowed. `start` leaves no pool
 # behind (its smoke-test pool is deleted). Pid files: DIR/run/{mon.a,osd.N}.pid; logs: DIR/log.
 # Without a mgr, `ceph df` and PG/usage stats in `ceph -s` are empty; RADOS I/O is unaffected.
@@ -189,6 +201,20 @@ free_port() {
     die "no free port in 13300-13399 (set CEPH_DEV_MON_PORT)"
 }
 
+# The conf's auth settings: cephx (the default), or none (`start DIR --auth none`).
+auth_conf() {
+    if [ "$AUTH" = none ]; then
+        printf '%s\n' "auth cluster required = none" "auth service required = none" \
+            "auth client required = none" "auth supported = none"
+    else
+        printf '%s\n' "auth cluster required = cephx" "auth service required = cephx" \
+            "auth client required = cephx" "keyring = $DIR/\$cluster.\$name.keyring"
+    fi
+}
+
+# Lode's mon caps in the dev cluster: read the maps, make and tag its pools.
+LODE_MON_CAPS='allow r, allow command "osd pool create", allow command "osd pool application enable", allow command "osd pool set", allow command "osd erasure-code-profile set"'
+
 write_conf() {
     local fsid="$1" port="$2" block="$3"
     cat >"$CONF" <<EOF
@@ -202,10 +228,7 @@ ms bind msgr1 = false
 ms bind msgr2 = true
 ms bind port min = ${CEPH_DEV_PORT_MIN:-6800}
 ms bind port max = ${CEPH_DEV_PORT_MAX:-7300}
-auth cluster required = none
-auth service required = none
-auth client required = none
-auth supported = none
+$(auth_conf)
 osd pool default size = 3
 osd pool default min size = 2
 osd pool default pg num = 8
@@ -222,6 +245,7 @@ mon data avail crit = 1
 
 [mon]
 mon data = $DIR/mon.\$id
+keyring = $DIR/mon.\$id/keyring
 mon cluster log file = $DIR/log/cluster.log
 log file = $DIR/log/\$name.log
 pid file = $RUN/\$name.pid
@@ -231,6 +255,7 @@ crash dir = $DIR/crash
 
 [osd]
 osd data = $DIR/osd.\$id
+keyring = $DIR/osd.\$id/keyring
 osd objectstore = bluestore
 bluestore block create = true
 bluestore block size = $block
@@ -252,6 +277,12 @@ EOF
 }
 
 cmd_start() {
+    AUTH=cephx
+    case "${1:-}" in
+    --auth) [ "${2:-}" = none ] || [ "${2:-}" = cephx ] || usage; AUTH="$2" ;;
+    "") ;;
+    *) usage ;;
+    esac
     ensure_packages
     local nosd="${CEPH_DEV_OSDS:-3}" id name dead=()
     if [ -f "$DIR/ready" ] && live_pid mon.a >/dev/null; then
@@ -272,7 +303,7 @@ cmd_start() {
         log "stale cluster in $DIR: cleaning"
         stop_daemons
         rm -rf "$DIR"/mon.* "$DIR"/osd.* "$RUN" "$DIR/log" "$DIR/crash" "$DIR/monmap" "$CONF" \
-            "$DIR/ready"
+            "$DIR/ready" "$DIR"/*.keyring
     fi
     # A failed start leaves no daemon running (its logs stay in DIR/log).
     trap '[ -f "$DIR/ready" ] || { echo "ceph-dev: start failed; stopping its daemons" >&2; stop_daemons >&2; }' EXIT
@@ -289,8 +320,17 @@ cmd_start() {
     log "mon.a on 127.0.0.1:$port"
     monmaptool --create --fsid "$fsid" --addv a "[v2:127.0.0.1:$port]" "$DIR/monmap" >/dev/null
     mkdir -p "$DIR/mon.a"
-    ceph-mon -c "$CONF" -i a --mkfs --monmap "$DIR/monmap" >>"$DIR/log/mkfs.mon.a.log" 2>&1 ||
-        die "ceph-mon --mkfs failed (see $DIR/log/mkfs.mon.a.log)"
+    local mkfs_keyring=()
+    if [ "$AUTH" != none ]; then
+        ceph-authtool --create-keyring "$DIR/mon.keyring" --gen-key -n mon. --cap mon 'allow *' >/dev/null
+        ceph-authtool --create-keyring "$DIR/ceph.client.admin.keyring" --gen-key -n client.admin \
+            --cap mon 'allow *' --cap osd 'allow *' --cap mgr 'allow *' --cap mds 'allow *' >/dev/null
+        ceph-authtool "$DIR/mon.keyring" --import-keyring "$DIR/ceph.client.admin.keyring" >/dev/null
+        chmod 600 "$DIR/mon.keyring" "$DIR/ceph.client.admin.keyring"
+        mkfs_keyring=(--keyring "$DIR/mon.keyring")
+    fi
+    ceph-mon -c "$CONF" -i a --mkfs --monmap "$DIR/monmap" "${mkfs_keyring[@]}" \
+        >>"$DIR/log/mkfs.mon.a.log" 2>&1 || die "ceph-mon --mkfs failed (see $DIR/log/mkfs.mon.a.log)"
     ceph-mon -c "$CONF" -i a 2>>"$DIR/log/mon.a.stderr" ||
         die "ceph-mon failed to start (see $DIR/log/mon.a.log)"
     local deadline=$((SECONDS + 30))
@@ -300,11 +340,19 @@ cmd_start() {
     done
 
     # mkfs and start the OSDs in parallel (about 5 s each when run one after the other).
-    local ids=() pids=() uuid
+    local ids=() pids=() uuid secret
     for ((i = 0; i < nosd; i++)); do
         uuid="$(cat /proc/sys/kernel/random/uuid)"
-        id="$(cephc osd new "$uuid")"
-        mkdir -p "$DIR/osd.$id"
+        if [ "$AUTH" != none ]; then
+            secret="$(ceph-authtool --gen-print-key)"
+            id="$(echo "{\"cephx_secret\": \"$secret\"}" | cephc osd new "$uuid" -i -)"
+            mkdir -p "$DIR/osd.$id"
+            ceph-authtool --create-keyring "$DIR/osd.$id/keyring" --name "osd.$id" \
+                --add-key "$secret" >/dev/null
+        else
+            id="$(cephc osd new "$uuid")"
+            mkdir -p "$DIR/osd.$id"
+        fi
         (ceph-osd -c "$CONF" -i "$id" --mkfs --osd-uuid "$uuid" >>"$DIR/log/mkfs.osd.$id.log" 2>&1 &&
             ceph-osd -c "$CONF" -i "$id" 2>>"$DIR/log/osd.$id.stderr") &
         ids+=("$id"); pids+=($!)
@@ -315,8 +363,13 @@ cmd_start() {
     log "osd.${ids[*]} started"
     wait_all_up "$nosd"
     smoke_test
+    if [ "$AUTH" != none ]; then
+        cephc auth get-or-create client.lode mon "$LODE_MON_CAPS" osd 'allow rw' \
+            -o "$DIR/ceph.client.lode.keyring" >/dev/null
+        chmod 600 "$DIR/ceph.client.lode.keyring"
+    fi
     touch "$DIR/ready"
-    log "cluster up in $((SECONDS - t0)) s; smoke test passed (its pool was deleted)"
+    log "cluster up in $((SECONDS - t0)) s (auth: ${AUTH}); smoke test passed (its pool was deleted)"
     echo "$CONF"
 }
 
@@ -353,8 +406,25 @@ osd_arg() {
     [ -d "$DIR/osd.$1" ] || die "no osd.$1 in $DIR"
 }
 
+# client.NAME with mon 'allow r' and osd 'allow rw pool=P' on each POOL (made if missing).
+cmd_user() {
+    local name="${1:-}" pool caps=""
+    [[ "$name" =~ ^[A-Za-z0-9_.-]+$ ]] && [ -n "${2:-}" ] || usage
+    shift
+    for pool in "$@"; do
+        cephc osd pool create "$pool" 8 8 >/dev/null 2>&1 || true
+        cephc osd pool application enable "$pool" lode >/dev/null 2>&1 || true
+        caps="${caps:+$caps, }allow rw pool=$pool"
+    done
+    cephc auth get-or-create "client.$name" mon 'allow r' osd "$caps" \
+        -o "$DIR/ceph.client.$name.keyring" >/dev/null
+    chmod 600 "$DIR/ceph.client.$name.keyring"
+    echo "$DIR/ceph.client.$name.keyring"
+}
+
 case "$CMD" in
-start) cmd_start ;;
+start) cmd_start "$@" ;;
+user) cmd_user "$@" ;;
 stop) cmd_stop "$@" ;;
 purge) cmd_stop --purge ;;
 status) cmd_status ;;

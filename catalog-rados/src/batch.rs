@@ -152,6 +152,8 @@ fn take_batch(queue: &mut VecDeque<Waiting>) -> Vec<Waiting> {
 fn copy_err(e: &RadosError) -> CatalogError {
     if e.is_timeout() {
         CatalogError::Unavailable(e.to_string())
+    } else if let Some(why) = crate::fenced(e) {
+        CatalogError::Unavailable(why)
     } else {
         CatalogError::Backend(e.to_string().into())
     }

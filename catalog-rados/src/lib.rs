@@ -187,8 +187,27 @@ pub(crate) fn index_oid(bucket: &str) -> String {
 pub(crate) fn err(e: RadosError) -> CatalogError {
     if e.is_timeout() {
         CatalogError::Unavailable(e.to_string())
+    } else if let Some(why) = fenced(&e) {
+        CatalogError::Unavailable(why)
     } else {
         CatalogError::Backend(Box::new(e))
+    }
+}
+
+/// Why the cluster refuses this gateway, when it does: a blocklisted client (fenced by an
+/// operator, `ceph osd blocklist add`), or cephx caps that no longer allow the operation.
+pub(crate) fn fenced(e: &RadosError) -> Option<String> {
+    if e.is_blocklisted() {
+        Some(format!(
+            "{e}: this gateway's RADOS client is blocklisted (`ceph osd blocklist ls`); \
+             restart the gateway once it may connect again"
+        ))
+    } else if e.is_refused() {
+        Some(format!(
+            "{e}: cephx refused the operation (this gateway's caps were revoked?)"
+        ))
+    } else {
+        None
     }
 }
 

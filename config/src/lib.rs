@@ -149,7 +149,8 @@ pub struct ClusterConfig {
     pub backend: String,
     /// The cluster's ceph.conf.
     pub ceph_conf: PathBuf,
-    /// The RADOS client (`client.admin`).
+    /// The RADOS user Lode connects as (`client.lode`: its own, with the caps README
+    /// "Deploying against your Ceph cluster" gives; a bare name gets `client.`).
     pub client_name: String,
     /// Its keyring (`""`: what ceph.conf says).
     pub keyring: PathBuf,
@@ -170,6 +171,10 @@ pub struct ClusterConfig {
     pub op_timeout_secs: u64,
     /// Connecting to the monitors at start gives up after this long, seconds.
     pub connect_timeout_secs: u64,
+    /// msgr2 mode of this gateway's connections: `"crc"` (integrity only, Ceph's default for
+    /// clients) or `"secure"` (AES-GCM on the wire; the cluster must allow it, as Ceph does by
+    /// default).
+    pub ms_mode: String,
     /// A released chunk stays readable this long (readers on other gateways), seconds.
     pub release_grace_secs: u64,
     /// A bucket's index partition is split (in the background, writes go on) when it holds
@@ -185,7 +190,7 @@ impl Default for ClusterConfig {
         Self {
             backend: String::new(),
             ceph_conf: PathBuf::from("/etc/ceph/ceph.conf"),
-            client_name: "client.admin".into(),
+            client_name: "client.lode".into(),
             keyring: PathBuf::new(),
             index_pool: "lode-index".into(),
             data_pool: "lode-data".into(),
@@ -195,6 +200,7 @@ impl Default for ClusterConfig {
             namespace: String::new(),
             op_timeout_secs: 30,
             connect_timeout_secs: 10,
+            ms_mode: "crc".into(),
             release_grace_secs: 300,
             index_split_keys: 50_000,
             gateway_dead_secs: 180,
@@ -535,6 +541,15 @@ impl LodeConfig {
                     return Err(invalid(
                         "cluster.index_split_keys",
                         "must be 2 to 190000 (deep scrub warns at 200000 keys in one object)",
+                    ));
+                }
+                if c.ms_mode != "crc" && c.ms_mode != "secure" {
+                    return Err(invalid(
+                        "cluster.ms_mode",
+                        format!(
+                            "`{}` is not a msgr2 mode (\"crc\" or \"secure\")",
+                            c.ms_mode
+                        ),
                     ));
                 }
                 if c.op_timeout_secs == 0 || c.connect_timeout_secs == 0 {

@@ -185,10 +185,32 @@ pub fn s3_error(e: ObjError) -> S3Error {
             C::IncompleteBody
         }
         ObjError::Chunk(ChunkError::Io(io)) if io.raw_os_error() == Some(libc::ETIMEDOUT) => {
-            tracing::warn!("a chunk operation timed out: answering 503 SlowDown");
+            tracing::warn!(
+                "a chunk operation timed out (the cluster is unreachable or its placement \
+                 groups inactive, or this gateway's cephx key or caps were revoked): answering \
+                 503 SlowDown"
+            );
             return with_status(
                 C::SlowDown,
                 "Please reduce your request rate.".into(),
+                http::StatusCode::SERVICE_UNAVAILABLE,
+            );
+        }
+        ObjError::Chunk(ChunkError::Io(io))
+            if matches!(
+                io.raw_os_error(),
+                Some(libc::ESHUTDOWN | libc::EACCES | libc::EPERM)
+            ) =>
+        {
+            tracing::error!(
+                error = %io,
+                "the cluster refuses this gateway's chunk operations (blocklisted: `ceph osd \
+                 blocklist ls`, restart the gateway once it may connect again; or its cephx \
+                 caps were revoked): answering 503"
+            );
+            return with_status(
+                C::ServiceUnavailable,
+                "Please try again later.".into(),
                 http::StatusCode::SERVICE_UNAVAILABLE,
             );
         }
@@ -238,7 +260,12 @@ pub fn s3_error(e: ObjError) -> S3Error {
             );
         }
         ObjError::Unavailable(_) => {
-            tracing::warn!(error = %msg, "catalog unavailable: answering 503 SlowDown");
+            tracing::warn!(
+                error = %msg,
+                "catalog unavailable (the cluster is unreachable or its placement groups \
+                 inactive, or this gateway's cephx key or caps were revoked): answering 503 \
+                 SlowDown"
+            );
             return with_status(
                 C::SlowDown,
                 "Please reduce your request rate.".into(),

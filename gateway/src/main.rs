@@ -99,6 +99,12 @@ struct ServeArgs {
     /// The Ceph cluster's ceph.conf (cluster mode).
     #[arg(long, env = "LODE_CEPH_CONF")]
     ceph_conf: Option<PathBuf>,
+    /// The RADOS user to connect as (cluster mode; default `client.lode`).
+    #[arg(long, env = "LODE_CEPH_USER")]
+    ceph_user: Option<String>,
+    /// Its keyring (cluster mode; default: what ceph.conf says).
+    #[arg(long, env = "LODE_CEPH_KEYRING")]
+    ceph_keyring: Option<PathBuf>,
     /// Index pool (cluster mode).
     #[arg(long, env = "LODE_CLUSTER_INDEX_POOL")]
     index_pool: Option<String>,
@@ -439,6 +445,12 @@ fn load(args: &ServeArgs) -> anyhow::Result<LodeConfig> {
     }
     if let Some(v) = &args.ceph_conf {
         cfg.cluster.ceph_conf = v.clone();
+    }
+    if let Some(v) = &args.ceph_user {
+        cfg.cluster.client_name = v.clone();
+    }
+    if let Some(v) = &args.ceph_keyring {
+        cfg.cluster.keyring = v.clone();
     }
     if let Some(v) = &args.index_pool {
         cfg.cluster.index_pool = v.clone();

@@ -113,24 +113,61 @@ async fn open_cluster(
             c.ceph_conf.display()
         );
     }
+    let user = if c.client_name.contains('.') {
+        c.client_name.clone()
+    } else {
+        format!("client.{}", c.client_name)
+    };
+    let mut conf_overrides = vec![];
+    if c.ms_mode == "secure" {
+        for k in ["ms_client_mode", "ms_mon_client_mode"] {
+            conf_overrides.push((k.to_owned(), "secure".to_owned()));
+        }
+    }
     let rc = lode_rados::ClusterConfig {
         conf_path: c.ceph_conf.clone(),
-        client_name: c.client_name.clone(),
+        client_name: user.clone(),
         keyring: (!c.keyring.as_os_str().is_empty()).then(|| c.keyring.clone()),
         op_timeout: Duration::from_secs(c.op_timeout_secs),
         connect_timeout: Duration::from_secs(c.connect_timeout_secs),
-        ..Default::default()
+        conf_overrides,
     };
-    let cluster = Cluster::connect(&rc).await.with_context(|| {
-        format!(
-            "connecting to the Ceph cluster of {} as {} (within {} s)",
+    let cluster = Cluster::connect(&rc).await.map_err(|e| {
+        let why = if e.is_refused() {
+            format!(
+                ": the cluster refused {user} (cephx: no such user, or the key in its keyring \
+                 is not the cluster's; `ceph auth get {user}` shows the key to use)"
+            )
+        } else {
+            String::new()
+        };
+        anyhow::Error::new(e).context(format!(
+            "connecting to the Ceph cluster of {} as {user} (within {} s){why}",
             c.ceph_conf.display(),
-            c.client_name,
             c.connect_timeout_secs
-        )
+        ))
     })?;
     let min_size = (c.pool_size.saturating_sub(1)).max(1);
-    match cluster.pool_info(&c.index_pool).await? {
+    let index_info = cluster.pool_info(&c.index_pool).await.map_err(|e| {
+        let why = if e.is_refused() {
+            format!(": {user} may not read the cluster maps (it needs mon 'allow r')")
+        } else {
+            String::new()
+        };
+        anyhow::Error::new(e).context(format!("reading the osdmap as {user}{why}"))
+    })?;
+    let may_not_create = |pool: &str, e: lode_rados::RadosError| {
+        let why = if e.is_refused() {
+            format!(
+                ": {user} may not create pools; create {pool:?} beforehand (README \
+                 \"Deploying against your Ceph cluster\"), or give it the mon caps to"
+            )
+        } else {
+            String::new()
+        };
+        anyhow::Error::new(e).context(format!("creating the pool {pool:?}{why}"))
+    };
+    match index_info {
         Some(info) if info.is_erasure() => bail!(
             "cluster.index_pool: {:?} is an erasure-coded pool; the index needs omap, which only a \
              replicated pool holds",
@@ -145,7 +182,7 @@ async fn open_cluster(
             cluster
                 .create_pool(&c.index_pool, &spec)
                 .await
-                .with_context(|| format!("creating the index pool {:?}", c.index_pool))?;
+                .map_err(|e| may_not_create(&c.index_pool, e))?;
             tracing::info!(pool = %c.index_pool, "created the index pool");
         }
     }
@@ -175,9 +212,18 @@ async fn open_cluster(
         cluster
             .create_pool(&c.data_pool, &spec)
             .await
-            .with_context(|| format!("creating the data pool {:?}", c.data_pool))?;
+            .map_err(|e| may_not_create(&c.data_pool, e))?;
         tracing::info!(pool = %c.data_pool, "created the data pool");
     }
+    // The GC queue of released chunks lives beside the index (a replicated pool).
+    let gc = cluster
+        .ioctx(&c.index_pool)
+        .await?
+        .with_namespace(&c.namespace)
+        .await?;
+    // Caps that do not allow writing a pool make its writes wait (the OSDs do not answer
+    // them), so they are checked now, with a clear message, not found as timeouts under load.
+    probe_pool(&gc, &c.index_pool, &user, c.op_timeout_secs).await?;
     let partitions = lode_catalog_rados::PartitionConfig {
         split_keys: c.index_split_keys,
         ..Default::default()
@@ -201,13 +247,38 @@ async fn open_cluster(
         .await?
         .with_namespace(&c.namespace)
         .await?;
-    // The GC queue of released chunks lives beside the index (a replicated pool).
-    let gc = cluster
-        .ioctx(&c.index_pool)
-        .await?
-        .with_namespace(&c.namespace)
-        .await?;
+    probe_pool(&data, &c.data_pool, &user, c.op_timeout_secs).await?;
     Ok((catalog, data, gc))
+}
+
+/// Writes and removes a probe object in `pool` (the namespace's), to check `user`'s caps.
+async fn probe_pool(
+    io: &lode_rados::IoCtx,
+    pool: &str,
+    user: &str,
+    op_timeout_secs: u64,
+) -> anyhow::Result<()> {
+    let oid = format!("lode.probe.{}", io.cluster().instance_id());
+    let r = match io.write_full(&oid, bytes::Bytes::new()).await {
+        Ok(()) => io.remove(&oid).await,
+        Err(e) => Err(e),
+    };
+    r.map_err(|e| {
+        let why = if e.is_timeout() {
+            format!(
+                ": no answer within {op_timeout_secs} s: {user} lacks caps on the pool (it \
+                 needs osd 'allow rw pool={pool}'), or the pool's placement groups are inactive \
+                 (`ceph health detail`)"
+            )
+        } else if e.is_refused() {
+            format!(": {user} needs osd 'allow rw pool={pool}'")
+        } else {
+            String::new()
+        };
+        anyhow::Error::new(e).context(format!(
+            "writing a probe object to pool {pool:?} as {user}{why}"
+        ))
+    })
 }
 
 /// The cluster-mode object service: the RADOS catalog and blob store on the configured

@@ -133,6 +133,12 @@ impl RadosError {
         self.errno() == libc::ESHUTDOWN
     }
 
+    /// `EACCES` / `EPERM`: cephx refused this client (an unknown user, a wrong key, or caps
+    /// that do not allow the operation).
+    pub fn is_refused(&self) -> bool {
+        matches!(self.errno(), libc::EACCES | libc::EPERM)
+    }
+
     /// `EBUSY`: an advisory lock is held by someone else.
     pub fn is_busy(&self) -> bool {
         self.errno() == libc::EBUSY
