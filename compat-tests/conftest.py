@@ -128,13 +128,13 @@ CLUSTER_MODE = os.environ.get("LODE_COMPAT_MODE") == "cluster"
 local_only = pytest.mark.skipif(CLUSTER_MODE, reason="local by nature (one node's data dir, devices or mount)")
 
 
-def cluster_gateways(tmp_path_factory, n=2, first_args=(), extra_env=None, extra_toml="", all_args=()):
+def cluster_gateways(tmp_path_factory, n=2, first_args=(), extra_env=None, extra_toml="", all_args=(), cluster_toml=""):
     """`n` gateways on one fresh namespace of the cluster, started; the first one also gets
     `first_args` (a mount), every one `all_args` and `extra_toml` in its config."""
     conf = os.environ["LODE_CEPH_CONF"]
     ns = "compat-" + uuid.uuid4().hex[:10]
     cfg = tmp_path_factory.mktemp("cluster-cfg") / "lode.toml"
-    cfg.write_text("[cluster]\nindex_split_keys = 64\n" + LIFECYCLE_TOML + extra_toml)
+    cfg.write_text("[cluster]\nindex_split_keys = 64\n" + cluster_toml + LIFECYCLE_TOML + extra_toml)
     args = ["--cluster", "ceph", "--ceph-conf", conf, "--index-pool", "lode-compat-index",
             "--data-pool", "lode-compat-data", "--namespace", ns, "--config", str(cfg)]
     env = {"LODE_DOMAIN": "localhost", "LODE_MASTER_KEY": "5e" * 32, **(extra_env or {})}

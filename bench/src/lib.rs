@@ -24,6 +24,9 @@
 //!   seconds: 40% GET and 40% HEAD of 1 KiB objects, 10% LIST of a 10-key prefix, 10% 1 KiB PUT.
 //!   Reports p50/p99 per class and, with `--server-pid` (repeatable), the servers' RSS per open
 //!   connection.
+//! * `soak`: the blender's blend (its PUTs overwriting `--objects` keys, so space stays bounded)
+//!   for `--duration` seconds in all, a row every `--sample-secs`: the `--server-pid`s' RSS and
+//!   open files, each class's ops/s and p99, errors; and the RSS growth over the second half.
 //!
 //! Output: a progress bar on a terminal, a table (ops/s, MiB/s, p50/p99/p99.9 per op class),
 //! `--json` (`{"workload", "params", "classes": {"get": {"ops_per_sec", "mib_per_sec",
@@ -55,7 +58,7 @@ pub use target::{Op, Target};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
-    /// small | losf-ingest | train-read | stream-read | checkpoint | list | stat-storm | blender
+    /// small | losf-ingest | train-read | stream-read | checkpoint | list | stat-storm | blender | conns | soak
     /// | conns
     pub workload: String,
     /// The S3 endpoint (`conns`: comma-separated endpoints, connections spread over them).
@@ -122,9 +125,13 @@ pub struct BenchArgs {
     /// `conns`: offered ops/s in all.
     #[arg(long, default_value_t = 2000.0)]
     pub rate: f64,
-    /// `conns`: the server processes whose RSS is sampled (before and with the connections).
+    /// `conns`: the server processes whose RSS is sampled (before and with the connections);
+    /// `soak`: whose RSS and open files are sampled every `--sample-secs`.
     #[arg(long)]
     pub server_pid: Vec<u32>,
+    /// `soak`: seconds between samples (the run lasts `--duration` seconds in all).
+    #[arg(long, default_value_t = 60.0)]
+    pub sample_secs: f64,
 }
 
 fn parse_size(s: &str) -> crate::error::Result<usize> {
@@ -630,8 +637,9 @@ pub async fn run(a: BenchArgs) -> crate::error::Result<serde_json::Value> {
         }
         "blender" => blender(&a, &target, &prefix, &mut rng, &mut results, &mut extra).await?,
         "conns" => conns(&a, &target, &prefix, &mut rng, &mut results, &mut extra).await?,
+        "soak" => soak(&a, &target, &prefix, &mut rng, &mut results, &mut extra).await?,
         w => bail!(
-            "unknown workload `{w}` (small, losf-ingest, train-read, stream-read, checkpoint, list, stat-storm, blender, conns)"
+            "unknown workload `{w}` (small, losf-ingest, train-read, stream-read, checkpoint, list, stat-storm, blender, conns, soak)"
         ),
     }
 
@@ -912,14 +920,16 @@ async fn full_listing(
     Ok(keys)
 }
 
-async fn blender(
+/// The blender's data set, written, and its streams (those `--classes` names). `put_keys`:
+/// the PUT class overwrites that many keys instead of making new ones (a soak's space stays
+/// bounded).
+async fn blend_streams(
     a: &BenchArgs,
     target: &Arc<Target>,
     prefix: &str,
     rng: &mut rand::rngs::StdRng,
-    results: &mut Vec<(Samples, Duration)>,
-    extra: &mut serde_json::Map<String, serde_json::Value>,
-) -> crate::error::Result<()> {
+    put_keys: Option<u64>,
+) -> crate::error::Result<Vec<Arc<Stream>>> {
     // The data set: `objects` 400-500 KB samples (GET, HEAD, LIST) and one 256 MiB shard.
     let n = a.objects.min(100_000);
     let sample = Arc::new(Payload::new(rng, 16 << 20));
@@ -990,8 +1000,12 @@ async fn blender(
             let (p, d) = (p.clone(), Arc::clone(&s2));
             Arc::new(move |r: &mut rand::rngs::StdRng| {
                 let len = losf_size(r);
+                let k = match put_keys {
+                    Some(n) => r.random_range(0..n),
+                    None => r.random::<u64>(),
+                };
                 Op::Put {
-                    key: format!("{p}/ingest/{:016x}", r.random::<u64>()),
+                    key: format!("{p}/ingest/{k:016x}"),
                     body: d.get(r, len),
                 }
             })
@@ -1027,6 +1041,18 @@ async fn blender(
     if streams.is_empty() {
         bail!("--classes names none of get, head, list, put, stream, ckpt");
     }
+    Ok(streams)
+}
+
+async fn blender(
+    a: &BenchArgs,
+    target: &Arc<Target>,
+    prefix: &str,
+    rng: &mut rand::rngs::StdRng,
+    results: &mut Vec<(Samples, Duration)>,
+    extra: &mut serde_json::Map<String, serde_json::Value>,
+) -> crate::error::Result<()> {
+    let streams = blend_streams(a, target, prefix, rng, None).await?;
     let secs = a.duration;
     let mut alone = Samples::new();
     for (i, s) in streams.iter().enumerate() {
@@ -1095,5 +1121,80 @@ async fn blender(
         (100.0 * meta as f64 / ops.max(1) as f64).into(),
     );
     results.push((blend, wall));
+    Ok(())
+}
+
+/// Open file descriptors of a process (`None`: no such process).
+fn fds_of(pid: u32) -> Option<u64> {
+    Some(std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64)
+}
+
+/// The `soak` workload: the blend (PUTs overwriting `--objects` keys, so space stays bounded)
+/// for `--duration` seconds, one row per `--sample-secs`: the servers' RSS and open files, and
+/// each class's ops/s and p99. `rss_growth_second_half` is the last sample's RSS over the one
+/// at half time.
+async fn soak(
+    a: &BenchArgs,
+    target: &Arc<Target>,
+    prefix: &str,
+    rng: &mut rand::rngs::StdRng,
+    results: &mut Vec<(Samples, Duration)>,
+    extra: &mut serde_json::Map<String, serde_json::Value>,
+) -> crate::error::Result<()> {
+    let streams = blend_streams(a, target, prefix, rng, Some(a.objects.max(1) as u64)).await?;
+    let every = a.sample_secs.max(1.0);
+    let rounds = (a.duration / every).ceil().max(1.0) as usize;
+    let measure = |pids: &[u32]| -> (u64, u64) {
+        let rss = pids.iter().filter_map(|p| rss_kib(*p)).sum();
+        let fds = pids.iter().filter_map(|p| fds_of(*p)).sum();
+        (rss, fds)
+    };
+    let (rss0, fds0) = measure(&a.server_pid);
+    println!(
+        "start: server RSS {:.1} MiB, {fds0} open files",
+        rss0 as f64 / 1024.0
+    );
+    let names: Vec<&str> = streams.iter().map(|s| s.class).collect();
+    print!("{:>7} {:>9} {:>6}", "t (s)", "RSS MiB", "fds");
+    for n in &names {
+        print!(" {:>14}", format!("{n} op/s p99"));
+    }
+    println!(" {:>7}", "errors");
+    let mut rows = vec![];
+    let mut all = Samples::new();
+    for r in 0..rounds {
+        let got = run_streams(target, &streams, every, a.seed + 1000 + r as u64, "soak").await?;
+        let (rss, fds) = measure(&a.server_pid);
+        let t = every * (r + 1) as f64;
+        print!("{t:>7.0} {:>9.1} {fds:>6}", rss as f64 / 1024.0);
+        let mut classes = serde_json::Map::new();
+        let mut errors = 0;
+        for n in &names {
+            let mut c = got.get(*n).cloned().unwrap_or_default();
+            errors += c.errors;
+            let j = report::summarize(&mut c, Duration::from_secs_f64(every));
+            print!(
+                " {:>14}",
+                format!(
+                    "{:.0} {:.1}",
+                    j["ops_per_sec"].as_f64().unwrap_or(0.0),
+                    j["p99_ms"].as_f64().unwrap_or(0.0)
+                )
+            );
+            classes.insert((*n).to_owned(), j);
+        }
+        println!(" {errors:>7}");
+        rows.push(serde_json::json!({"t_secs": t, "rss_kib": rss, "fds": fds, "errors": errors, "classes": classes}));
+        report::merge_into(&mut all, got);
+    }
+    let rss_at = |i: usize| rows[i]["rss_kib"].as_u64().unwrap_or(0);
+    let half = rss_at((rows.len() - 1) / 2).max(1);
+    let growth = rss_at(rows.len() - 1) as f64 / half as f64;
+    if !a.server_pid.is_empty() {
+        println!("RSS growth over the second half: {growth:.3}x");
+        extra.insert("rss_growth_second_half".into(), growth.into());
+    }
+    extra.insert("samples".into(), rows.into());
+    results.push((all, Duration::from_secs_f64(every * rounds as f64)));
     Ok(())
 }

@@ -140,10 +140,16 @@ impl SettingsCache {
     }
 
     fn put(&self, bucket: &str, v: BucketSettings) {
-        self.0
-            .lock()
-            .expect("settings")
-            .insert(bucket.to_owned(), (v, std::time::Instant::now()));
+        let mut m = self.0.lock().expect("settings");
+        // Names of buckets that do not exist are cached too (anonymous requests may name
+        // any): past the cap the expired entries go, and if all are fresh, all of them.
+        if m.len() >= SETTINGS_CACHED && !m.contains_key(bucket) {
+            m.retain(|_, (_, at)| at.elapsed() < VERSIONING_TTL);
+            if m.len() >= SETTINGS_CACHED {
+                m.clear();
+            }
+        }
+        m.insert(bucket.to_owned(), (v, std::time::Instant::now()));
     }
 
     /// Drops what is cached of `bucket`.
@@ -171,6 +177,9 @@ impl crate::ChangeListener for SettingsCache {
 /// gateway the announcement did not reach (S3 asks for minutes after enabling versioning
 /// before writes rely on it).
 const VERSIONING_TTL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// At most this many buckets' settings are cached.
+const SETTINGS_CACHED: usize = 10_000;
 
 /// `b` with one setting replaced (`None`: removed), the settings kept sorted.
 fn with_setting(b: &BucketRecord, setting: &str, value: Option<&str>) -> BucketRecord {
@@ -2459,6 +2468,18 @@ mod tests {
     use lode_datapath::{Datapath, LocalBlobStore, MemChunkStore};
 
     use super::*;
+
+    #[test]
+    fn the_settings_cache_stays_bounded_under_many_bucket_names() {
+        let c = SettingsCache::default();
+        for i in 0..3 * SETTINGS_CACHED {
+            c.put(&format!("b{i}"), BucketSettings::default());
+        }
+        let n = c.0.lock().unwrap().len();
+        assert!(n <= SETTINGS_CACHED, "{n}");
+        // The newest is still there.
+        assert!(c.get(&format!("b{}", 3 * SETTINGS_CACHED - 1)).is_some());
+    }
 
     #[tokio::test]
     async fn a_bucket_made_elsewhere_is_never_judged_absent_from_a_cached_absence() {
