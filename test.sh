@@ -13,7 +13,9 @@ echo "==> Ceph test cluster (scripts/ceph-dev.sh)"
 CEPH_DIR="${LODE_CEPH_DIR:-$(mktemp -d /tmp/lode-ceph.XXXXXX)}"
 stop_ceph() { "$ROOT/scripts/ceph-dev.sh" stop "$CEPH_DIR" --purge >/dev/null 2>&1 || true; }
 trap stop_ceph EXIT
-"$ROOT/scripts/ceph-dev.sh" start "$CEPH_DIR"
+# 8 GiB per OSD (sparse; the block files grow with what is written): the cluster-mode suite
+# writes a few GiB under 3 replicas, and a nearly full OSD pauses writes.
+CEPH_DEV_BLOCK_SIZE="${CEPH_DEV_BLOCK_SIZE:-8G}" "$ROOT/scripts/ceph-dev.sh" start "$CEPH_DIR"
 export LODE_CEPH_CONF="$CEPH_DIR/ceph.conf"
 
 echo "==> Rust tests"

@@ -1,5 +1,5 @@
 """The short soak (issue 37 section 4): `lode bench soak` drives the IO blender's blend (GETs,
-HEADs, LISTs, small PUTs overwriting a bounded key set, 8 MiB stream reads; the 16 MiB
+HEADs, LISTs, small PUTs overwriting a bounded key set, 8 MiB stream reads of a 64 MiB shard; the 16 MiB
 checkpoint bursts are left out so a 3-replica test cluster on one disk keeps up) for five
 minutes against a fresh server (cluster mode: a gateway of a fresh namespace, released chunks
 collected after 20 s), sampling the server's RSS and open files every 30 s. Its RSS must grow
@@ -26,7 +26,7 @@ def test_five_minutes_of_the_blend_level_off(tmp_path_factory):
         out = tmp_path_factory.mktemp("soak-out") / "soak.json"
         p = subprocess.run(
             [lode_bin(), "bench", "soak", "--endpoint", srv.endpoint, "--access-key", ACCESS_KEY,
-             "--secret-key", SECRET_KEY, "--bucket", "soak", "--objects", "500",
+             "--secret-key", SECRET_KEY, "--bucket", "soak", "--objects", "300", "--size", "64MiB",
              "--classes", "get,head,list,put,stream", "--rate-scale", "0.5",
              "--duration", str(DURATION), "--sample-secs", str(EVERY),
              "--server-pid", str(srv.proc.pid), "--json", str(out)],

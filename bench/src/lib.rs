@@ -85,7 +85,7 @@ pub struct BenchArgs {
     pub concurrency: usize,
     #[arg(long, default_value_t = 10_000)]
     pub objects: usize,
-    /// Object size (`small`: 4KiB; `stream-read`, `checkpoint`: 2GiB).
+    /// Object size (`small`: 4KiB; `stream-read`, `checkpoint`: 2GiB; `blender`, `soak`: the stream class's shard, 256MiB).
     #[arg(long)]
     pub size: Option<String>,
     /// Operations for `stat-storm` (and first-page repetitions for `list`).
@@ -951,7 +951,8 @@ async fn blend_streams(
         "setup",
     )?;
     let shard = format!("{prefix}/shard.bin");
-    let shard_size = 256usize << 20;
+    // `--size`: the shard's size (default 256 MiB).
+    let shard_size = parse_size(a.size.as_deref().unwrap_or("256MiB"))?.max(16 << 20);
     multipart(target, &shard, shard_size, 16 << 20, 4, &sample, rng).await?;
 
     let p = prefix.to_owned();
