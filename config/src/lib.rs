@@ -431,6 +431,9 @@ pub struct MetadataConfig {
     pub path: PathBuf,
     /// RocksDB block cache size.
     pub block_cache: ByteSize,
+    /// Memory for RocksDB memtables, shared by all column families: when their total nears it,
+    /// the largest one is flushed. With the block cache it bounds the metadata store's memory.
+    pub write_buffers: ByteSize,
 }
 
 impl Default for MetadataConfig {
@@ -438,6 +441,7 @@ impl Default for MetadataConfig {
         Self {
             path: PathBuf::from("meta"),
             block_cache: ByteSize(256 * ByteSize::MIB),
+            write_buffers: ByteSize(64 * ByteSize::MIB),
         }
     }
 }
@@ -720,6 +724,9 @@ impl LodeConfig {
         }
         if self.metadata.block_cache.0 < ByteSize::MIB {
             return Err(invalid("metadata.block_cache", "must be at least 1MiB"));
+        }
+        if self.metadata.write_buffers.0 < 4 * ByteSize::MIB {
+            return Err(invalid("metadata.write_buffers", "must be at least 4MiB"));
         }
         Ok(())
     }

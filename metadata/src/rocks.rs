@@ -20,6 +20,8 @@ pub struct RocksConfig {
     /// Sync the WAL on every commit (an acknowledged write survives power loss).
     pub sync: bool,
     pub block_cache_bytes: usize,
+    /// Memtable memory of all column families together (RocksDB's `db_write_buffer_size`).
+    pub write_buffer_bytes: usize,
 }
 
 impl RocksConfig {
@@ -28,6 +30,7 @@ impl RocksConfig {
             path: path.into(),
             sync: true,
             block_cache_bytes: 64 << 20,
+            write_buffer_bytes: 64 << 20,
         }
     }
 }
@@ -58,7 +61,10 @@ impl RocksMetadataStore {
         let mut cf_opts = Options::default();
         cf_opts.set_block_based_table_factory(&block);
         cf_opts.set_compression_type(rocksdb::DBCompressionType::None);
-        cf_opts.set_write_buffer_size(64 << 20);
+        // One column family may use the whole budget; the budget (not each family's own buffer)
+        // is what triggers flushes when several families take writes, so memory stays bounded
+        // by it (ten families of 64 MiB buffers each grew for hours before).
+        cf_opts.set_write_buffer_size(cfg.write_buffer_bytes.min(64 << 20));
         let mut opts = Options::default();
         opts.create_if_missing(true);
         opts.create_missing_column_families(true);
@@ -66,6 +72,7 @@ impl RocksMetadataStore {
         opts.increase_parallelism(2);
         opts.set_max_background_jobs(2);
         opts.set_enable_pipelined_write(true);
+        opts.set_db_write_buffer_size(cfg.write_buffer_bytes);
         let cfs = Table::ALL
             .iter()
             .map(|t| ColumnFamilyDescriptor::new(t.name(), cf_opts.clone()));
