@@ -943,3 +943,123 @@ def test_chunks_of_an_upload_cut_off_by_kill_9_are_swept_by_the_other_gateway(tm
         for g in gws:
             if g.proc.poll() is None:
                 g.stop()
+
+
+def test_healthz_and_statfs_report_the_data_pools_capacity(tmp_path):
+    """/healthz, /metrics and statfs on the mount report the data pool's capacity as `ceph df`
+    has it (the mgr's figures): free = the pool's MAX AVAIL (replication and the full ratio
+    taken out), total = what it stores + MAX AVAIL (as CephFS reports a one-pool file system)."""
+    import time
+    import urllib.request
+
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+        pytest.skip("FUSE mounts need root and /dev/fuse here")
+    conf = ceph_conf()
+    mnt = str(tmp_path / "mnt")
+    g = Lode(str(tmp_path / "data"), extra_env=MASTER,
+             extra_args=[*cluster_args("cap-" + uuid.uuid4().hex[:8]), "--mount", mnt])
+    g.start()
+    try:
+        def health():
+            return json.loads(urllib.request.urlopen(g.admin + "/healthz", timeout=10).read())
+
+        deadline = time.monotonic() + 60
+        while health()["total_bytes"] == 0:
+            assert time.monotonic() < deadline, f"no capacity after 60 s: {health()}"
+            time.sleep(1)
+        h = health()
+        df = json.loads(subprocess.run(["ceph", "-c", conf, "df", "-f", "json"], check=True,
+                                       capture_output=True, text=True).stdout)
+        pool = next(p for p in df["pools"] if p["name"] == DATA_POOL)["stats"]
+        # The figures move as the other tests write: within 5% of `ceph df` read just after.
+        assert abs(h["free_bytes"] - pool["max_avail"]) <= 0.05 * pool["max_avail"], (h, pool)
+        assert h["free_bytes"] <= h["total_bytes"]
+        assert abs(h["total_bytes"] - (pool["stored"] + pool["max_avail"])) <= 0.05 * h["total_bytes"], (h, pool)
+        # Three replicas: the pool's capacity is well under the raw bytes of its OSDs.
+        assert h["total_bytes"] < df["stats"]["total_bytes"] / 2
+        st = os.statvfs(mnt)
+        assert abs(st.f_blocks * st.f_frsize - h["total_bytes"]) <= 0.05 * h["total_bytes"], (st, h)
+        assert abs(st.f_bavail * st.f_frsize - h["free_bytes"]) <= 0.05 * h["total_bytes"], (st, h)
+        metrics = urllib.request.urlopen(g.admin + "/metrics", timeout=10).read().decode()
+        assert any(line.startswith("lode_") and "total_bytes" in line and not line.endswith(" 0")
+                   for line in metrics.splitlines() if not line.startswith("#")), metrics[:2000]
+    finally:
+        g.stop()
+
+
+def test_scrub_in_cluster_mode_one_gateway_at_a_time_finds_a_rewritten_chunk(tmp_path):
+    """A chunk object rewritten in the data pool with other bytes (every replica alike, so
+    Ceph's own deep scrub finds nothing) fails its GET; the background scrub, which one gateway
+    of two runs at a time (a lease in the index), reports key, version and chunk; `lode scrub`
+    against the namespace exits 1 naming it, and 0 on a clean namespace."""
+    import time
+    import urllib.request
+
+    conf = ceph_conf()
+    ns = "scrub-" + uuid.uuid4().hex[:8]
+    a, b = gateway_pair(tmp_path, ns, '[scrub]\nenabled = true\nrate = "256MiB"\ninterval_secs = 3\nstart_delay_secs = 0\n')
+    rados = ["rados", "-c", conf, "-p", DATA_POOL, "-N", ns]
+    try:
+        s3 = make_client(a.endpoint)
+        s3.create_bucket(Bucket="scr")
+        healthy = os.urandom(5 * MIB)
+        s3.put_object(Bucket="scr", Key="healthy", Body=healthy)
+        before = set(subprocess.run([*rados, "ls"], capture_output=True, check=True, text=True).stdout.split())
+        vid = s3.put_object(Bucket="scr", Key="victim", Body=os.urandom(6 * MIB)).get("VersionId", "null")
+        mine = sorted(set(subprocess.run([*rados, "ls"], capture_output=True, check=True, text=True).stdout.split()) - before)
+        assert len(mine) == 2, mine
+        victim = mine[0]
+        blob = tmp_path / "chunk"
+        subprocess.run([*rados, "get", victim, str(blob)], check=True)
+        data = bytearray(blob.read_bytes())
+        data[1234] ^= 0xFF
+        blob.write_bytes(bytes(data))
+        subprocess.run([*rados, "put", victim, str(blob)], check=True)
+        try:
+            got = make_client(b.endpoint).get_object(Bucket="scr", Key="victim")["Body"].read()
+        except Exception:
+            got = None
+        assert got is None, "a chunk that fails its crc must not be served"
+        assert s3.get_object(Bucket="scr", Key="healthy")["Body"].read() == healthy
+
+        def scrub(g):
+            return json.loads(urllib.request.urlopen(g.admin + "/api/scrub", timeout=10).read())
+
+        deadline = time.monotonic() + 60
+        while not any(scrub(g)["last_pass_bad"] for g in (a, b)):
+            assert time.monotonic() < deadline, [scrub(g) for g in (a, b)]
+            time.sleep(0.5)
+        reps = [scrub(g) for g in (a, b)]
+        bad = [x for r in reps for x in r["last_pass_bad"]]
+        oid = lambda x: f"lode.c.{x['dev']:08x}.{x['offset']:016x}"
+        assert [(x["bucket"], x["key"], x["version"], oid(x)) for x in bad] == [("scr", "victim", vid, victim)], reps
+        # Passes are shared: about one per interval (3 s) between both gateways, where each on
+        # its own would make one per interval (8 in 12 s).
+        p0 = sum(scrub(g)["passes"] for g in (a, b))
+        time.sleep(12)
+        reps = [scrub(g) for g in (a, b)]
+        passes = sum(r["passes"] for r in reps) - p0
+        assert 1 <= passes <= 5, (passes, reps)
+    finally:
+        for g in (a, b):
+            g.stop()
+
+    def offline(namespace):
+        p = subprocess.run([lode_bin(), "scrub", *cluster_args(namespace), "--data-dir", str(tmp_path / "off")],
+                           capture_output=True, env=dict(os.environ, RUST_LIB_BACKTRACE="0"), timeout=120)
+        return p.returncode, json.loads(p.stdout or b"{}"), p.stderr.decode()[-2000:]
+
+    rc, out, err = offline(ns)
+    assert rc == 1, err
+    assert [(x["key"], oid(x)) for x in out["bad"]] == [("victim", victim)] and out["objects"] == 2, out
+    subprocess.run([*rados, "rm", victim], check=True)
+    clean = "scrubc-" + uuid.uuid4().hex[:8]
+    g = Lode(str(tmp_path / "c" / "data"), extra_env=MASTER, extra_args=cluster_args(clean))
+    g.start()
+    try:
+        make_client(g.endpoint).create_bucket(Bucket="okb")
+        make_client(g.endpoint).put_object(Bucket="okb", Key="k", Body=os.urandom(5 * MIB))
+    finally:
+        g.stop()
+    rc, out, err = offline(clean)
+    assert rc == 0 and out["bad"] == [] and out["chunks"] == 2, (out, err)

@@ -2,7 +2,8 @@
 # A throwaway single-host Ceph (Pacific) cluster on loopback, for tests of Lode's cluster mode.
 #
 #   scripts/ceph-dev.sh start DIR [--auth none]
-#                                          1 mon + 3 BlueStore OSDs (files under DIR), waits for I/O;
+#                                          1 mon + 1 mgr + 3 BlueStore OSDs (files under DIR), waits
+#                                          for I/O;
 #                                          cephx on unless --auth none
 #   scripts/ceph-dev.sh stop DIR [--purge] stop the daemons whose pid files are under DIR
 #                                          (--purge also removes DIR)
@@ -22,10 +23,11 @@
 # do anything; `client.lode` (Lode's default user) may read the maps, create and tag pools and
 # read and write every pool: the tests make pools of many names (a production cluster gives it
 # only its two pools: README "Deploying against your Ceph cluster"). msgr2 only, 127.0.0.1
-# only, no mgr.
+# only (or each daemon's namespace address: CEPH_DEV_NETNS).
 # Pools default to size 3 / min_size 2 and 8 PGs; pool delete is allowed. `start` leaves no pool
-# behind (its smoke-test pool is deleted). Pid files: DIR/run/{mon.a,osd.N}.pid; logs: DIR/log.
-# Without a mgr, `ceph df` and PG/usage stats in `ceph -s` are empty; RADOS I/O is unaffected.
+# behind (its smoke-test pool is deleted). Pid files: DIR/run/{mon.a,mgr.x,osd.N}.pid; logs:
+# DIR/log. The mgr (mgr.x, only its always-on modules and iostat) gathers the usage figures:
+# `ceph df`, pool capacity (Lode's /healthz and statfs in cluster mode).
 # `start` on a DIR whose cluster runs prints so and exits 0 (restarting any OSD that is down); on
 # a DIR whose mon is not running (stopped, crashed) it wipes the old cluster and makes a new one.
 #
@@ -38,6 +40,10 @@
 #   CEPH_DEV_BLOCK_SIZE size of each OSD block file (default 4G; bytes or K/M/G/T suffix)
 #   CEPH_DEV_OSDS       number of OSDs (default 3)
 #   CEPH_DEV_PORT_MIN / CEPH_DEV_PORT_MAX  OSD bind port range (default 6800-7300)
+#   CEPH_DEV_NETNS      a topology file (written by scripts/ceph-netns.sh): the mon and each OSD
+#                       run in their own network namespace at their own address, each OSD under
+#                       its CRUSH host (failure domain host); kept as DIR/netns for later commands.
+#                       Lines: `mon a NETNS IP` and `osd ID NETNS IP HOST`.
 # Memory: osd_memory_target is at its floor (896 MiB); idle OSDs sit far below it.
 set -euo pipefail
 
@@ -56,10 +62,30 @@ shift 2
 CONF="$DIR/ceph.conf"
 RUN="$DIR/run"
 PY=/usr/bin/python3  # ceph-common depends on it; not a pyenv/venv python
+# Several simulated hosts (scripts/ceph-netns.sh): the topology is kept in DIR/netns.
+TOPO="$DIR/netns"
+TOPO_NEW=""
+[ -n "${CEPH_DEV_NETNS:-}" ] && [ "$CMD" = start ] && TOPO_NEW="$(realpath -- "$CEPH_DEV_NETNS")"
+
+# Field $2 of daemon $1's line in the topology (3: netns, 4: address, 5: CRUSH host).
+topo_field() {
+    local f="${TOPO_NEW:-$TOPO}" kind="${1%%.*}" id="${1#*.}"
+    [ -f "$f" ] || return 0
+    awk -v k="$kind" -v i="$id" -v n="$2" '$1 == k && $2 == i { print $n }' "$f"
+}
+
+# Runs "$@" in daemon $1's network namespace (only the network one: a FUSE mount or a file
+# made there is the root namespace's as usual), or here without a topology.
+in_ns() {
+    local name="$1" ns
+    shift
+    ns="$(topo_field "$name" 3)"
+    if [ -n "$ns" ]; then nsenter --net="/run/netns/$ns" "$@"; else "$@"; fi
+}
 
 ensure_packages() {
     local need=() pkg
-    for pkg in ceph-mon ceph-osd ceph-common librados-dev; do
+    for pkg in ceph-mon ceph-mgr ceph-osd ceph-common librados-dev; do
         dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
     done
     if ((${#need[@]})); then
@@ -83,11 +109,11 @@ live_pid() {
     pid="$(cat "$f" 2>/dev/null)" || return 1
     [[ "$pid" =~ ^[0-9]+$ ]] || return 1
     [ -r "/proc/$pid/cmdline" ] || return 1
-    # Our daemons run as `ceph-{mon,osd} -c DIR/ceph.conf -i ID`.
+    # Our daemons run as `ceph-{mon,mgr,osd} -c DIR/ceph.conf -i ID`.
     local cmd
     cmd="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" || return 1
     case "$cmd" in
-    "ceph-mon -c $CONF "* | "ceph-osd -c $CONF "*) ;;
+    "ceph-mon -c $CONF "* | "ceph-mgr -c $CONF "* | "ceph-osd -c $CONF "*) ;;
     *) return 1 ;;
     esac
     echo "$pid"
@@ -151,7 +177,7 @@ stop_daemons() {
 start_osd() {
     local id="$1" epoch deadline
     epoch="$(cephc osd dump -f json | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["epoch"])')"
-    ceph-osd -c "$CONF" -i "$id" 2>>"$DIR/log/osd.$id.stderr"
+    in_ns "osd.$id" ceph-osd -c "$CONF" -i "$id" 2>>"$DIR/log/osd.$id.stderr"
     deadline=$((SECONDS + 60))
     until cephc osd dump -f json | "$PY" -c '
 import json, sys
@@ -174,6 +200,17 @@ sys.exit(0 if s["num_osds"] == n and s["num_up_osds"] == n and s["num_in_osds"] 
         ((SECONDS < deadline)) || die "OSDs not all up and in after 90 s: $stat"
         sleep 0.5
     done
+}
+
+# mgr.x beside the mon: it gathers the usage figures (`ceph df`, pool capacity) that Lode reports.
+start_mgr() {
+    mkdir -p "$DIR/mgr.x"
+    if [ "$AUTH" != none ]; then
+        cephc auth get-or-create mgr.x mon 'allow profile mgr' osd 'allow *' mds 'allow *' \
+            -o "$DIR/mgr.x/keyring" >/dev/null
+    fi
+    in_ns mon.a ceph-mgr -c "$CONF" -i x 2>>"$DIR/log/mgr.x.stderr" ||
+        die "ceph-mgr failed to start (see $DIR/log/mgr.x.log)"
 }
 
 # Creates a pool, writes and reads back an object, deletes the pool.
@@ -215,15 +252,33 @@ auth_conf() {
 # Lode's mon caps in the dev cluster: read the maps, make and tag its pools.
 LODE_MON_CAPS='allow r, allow command "osd pool create", allow command "osd pool application enable", allow command "osd pool set", allow command "osd erasure-code-profile set"'
 
+# The conf's addresses: 127.0.0.1 for all, or each daemon's own in a topology (`[osd.N]`
+# sections with its address and CRUSH host; failure domain host).
+addr_conf() {
+    local mon="$1" port="$2"
+    if [ -z "$TOPO_NEW" ]; then
+        printf '%s\n' "mon host = [v2:127.0.0.1:$port]" "public addr = 127.0.0.1" \
+            "cluster addr = 127.0.0.1" "osd crush chooseleaf type = 0" \
+            "mon osd reporter subtree level = osd"
+    else
+        printf '%s\n' "mon host = [v2:$mon:$port]" "public network = ${mon%.*}.0/24" \
+            "osd crush chooseleaf type = 1" "mon osd reporter subtree level = host"
+    fi
+}
+
+topo_sections() {
+    [ -n "$TOPO_NEW" ] || return 0
+    awk '$1 == "mon" { printf "[mon.%s]\npublic addr = %s\n", $2, $4 }
+         $1 == "osd" { printf "[osd.%s]\npublic addr = %s\ncluster addr = %s\ncrush location = root=default host=%s\n", $2, $4, $4, $5 }' "$TOPO_NEW"
+}
+
 write_conf() {
-    local fsid="$1" port="$2" block="$3"
+    local fsid="$1" port="$2" block="$3" mon="$4"
     cat >"$CONF" <<EOF
 # Written by scripts/ceph-dev.sh: a throwaway test cluster.
 [global]
 fsid = $fsid
-mon host = [v2:127.0.0.1:$port]
-public addr = 127.0.0.1
-cluster addr = 127.0.0.1
+$(addr_conf "$mon" "$port")
 ms bind msgr1 = false
 ms bind msgr2 = true
 ms bind port min = ${CEPH_DEV_PORT_MIN:-6800}
@@ -234,9 +289,7 @@ osd pool default min size = 2
 osd pool default pg num = 8
 osd pool default pgp num = 8
 osd pool default pg autoscale mode = off
-osd crush chooseleaf type = 0
 mon allow pool delete = true
-mon osd reporter subtree level = osd
 mon warn on pool no redundancy = false
 mon warn on insecure global id reclaim = false
 mon warn on insecure global id reclaim allowed = false
@@ -252,6 +305,16 @@ pid file = $RUN/\$name.pid
 admin socket = $RUN/\$name.asok
 run dir = $RUN
 crash dir = $DIR/crash
+
+[mgr]
+mgr data = $DIR/mgr.\$id
+keyring = $DIR/mgr.\$id/keyring
+log file = $DIR/log/\$name.log
+pid file = $RUN/\$name.pid
+admin socket = $RUN/\$name.asok
+run dir = $RUN
+crash dir = $DIR/crash
+mgr initial modules = iostat
 
 [osd]
 osd data = $DIR/osd.\$id
@@ -273,6 +336,7 @@ osd op num threads per shard = 1
 osd scrub min interval = 31536000
 osd scrub max interval = 31536000
 osd deep scrub interval = 31536000
+$(topo_sections)
 EOF
 }
 
@@ -285,6 +349,10 @@ cmd_start() {
     esac
     ensure_packages
     local nosd="${CEPH_DEV_OSDS:-3}" id name dead=()
+    if [ -n "$TOPO_NEW" ]; then
+        [ -f "$TOPO_NEW" ] || die "no topology file $TOPO_NEW"
+        nosd="$(awk '$1 == "osd"' "$TOPO_NEW" | wc -l)"
+    fi
     if [ -f "$DIR/ready" ] && live_pid mon.a >/dev/null; then
         for id in $(osd_ids); do live_pid "osd.$id" >/dev/null || dead+=("$id"); done
         if ((${#dead[@]} == 0)); then
@@ -302,23 +370,30 @@ cmd_start() {
         compgen -G "$DIR/osd.*" >/dev/null; then
         log "stale cluster in $DIR: cleaning"
         stop_daemons
-        rm -rf "$DIR"/mon.* "$DIR"/osd.* "$RUN" "$DIR/log" "$DIR/crash" "$DIR/monmap" "$CONF" \
-            "$DIR/ready" "$DIR"/*.keyring
+        rm -rf "$DIR"/mon.* "$DIR"/mgr.* "$DIR"/osd.* "$RUN" "$DIR/log" "$DIR/crash" "$DIR/monmap" "$CONF" \
+            "$DIR/ready" "$DIR"/*.keyring "$TOPO"
     fi
     # A failed start leaves no daemon running (its logs stay in DIR/log).
     trap '[ -f "$DIR/ready" ] || { echo "ceph-dev: start failed; stopping its daemons" >&2; stop_daemons >&2; }' EXIT
-    local t0=$SECONDS fsid port block
+    local t0=$SECONDS fsid port block mon=127.0.0.1
     fsid="$(cat /proc/sys/kernel/random/uuid)"
-    port="${CEPH_DEV_MON_PORT:-$(free_port)}"
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-        die "port $port is in use (CEPH_DEV_MON_PORT)"
+    if [ -n "$TOPO_NEW" ]; then
+        # The mon has a namespace (and its ports) of its own.
+        mon="$(topo_field mon.a 4)"; port="${CEPH_DEV_MON_PORT:-3300}"
+        [ -n "$mon" ] || die "the topology $TOPO_NEW has no mon"
+    else
+        port="${CEPH_DEV_MON_PORT:-$(free_port)}"
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+            die "port $port is in use (CEPH_DEV_MON_PORT)"
+        fi
     fi
     block="$(numfmt --from=iec "${CEPH_DEV_BLOCK_SIZE:-4G}")"
     mkdir -p "$DIR" "$RUN" "$DIR/log" "$DIR/crash"
-    write_conf "$fsid" "$port" "$block"
+    [ -z "$TOPO_NEW" ] || [ "$TOPO_NEW" = "$TOPO" ] || cp "$TOPO_NEW" "$TOPO"
+    write_conf "$fsid" "$port" "$block" "$mon"
 
-    log "mon.a on 127.0.0.1:$port"
-    monmaptool --create --fsid "$fsid" --addv a "[v2:127.0.0.1:$port]" "$DIR/monmap" >/dev/null
+    log "mon.a on $mon:$port"
+    monmaptool --create --fsid "$fsid" --addv a "[v2:$mon:$port]" "$DIR/monmap" >/dev/null
     mkdir -p "$DIR/mon.a"
     local mkfs_keyring=()
     if [ "$AUTH" != none ]; then
@@ -331,7 +406,7 @@ cmd_start() {
     fi
     ceph-mon -c "$CONF" -i a --mkfs --monmap "$DIR/monmap" "${mkfs_keyring[@]}" \
         >>"$DIR/log/mkfs.mon.a.log" 2>&1 || die "ceph-mon --mkfs failed (see $DIR/log/mkfs.mon.a.log)"
-    ceph-mon -c "$CONF" -i a 2>>"$DIR/log/mon.a.stderr" ||
+    in_ns mon.a ceph-mon -c "$CONF" -i a 2>>"$DIR/log/mon.a.stderr" ||
         die "ceph-mon failed to start (see $DIR/log/mon.a.log)"
     local deadline=$((SECONDS + 30))
     until cephc mon stat >/dev/null 2>&1; do
@@ -354,7 +429,7 @@ cmd_start() {
             mkdir -p "$DIR/osd.$id"
         fi
         (ceph-osd -c "$CONF" -i "$id" --mkfs --osd-uuid "$uuid" >>"$DIR/log/mkfs.osd.$id.log" 2>&1 &&
-            ceph-osd -c "$CONF" -i "$id" 2>>"$DIR/log/osd.$id.stderr") &
+            in_ns "osd.$id" ceph-osd -c "$CONF" -i "$id" 2>>"$DIR/log/osd.$id.stderr") &
         ids+=("$id"); pids+=($!)
     done
     for ((i = 0; i < nosd; i++)); do
@@ -362,6 +437,7 @@ cmd_start() {
     done
     log "osd.${ids[*]} started"
     wait_all_up "$nosd"
+    start_mgr
     smoke_test
     if [ "$AUTH" != none ]; then
         cephc auth get-or-create client.lode mon "$LODE_MON_CAPS" osd 'allow rw' \

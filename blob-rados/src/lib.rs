@@ -207,11 +207,18 @@ struct Inner {
     gc_bytes: AtomicU64,
     collector: std::sync::Once,
     cfg: RadosBlobConfig,
+    /// The data pool's free and total bytes (`ceph df`, refreshed by the collector's task;
+    /// 0, 0 while unknown).
+    space: (AtomicU64, AtomicU64),
 }
 
 pub struct RadosBlobStore {
     inner: Arc<Inner>,
 }
+
+/// How often the data pool's capacity is read from the cluster (`ceph df`; the mgr refreshes
+/// its figures every few seconds).
+const SPACE_EVERY: Duration = Duration::from_secs(10);
 
 /// The RADOS object name of a chunk.
 pub fn chunk_oid(c: &Extent) -> String {
@@ -219,7 +226,12 @@ pub fn chunk_oid(c: &Extent) -> String {
 }
 
 fn io_err(e: RadosError) -> ChunkError {
-    ChunkError::Io(std::io::Error::from_raw_os_error(e.errno()))
+    match e.errno() {
+        // A pool at its quota, or an OSD past the full ratio for a FULL_TRY op: out of space
+        // (507 InsufficientStorage), as a full device is in single-node mode.
+        libc::ENOSPC | libc::EDQUOT => ChunkError::NoSpace,
+        errno => ChunkError::Io(std::io::Error::from_raw_os_error(errno)),
+    }
 }
 
 /// A journal append that failed (its errno): a claimed journal (this run was taken for dead
@@ -251,6 +263,7 @@ impl RadosBlobStore {
                 gc_bytes: AtomicU64::new(0),
                 collector: std::sync::Once::new(),
                 cfg,
+                space: Default::default(),
             }),
         }
     }
@@ -627,7 +640,36 @@ impl Inner {
                     }
                 }
             });
+            let me = Arc::downgrade(self);
+            h.spawn(async move {
+                loop {
+                    let Some(inner) = me.upgrade() else { return };
+                    inner.refresh_space().await;
+                    drop(inner);
+                    tokio::time::sleep(SPACE_EVERY).await;
+                }
+            });
         });
+    }
+
+    /// The data pool's capacity from `ceph df` (user bytes: `stored` + `max_avail`, what
+    /// CephFS reports for a one-pool file system). Unknown (0, 0) without figures.
+    async fn refresh_space(&self) {
+        match self.io.cluster().pool_space(self.io.pool_name()).await {
+            Ok(Some(p)) => {
+                self.space.0.store(p.max_avail, Ordering::Relaxed);
+                self.space
+                    .1
+                    .store(p.stored.saturating_add(p.max_avail), Ordering::Relaxed);
+            }
+            Ok(None) => {
+                self.space.0.store(0, Ordering::Relaxed);
+                self.space.1.store(0, Ordering::Relaxed);
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "ceph df failed (capacity unknown until it answers)")
+            }
+        }
     }
 
     /// The log this run appends `n` more bytes to.
@@ -942,8 +984,10 @@ impl BlobStore for RadosBlobStore {
     }
 
     fn space(&self) -> (u64, u64) {
-        // The pool's capacity is the cluster's business (`ceph df`); not reported here yet.
-        (0, 0)
+        (
+            self.inner.space.0.load(Ordering::Relaxed),
+            self.inner.space.1.load(Ordering::Relaxed),
+        )
     }
 
     fn is_poisoned(&self) -> bool {

@@ -59,13 +59,13 @@ fn metrics(svc: &ObjectService, s: &ScrubStats, profile: &Profile) -> String {
         (METRIC_UP, "1 while the process serves.", "gauge", 1.0),
         (
             METRIC_FREE_BYTES,
-            "Free space on the datapath devices.",
+            "Free space on the datapath devices (cluster mode: the data pool's MAX AVAIL; 0 while unknown).",
             "gauge",
             free as f64,
         ),
         (
             METRIC_TOTAL_BYTES,
-            "Capacity of the datapath devices.",
+            "Capacity of the datapath devices (cluster mode: the data pool's stored + MAX AVAIL).",
             "gauge",
             total as f64,
         ),

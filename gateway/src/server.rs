@@ -513,6 +513,7 @@ pub fn open_stores(cfg: &LodeConfig) -> anyhow::Result<(Arc<dyn MetadataStore>, 
     let mut rc = RocksConfig::new(cfg.resolve(&cfg.metadata.path));
     rc.sync = sync;
     rc.block_cache_bytes = cfg.metadata.block_cache.0 as usize;
+    rc.write_buffer_bytes = cfg.metadata.write_buffers.0 as usize;
     let meta = RocksMetadataStore::open(&rc)
         .context("opening the metadata store (is another lode process using this data dir?)")?;
     let devices: Vec<(PathBuf, u64)> = cfg
@@ -563,10 +564,26 @@ fn watch_metadata_dir(dir: PathBuf) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `lode scrub`: one offline pass over every chunk, unpaced.
+/// `lode scrub`: one offline pass over every chunk, unpaced (cluster mode: over the
+/// namespace's objects, while its gateways serve).
 pub async fn scrub_once(cfg: &LodeConfig) -> anyhow::Result<lode_objects::scrub::PassReport> {
-    let (meta, dp) = open_stores(cfg)?;
-    let svc = local_service(meta, dp, ServiceConfig::default())?;
+    let svc = if cfg.cluster.backend == "ceph" {
+        let c = &cfg.cluster;
+        let (catalog, data, gc) = open_cluster(c, false).await?;
+        // No collector: this process only reads.
+        let blobs = lode_blob_rados::RadosBlobStore::new(
+            data,
+            gc,
+            lode_blob_rados::RadosBlobConfig {
+                release_grace: Duration::from_secs(c.release_grace_secs),
+                dead_after: Duration::from_secs(c.gateway_dead_secs),
+            },
+        );
+        ObjectService::open(Arc::new(catalog), Arc::new(blobs), ServiceConfig::default())?
+    } else {
+        let (meta, dp) = open_stores(cfg)?;
+        local_service(meta, dp, ServiceConfig::default())?
+    };
     let stats = lode_objects::scrub::ScrubStats::default();
     Ok(lode_objects::scrub::pass(&svc, 0, &stats).await?)
 }
@@ -643,6 +660,7 @@ pub async fn serve(
     let clustered = cfg.cluster.backend == "ceph";
     let mut extra_metrics: Option<crate::admin::MetricsFn> = None;
     let mut registry_io: Option<lode_rados::IoCtx> = None;
+    let mut watchdog: Option<Arc<Watchdog>> = None;
     let (svc, data_dir, backend_name, ndev, creds, creds_source, users) = if clustered {
         let Some(creds) = given else {
             bail!(
@@ -660,6 +678,10 @@ pub async fn serve(
         let (svc, index, data_cluster) = cluster_service(&cfg.cluster, service_cfg).await?;
         let svc = Arc::new(svc);
         let clusters = [Arc::clone(index.cluster()), data_cluster];
+        watchdog = Some(Arc::new(Watchdog {
+            after: Duration::from_secs(cfg.cluster.op_timeout_secs.max(1)),
+            clusters: clusters.to_vec(),
+        }));
         registry_io = Some(index);
         extra_metrics = Some(Arc::new(move || rados_metrics(&clusters)));
         let users = Arc::new(
@@ -828,24 +850,25 @@ pub async fn serve(
             .context("starting the POSIX door")?,
         )
     };
-    if cfg.scrub.enabled && !clustered {
+    // Background passes that one gateway at a time runs (leases in the catalog) go by this
+    // name; it tells gateways apart, restarts of one included.
+    let holder = format!(
+        "{}:{}:{:08x}",
+        std::env::var("HOSTNAME").unwrap_or_default(),
+        std::process::id(),
+        rand::random::<u32>()
+    );
+    if cfg.scrub.enabled {
         tokio::spawn(lode_objects::scrub::run(
             Arc::clone(&svc),
             Arc::clone(&scrub_stats),
             cfg.scrub.rate.0,
             Duration::from_secs(cfg.scrub.start_delay_secs),
             Duration::from_secs(cfg.scrub.interval_secs),
+            clustered.then(|| holder.clone()),
         ));
     }
     if cfg.lifecycle.enabled {
-        // One gateway at a time runs the passes (a lease in the catalog); the name tells
-        // gateways apart, restarts of one included.
-        let holder = format!(
-            "{}:{}:{:08x}",
-            std::env::var("HOSTNAME").unwrap_or_default(),
-            std::process::id(),
-            rand::random::<u32>()
-        );
         tokio::spawn(lode_objects::lifecycle::run(
             Arc::clone(&svc),
             Arc::clone(&lifecycle_stats),
@@ -914,6 +937,7 @@ pub async fn serve(
         let objects = Arc::clone(&svc);
         let profile = Arc::clone(&profile);
         let domain = domain.clone();
+        let watchdog = watchdog.clone();
         let secure = tls.is_some();
         let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
             let s3 = s3.clone();
@@ -939,6 +963,7 @@ pub async fn serve(
             // carries Origin) gets the allowing rule's headers on its answer.
             let browser = crate::cors::Browser::of(&req);
             let objects = Arc::clone(&objects);
+            let watchdog = watchdog.clone();
             async move {
                 let rid = format!("{id:016X}");
                 let t0 = std::time::Instant::now();
@@ -958,7 +983,13 @@ pub async fn serve(
                             .await
                     }
                     Ok(_permit) => match prepare(req, body_limits, &rid).await {
-                        Ok(req) => s3.call(req).await?,
+                        Ok(req) => match &watchdog {
+                            None => s3.call(req).await?,
+                            Some(w) => match w.guard(s3.call(req)).await {
+                                Some(r) => r?,
+                                None => cut_off(&rid),
+                            },
+                        },
                         Err(refusal) => refusal,
                     },
                     Err(_) => slow_down(&rid),
@@ -1232,6 +1263,63 @@ async fn refuse_connection(
 
 /// The answer to a request that found no free slot of `server.max_requests` within
 /// `server.request_wait_ms`: S3's `503 SlowDown`, which every SDK retries with backoff.
+/// Cluster mode: a request ends within the op timeout while the cluster does not answer this
+/// gateway (cut off, or every OSD it needs down). One RADOS op times out after the op timeout,
+/// but a request makes several in turn (or waits behind others in a journal or a lock), so
+/// alone they could hold it for several op timeouts. The watchdog ends a request that has run
+/// the op timeout while no op of this gateway was answered for as long: its future is dropped
+/// (as when a client disconnects: nothing half-done becomes visible) and it gets `503
+/// SlowDown`. A healthy gateway's background ops (profile, users, GC) keep the cluster's
+/// silence to seconds, so a long request that makes progress is never cut.
+struct Watchdog {
+    after: Duration,
+    clusters: Vec<Arc<lode_rados::Cluster>>,
+}
+
+impl Watchdog {
+    fn silent_for(&self) -> Duration {
+        self.clusters
+            .iter()
+            .map(|c| c.silent_for())
+            .min()
+            .unwrap_or_default()
+    }
+
+    /// `fut`'s output, or `None` if the watchdog ended it.
+    async fn guard<F: std::future::Future>(&self, fut: F) -> Option<F::Output> {
+        let t0 = std::time::Instant::now();
+        tokio::pin!(fut);
+        loop {
+            let next = self
+                .after
+                .saturating_sub(t0.elapsed())
+                .max(Duration::from_millis(250));
+            tokio::select! {
+                out = &mut fut => return Some(out),
+                _ = tokio::time::sleep(next) => {
+                    if t0.elapsed() >= self.after && self.silent_for() >= self.after {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The answer to a request the [`Watchdog`] ended.
+fn cut_off(request_id: &str) -> http::Response<s3s::Body> {
+    tracing::warn!(
+        "the cluster has not answered this gateway for the op timeout (unreachable, or the \
+         placement groups it needs inactive): answering 503 SlowDown"
+    );
+    crate::wire::error_response(
+        http::StatusCode::SERVICE_UNAVAILABLE,
+        "SlowDown",
+        "Please reduce your request rate.",
+        request_id,
+    )
+}
+
 fn slow_down(request_id: &str) -> http::Response<s3s::Body> {
     tracing::debug!("request limit reached: answering 503 SlowDown");
     crate::wire::error_response(

@@ -6,16 +6,23 @@
 //! GET (a fresh record under a read guard, so a chunk freed and reused meanwhile is never read
 //! as if it were still the object's), its chunks are read through the datapath (which verifies
 //! the crc32c), and the bytes read are paced to the configured rate. A bad chunk is logged with
-//! its bucket, key, device and offset, counted in the metrics, and listed in the last report.
+//! its bucket, key, version, device and offset (in cluster mode the chunk object is
+//! `lode.c.<dev>.<offset>` in hex), counted in the metrics, and listed in the last report.
+//!
+//! Cluster mode: one gateway at a time scrubs (a lease in the catalog's system keys, renewed as
+//! the pass goes), and a pass starts only when the last one that finished anywhere is an
+//! interval old, so the cluster is scrubbed once per interval at the configured rate, whatever
+//! the number of gateways. A chunk the cluster does not answer for (a timeout, a refusal) fails
+//! the pass instead of being reported as bad.
 
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use lode_catalog::Segment;
+use lode_catalog::{CatalogError, Segment};
 use lode_datapath::ChunkError;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{ObjError, ObjResult};
 use crate::service::{ObjectService, chunk_ref, now_ms};
@@ -25,6 +32,8 @@ use crate::service::{ObjectService, chunk_ref, now_ms};
 pub struct BadChunk {
     pub bucket: String,
     pub key: String,
+    /// The version's id (`null` in a bucket never versioned).
+    pub version: String,
     pub dev: u32,
     pub offset: u64,
     pub error: String,
@@ -74,9 +83,98 @@ impl Pacer {
     }
 }
 
+/// The lease key in the catalog's system key space (cluster mode).
+const LEASE: &[u8] = b"scrub/lease";
+/// A lease not renewed for this long is free for another gateway.
+const LEASE_TTL: Duration = Duration::from_secs(300);
+
+/// Who scrubs, until when, and when the last pass anywhere finished.
+#[derive(Serialize, Deserialize, Default)]
+struct Lease {
+    holder: String,
+    until_ms: i64,
+    last_end_ms: i64,
+}
+
+/// What a lease update wants: start a pass (if none runs and the last ended an interval ago),
+/// renew this holder's, or record the end of its pass.
+#[derive(Clone, Copy)]
+enum LeaseStep {
+    Begin(Duration),
+    Renew,
+    Finish,
+}
+
+/// Updates the scrub lease for `holder`: false if the step may not happen (another gateway
+/// scrubs, the pass is not due, or this holder lost the lease).
+async fn lease(svc: &ObjectService, holder: &str, step: LeaseStep) -> ObjResult<bool> {
+    let me = holder.to_owned();
+    let f: lode_catalog::SysFn = Arc::new(move |cur| {
+        let now = now_ms();
+        let cur: Lease = cur
+            .and_then(|b| serde_json::from_slice(b).ok())
+            .unwrap_or_default();
+        let mine = cur.holder == me;
+        let next = match step {
+            LeaseStep::Begin(interval) => {
+                if (!mine && cur.until_ms > now)
+                    || cur.last_end_ms.saturating_add(interval.as_millis() as i64) > now
+                {
+                    return Err(CatalogError::PreconditionFailed);
+                }
+                Lease {
+                    holder: me.clone(),
+                    until_ms: now.saturating_add(LEASE_TTL.as_millis() as i64),
+                    last_end_ms: cur.last_end_ms,
+                }
+            }
+            LeaseStep::Renew if mine => Lease {
+                until_ms: now.saturating_add(LEASE_TTL.as_millis() as i64),
+                ..cur
+            },
+            LeaseStep::Finish if mine => Lease {
+                holder: me.clone(),
+                until_ms: 0,
+                last_end_ms: now,
+            },
+            _ => return Err(CatalogError::PreconditionFailed),
+        };
+        Ok(Some(serde_json::to_vec(&next).expect("a lease serializes")))
+    });
+    match svc.catalog().sys_update(LEASE, f).await {
+        Ok(()) => Ok(true),
+        Err(CatalogError::PreconditionFailed) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A chunk error that says the cluster (or device) did not answer, not that the bytes are bad:
+/// it fails the pass rather than being reported against the chunk.
+fn unavailable(e: &ChunkError) -> bool {
+    let ChunkError::Io(io) = e else { return false };
+    matches!(
+        io.kind(),
+        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+    ) || matches!(io.raw_os_error(), Some(108 | 13 | 1)) // ESHUTDOWN (blocklisted), EACCES, EPERM
+}
+
 /// Scrubs every object once, reading at most `rate` bytes per second.
 pub async fn pass(svc: &ObjectService, rate: u64, stats: &ScrubStats) -> ObjResult<PassReport> {
+    pass_held(svc, rate, stats, None)
+        .await
+        .map(|r| r.expect("no lease to lose"))
+}
+
+/// [`pass`], renewing `holder`'s lease as it goes: `None` if the lease was lost (another
+/// gateway took it after this one stalled), the pass then stopped.
+async fn pass_held(
+    svc: &ObjectService,
+    rate: u64,
+    stats: &ScrubStats,
+    holder: Option<&str>,
+) -> ObjResult<Option<PassReport>> {
     let t0 = Instant::now();
+    let mut renewed = Instant::now();
     let mut rep = PassReport {
         started_ms: now_ms(),
         ..Default::default()
@@ -130,6 +228,15 @@ pub async fn pass(svc: &ObjectService, rate: u64, stats: &ScrubStats) -> ObjResu
             continue;
         }
         let (bucket, key, version) = work.pop().expect("work");
+        if let Some(h) = holder
+            && renewed.elapsed() > LEASE_TTL / 3
+        {
+            if !lease(svc, h, LeaseStep::Renew).await? {
+                tracing::warn!("scrub: another gateway took the lease; this pass stops");
+                return Ok(None);
+            }
+            renewed = Instant::now();
+        }
         {
             // Fresh record under a guard, as a GET would read it.
             let h = match svc.open_object_version(&bucket, &key, &version).await {
@@ -151,11 +258,13 @@ pub async fn pass(svc: &ObjectService, rate: u64, stats: &ScrubStats) -> ObjResu
                     .bytes
                     .fetch_add(u64::from(c.data_len), Ordering::Relaxed);
                 if let Err(e) = r {
-                    if !matches!(e, ChunkError::Corrupt { .. } | ChunkError::Io(_)) {
+                    if !matches!(e, ChunkError::Corrupt { .. } | ChunkError::Io(_))
+                        || unavailable(&e)
+                    {
                         return Err(e.into());
                     }
                     tracing::error!(
-                        bucket, key, dev = c.dev, offset = c.offset, error = %e,
+                        bucket, key, version, dev = c.dev, offset = c.offset, error = %e,
                         "scrub: chunk failed its check"
                     );
                     stats.corrupt.fetch_add(1, Ordering::Relaxed);
@@ -163,6 +272,7 @@ pub async fn pass(svc: &ObjectService, rate: u64, stats: &ScrubStats) -> ObjResu
                         rep.bad.push(BadChunk {
                             bucket: bucket.clone(),
                             key: key.clone(),
+                            version: version.clone(),
                             dev: c.dev,
                             offset: c.offset,
                             error: e.to_string(),
@@ -187,19 +297,41 @@ pub async fn pass(svc: &ObjectService, rate: u64, stats: &ScrubStats) -> ObjResu
         seconds = rep.seconds,
         "scrub pass finished"
     );
-    Ok(rep)
+    Ok(Some(rep))
 }
 
 /// The background scrubber: a pass every `interval` (measured from the start of the previous
-/// pass), the first after `delay`.
+/// pass), the first after `delay`. With a `holder` (cluster mode) passes are shared by the
+/// gateways: one at a time, one per interval in all (see the module's documentation).
 pub async fn run(
     svc: Arc<ObjectService>,
     stats: Arc<ScrubStats>,
     rate: u64,
     delay: Duration,
     interval: Duration,
+    holder: Option<String>,
 ) {
     tokio::time::sleep(delay).await;
+    if let Some(h) = holder {
+        loop {
+            match lease(&svc, &h, LeaseStep::Begin(interval)).await {
+                Ok(true) => match pass_held(&svc, rate, &stats, Some(&h)).await {
+                    Ok(Some(_)) => {
+                        if let Err(e) = lease(&svc, &h, LeaseStep::Finish).await {
+                            tracing::warn!(error = %e, "scrub: recording the pass's end failed");
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::error!(error = %e, "scrub pass failed (retried)"),
+                },
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, "scrub: the lease could not be read"),
+            }
+            // Not due, or another gateway scrubs: look again in a while.
+            tokio::time::sleep(interval.clamp(Duration::from_secs(1), Duration::from_secs(60)))
+                .await;
+        }
+    }
     loop {
         let began = Instant::now();
         if let Err(e) = pass(&svc, rate, &stats).await {

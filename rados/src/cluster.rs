@@ -135,6 +135,34 @@ pub struct MonReply {
     pub status: String,
 }
 
+/// A pool's usage as `ceph df` reports it, in bytes of user data (replication and the full
+/// ratio already taken out of `max_avail`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolSpace {
+    /// Bytes stored (before replication).
+    pub stored: u64,
+    /// Bytes the pool may still take before its fullest OSD reaches the full ratio.
+    pub max_avail: u64,
+}
+
+/// The pool's figures from `df`'s JSON; `None` without usage figures (no mgr yet) or pool.
+fn parse_pool_space(df: &Value, name: &str) -> Option<PoolSpace> {
+    let total = df.pointer("/stats/total_bytes").and_then(Value::as_u64)?;
+    if total == 0 {
+        return None;
+    }
+    let p = df
+        .get("pools")?
+        .as_array()?
+        .iter()
+        .find(|p| p.get("name").and_then(Value::as_str) == Some(name))?;
+    let num = |k: &str| p.pointer(&format!("/stats/{k}")).and_then(Value::as_u64);
+    Some(PoolSpace {
+        stored: num("stored").or_else(|| num("bytes_used"))?,
+        max_avail: num("max_avail")?,
+    })
+}
+
 /// A connected cluster handle. Shared as `Arc<Cluster>`; librados shuts down when the last
 /// `Arc` *and* the last [`IoCtx`] (each holds the handle) are gone. That shutdown blocks for
 /// a moment (it joins librados' threads).
@@ -143,6 +171,10 @@ pub struct Cluster {
     client_name: String,
     /// Operations sent, per pool (see [`Cluster::op_counts`]).
     counters: std::sync::Mutex<Vec<Arc<PoolOps>>>,
+    /// When an OSD last answered an op of this client (anything but a timeout), as
+    /// milliseconds since `born`.
+    answered_ms: std::sync::atomic::AtomicU64,
+    born: std::time::Instant,
 }
 
 /// Operations this client sent to one pool: each `operate_read` / `operate_write` (a compound
@@ -228,6 +260,8 @@ impl Cluster {
             raw: Arc::new(handle),
             client_name,
             counters: Default::default(),
+            answered_ms: Default::default(),
+            born: std::time::Instant::now(),
         };
         tracing::debug!(
             client = %cluster.client_name,
@@ -253,6 +287,25 @@ impl Cluster {
 
     /// (pool, read ops, write ops) this client sent since it connected, per pool: what an S3
     /// operation costs in RADOS operations, measured.
+    /// Records that an op completed with `rval` (a timeout is no answer).
+    pub(crate) fn note_completion(&self, rval: i64) {
+        if rval != -i64::from(libc::ETIMEDOUT) {
+            let ms = self.born.elapsed().as_millis() as u64;
+            self.answered_ms
+                .fetch_max(ms, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// How long since the cluster last answered one of this client's ops (since the connect,
+    /// if none yet). A gateway cut off the cluster sees it grow past the op timeout; a healthy
+    /// one's background ops keep it within seconds.
+    pub fn silent_for(&self) -> Duration {
+        let ms = self.answered_ms.load(std::sync::atomic::Ordering::Relaxed);
+        self.born
+            .elapsed()
+            .saturating_sub(Duration::from_millis(ms))
+    }
+
     pub fn op_counts(&self) -> Vec<(String, u64, u64)> {
         use std::sync::atomic::Ordering::Relaxed;
         self.counters
@@ -493,6 +546,18 @@ impl Cluster {
         }))
     }
 
+    /// What the pool stores and may still take (`ceph df`): `None` while the cluster has no
+    /// usage figures (they come from the active ceph-mgr: without one, `df` is all zeros) or
+    /// the pool does not exist.
+    pub async fn pool_space(&self, name: &str) -> Result<Option<PoolSpace>> {
+        let reply = self
+            .mon_json(json!({"prefix": "df", "format": "json"}))
+            .await?;
+        let df: Value =
+            serde_json::from_slice(&reply.out).map_err(|e| RadosError::decode("df", e))?;
+        Ok(parse_pool_space(&df, name))
+    }
+
     /// Whether the pool is erasure-coded (`ENOENT` if it does not exist). Lode refuses an EC
     /// pool for anything that needs omap.
     pub async fn pool_is_erasure(&self, name: &str) -> Result<bool> {
@@ -512,5 +577,27 @@ impl Cluster {
 
     pub(crate) fn raw(&self) -> &Arc<raw::ClusterHandle> {
         &self.raw
+    }
+}
+
+#[cfg(test)]
+mod space_tests {
+    use super::*;
+
+    #[test]
+    fn df_without_a_mgr_has_no_figures_and_a_pool_has_its_own() {
+        let none = json!({"stats": {"total_bytes": 0}, "pools": [{"name": "d", "stats": {"stored": 0, "max_avail": 0}}]});
+        assert_eq!(parse_pool_space(&none, "d"), None);
+        let df = json!({"stats": {"total_bytes": 3u64 << 33},
+            "pools": [{"name": "i", "stats": {"stored": 5, "max_avail": 7}},
+                      {"name": "d", "stats": {"stored": 1000, "max_avail": 2u64 << 30}}]});
+        assert_eq!(
+            parse_pool_space(&df, "d"),
+            Some(PoolSpace {
+                stored: 1000,
+                max_avail: 2 << 30
+            })
+        );
+        assert_eq!(parse_pool_space(&df, "x"), None);
     }
 }

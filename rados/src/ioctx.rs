@@ -130,6 +130,7 @@ impl IoCtx {
             .writes
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let done = raw::submit_write(self.inner.raw.clone(), oid_c, raw, flags)?.await?;
+        self.inner.cluster.note_completion(done.rval.into());
         check("operate_write", done.rval.into())?;
         Ok(done.version)
     }
@@ -148,6 +149,7 @@ impl IoCtx {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let done = raw::submit_read(self.inner.raw.clone(), oid_c, raw, flags)?.await?;
         let (rval, version) = (done.rval, done.version);
+        self.inner.cluster.note_completion(rval.into());
         check("operate_read", rval.into())?;
         let outputs = done
             .outputs()

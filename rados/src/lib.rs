@@ -37,7 +37,7 @@ mod ioctx;
 mod op;
 mod watch;
 
-pub use cluster::{Cluster, ClusterConfig, MonReply, PoolInfo, PoolKind, PoolSpec};
+pub use cluster::{Cluster, ClusterConfig, MonReply, PoolInfo, PoolKind, PoolSpace, PoolSpec};
 pub use error::{RadosError, Result};
 pub use ioctx::{IoCtx, LockInfo, Locker, OMAP_PAGE};
 pub use op::{
