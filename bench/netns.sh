@@ -9,8 +9,9 @@
 #   3. faults under PUT load through both gateways (compat-tests/netns.py): a host killed, a
 #      host cut off, an asymmetric partition (what a host sends is dropped), a gateway cut off
 #      the cluster; time to recovery and the acknowledged PUTs checked through both gateways.
-# Usage: bench/netns.sh [RTT_MS ...]   (default: 0.5 5). Needs root. WORKLOADS and BENCH_ARGS
-# narrow it (e.g. WORKLOADS="small list", FAULTS="kill-host"; FAULTS=none skips the faults).
+# Usage: bench/netns.sh [RTT_MS ...]   (default: 0.5 5). Needs root. WORKLOADS and FAULTS narrow
+# it (e.g. WORKLOADS="small list", FAULTS="kill-host"; FAULTS=none skips the faults); BENCH_ARGS,
+# when set, replaces each workload's own size arguments (e.g. BENCH_ARGS="--objects 200").
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/lode-target}"
@@ -93,25 +94,16 @@ CONF
         checkpoint) args=(--size 512MiB --part-size 16MiB --saves 20) ;;
         *) args=() ;;
         esac
+        # shellcheck disable=SC2206
+        [ -z "${BENCH_ARGS:-}" ] || args=($BENCH_ARGS)
         for s in "lode 19401" "rgw 19402"; do
             set -- $s
             # shellcheck disable=SC2086
             "$NX" run "$CEPH" client "$LODE" bench "$w" --endpoint "http://$GW1:$2" --access-key $AK \
-                --secret-key $SK --bucket "$1-$w" --json "$WORK/$1-$w.json" "${args[@]}" ${BENCH_ARGS:-} \
+                --secret-key $SK --bucket "$1-$w" --json "$WORK/$1-$w.json" "${args[@]}" \
                 >"$WORK/$1-$w.out" 2>&1 || { echo "$1 $w failed:"; tail -5 "$WORK/$1-$w.out"; }
         done
-        python3 - "$WORK/lode-$w.json" "$WORK/rgw-$w.json" "$w" "$rtt" <<'PY'
-import json, sys
-try:
-    a, b = (json.load(open(p)) for p in sys.argv[1:3])
-except Exception as e:
-    sys.exit(print(f"{sys.argv[3]}: no result ({e})"))
-for cls, x in a["classes"].items():
-    y = b["classes"].get(cls)
-    if y:
-        print(f"RTT {sys.argv[4]} ms {sys.argv[3]:<11} {cls:<10} ops/s {x['ops_per_sec']:8.0f} vs {y['ops_per_sec']:8.0f} = {x['ops_per_sec']/max(y['ops_per_sec'],1e-9):5.2f}x"
-              f"   p50 {x['p50_ms']:7.2f} vs {y['p50_ms']:7.2f} ms   p99 {x['p99_ms']:8.2f} vs {y['p99_ms']:8.2f} ms")
-PY
+        python3 "$ROOT/bench/ratio.py" "$WORK/lode-$w.json" "$WORK/rgw-$w.json" "RTT $rtt ms $w"
     done
     # Cross-gateway mount visibility: PUT through gw2, stat on gw1's mount until it is there.
     AWS_ACCESS_KEY_ID=$AK AWS_SECRET_ACCESS_KEY=$SK "$PY" - "http://$GW2:19401" "$WORK/m1" "$rtt" <<'PY'

@@ -81,14 +81,6 @@ for w in "${WORKLOADS[@]}"; do
     echo "== radosgw ($w)"
     "$LODE" bench "$w" --endpoint http://127.0.0.1:19402 --access-key $AK --secret-key $SK \
         --bucket "rgw-$w" --json "$WORK/rgw-$w.json" ${BENCH_ARGS:-}
-    python3 - "$WORK/lode-$w.json" "$WORK/rgw-$w.json" "$w" <<'PY'
-import json, sys
-a, b = (json.load(open(p)) for p in sys.argv[1:3])
-print(f"== ratio lode / radosgw ({sys.argv[3]})")
-for cls, x in a["classes"].items():
-    y = b["classes"].get(cls)
-    if y:
-        print(f"{cls:<6} ops/s {x['ops_per_sec']:.0f} vs {y['ops_per_sec']:.0f} = {x['ops_per_sec']/max(y['ops_per_sec'],1e-9):.2f}x   "
-              f"p50 {x['p50_ms']:.2f} vs {y['p50_ms']:.2f} ms   p99 {x['p99_ms']:.2f} vs {y['p99_ms']:.2f} ms")
-PY
+    echo "== ratio lode / radosgw ($w)"
+    python3 "$ROOT/bench/ratio.py" "$WORK/lode-$w.json" "$WORK/rgw-$w.json" "$w"
 done

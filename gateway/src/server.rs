@@ -294,14 +294,7 @@ pub async fn cluster_service(
     let data_cluster = Arc::clone(data.cluster());
     // Every change this gateway commits goes to the other gateways' mounts.
     catalog.observe(crate::posix::feed::publisher(index.clone()));
-    let blobs = lode_blob_rados::RadosBlobStore::new(
-        data,
-        gc,
-        lode_blob_rados::RadosBlobConfig {
-            release_grace: Duration::from_secs(c.release_grace_secs),
-            dead_after: Duration::from_secs(c.gateway_dead_secs),
-        },
-    );
+    let blobs = rados_blobs(c, data, gc);
     // Every gateway collects released chunks, those of gateways that are gone included.
     blobs.start_collector();
     let svc = ObjectService::open(Arc::new(catalog), Arc::new(blobs), service_cfg)?;
@@ -564,6 +557,22 @@ fn watch_metadata_dir(dir: PathBuf) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The chunk store over the data pool `data`, its GC logs in `gc`, as `[cluster]` says.
+fn rados_blobs(
+    c: &lode_config::ClusterConfig,
+    data: lode_rados::IoCtx,
+    gc: lode_rados::IoCtx,
+) -> lode_blob_rados::RadosBlobStore {
+    lode_blob_rados::RadosBlobStore::new(
+        data,
+        gc,
+        lode_blob_rados::RadosBlobConfig {
+            release_grace: Duration::from_secs(c.release_grace_secs),
+            dead_after: Duration::from_secs(c.gateway_dead_secs),
+        },
+    )
+}
+
 /// `lode scrub`: one offline pass over every chunk, unpaced (cluster mode: over the
 /// namespace's objects, while its gateways serve).
 pub async fn scrub_once(cfg: &LodeConfig) -> anyhow::Result<lode_objects::scrub::PassReport> {
@@ -571,14 +580,7 @@ pub async fn scrub_once(cfg: &LodeConfig) -> anyhow::Result<lode_objects::scrub:
         let c = &cfg.cluster;
         let (catalog, data, gc) = open_cluster(c, false).await?;
         // No collector: this process only reads.
-        let blobs = lode_blob_rados::RadosBlobStore::new(
-            data,
-            gc,
-            lode_blob_rados::RadosBlobConfig {
-                release_grace: Duration::from_secs(c.release_grace_secs),
-                dead_after: Duration::from_secs(c.gateway_dead_secs),
-            },
-        );
+        let blobs = rados_blobs(c, data, gc);
         ObjectService::open(Arc::new(catalog), Arc::new(blobs), ServiceConfig::default())?
     } else {
         let (meta, dp) = open_stores(cfg)?;
