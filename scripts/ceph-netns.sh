@@ -24,9 +24,9 @@
 #   cluster 10.77.1.0/24: root .1, mon .2, hosts h1.. .11.., gateways gw1.. .21..
 #   front   10.77.2.0/24: root .1, gateways .21.., client .30
 # Each namespace is linked by veth pairs. Delay: this machine's kernel has no sch_netem
-# (CONFIG_NET_SCH_NETEM is not set), so each namespace queues what it sends (iptables NFQUEUE)
-# to scripts/netdelay.py, which lets each packet go RTT/2 after it was sent: any
-# two namespaces are RTT apart (RTT/2 from the root namespace, whose packets are not delayed).
+# (CONFIG_NET_SCH_NETEM is not set), so each namespace queues what it receives (iptables
+# NFQUEUE) to scripts/netdelay.py, which lets each packet in RTT/2 after it arrived: any two
+# namespaces are RTT apart (RTT/2 from the root namespace, which delays nothing it receives).
 # Faults are nftables drop rules in the namespace (chains faults_out, faults_in).
 # Names start with LODE_NETNS_PREFIX (default "lnx").
 set -euo pipefail
@@ -63,11 +63,13 @@ ensure_packages() {
 
 in_ns() { local n="$1"; shift; nsenter --net="/run/netns/$(ns "$n")" "$@"; }
 
-# NAME's rules: what it sends (not on loopback) goes to the delay queue, bypassed while no
+# NAME's rules: what it receives (not on loopback) goes to the delay queue, bypassed while no
 # delayer listens (iptables' NFQUEUE target: this kernel has no nft `queue`), then its nftables
-# fault chains.
+# fault chains. Delaying on receipt, not on sending: a packet held on the sender's side still
+# counts against its socket (TCP small queues, autocorking), which would throttle a stream and
+# hold back a reply's second small write by the delay, as no real link does.
 ns_rules() {
-    in_ns "$1" iptables -t mangle -A OUTPUT ! -o lo -j NFQUEUE --queue-num 0 --queue-bypass
+    in_ns "$1" iptables -t mangle -A PREROUTING ! -i lo -j NFQUEUE --queue-num 0 --queue-bypass
     in_ns "$1" nft -f - <<NFT
 table inet lodenet {
     chain faults_out { }

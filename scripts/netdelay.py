@@ -1,11 +1,11 @@
 #!/usr/bin/python3
-"""Delays every packet a network namespace sends by a fixed time: netem's `delay`, done in user
-space over NFQUEUE, for kernels built without sch_netem (this machine's: CONFIG_NET_SCH_NETEM is
-not set). scripts/ceph-netns.sh runs one per namespace.
+"""Delays every packet a network namespace receives by a fixed time: netem's `delay`, done in
+user space over NFQUEUE, for kernels built without sch_netem (this machine's:
+CONFIG_NET_SCH_NETEM is not set). scripts/ceph-netns.sh runs one per namespace.
 
     netdelay.py QUEUE_NUM DELAY_MS
 
-The namespace's output goes to queue QUEUE_NUM (`iptables -t mangle -A OUTPUT -j NFQUEUE
+The namespace's input goes to queue QUEUE_NUM (`iptables -t mangle -A PREROUTING -j NFQUEUE
 --queue-bypass`); this process binds the queue in copy-meta mode (no payload crosses to user space, GSO
 packets stay whole) and accepts each packet DELAY_MS after it was queued. Packets leave in the
 order they came, so one batch verdict ("accept every id up to N") releases all that are due.
