@@ -65,6 +65,12 @@ impl RocksMetadataStore {
         // is what triggers flushes when several families take writes, so memory stays bounded
         // by it (ten families of 64 MiB buffers each grew for hours before).
         cf_opts.set_write_buffer_size(cfg.write_buffer_bytes.min(64 << 20));
+        // Optimistic transactions check conflicts against the memtables written since they
+        // began, so RocksDB keeps flushed memtables as history: 2 x 64 MiB per column family
+        // by default, which held a soak's RSS climbing for half an hour after every flush (a
+        // heap profile: all the growth in `MemTable::Add`). Lode's transactions last
+        // milliseconds; an eighth of the budget per family covers minutes of writes.
+        cf_opts.set_max_write_buffer_size_to_maintain((cfg.write_buffer_bytes / 8) as i64);
         let mut opts = Options::default();
         opts.create_if_missing(true);
         opts.create_missing_column_families(true);
