@@ -3,7 +3,14 @@ HEADs, LISTs, small PUTs overwriting a bounded key set, 8 MiB stream reads of a 
 checkpoint bursts are left out so a 3-replica test cluster on one disk keeps up) for five
 minutes against a fresh server (cluster mode: a gateway of a fresh namespace, released chunks
 collected after 20 s), sampling the server's RSS and open files every 30 s. Its RSS must grow
-less than 10% over the second half, its open files must not climb, and no request may fail.
+less than 10% over the second half (the median of the last three samples against that of the
+three around half time), its open files must not climb, and no request may fail.
+
+On one node RocksDB's memtables fill up to their budget (`[metadata] write_buffers`, 64 MiB)
+before the first flush, about 14 minutes into this blend: that is memory bounded by
+configuration, not a leak, but five minutes would see only its climb. The test gives them
+8 MiB, so they fill and flush several times within the run and what is measured is the
+steady state (the hour in README "Hours of load" runs the default).
 The 60-minute run is a benchmark (README "Hours of load")."""
 
 import json
@@ -19,7 +26,8 @@ def test_five_minutes_of_the_blend_level_off(tmp_path_factory):
     if CLUSTER_MODE:
         gws = cluster_gateways(tmp_path_factory, n=1, cluster_toml="release_grace_secs = 20\n")
     else:
-        gws = [Lode(str(tmp_path_factory.mktemp("soak") / "data"), device_size="4GiB")]
+        gws = [Lode(str(tmp_path_factory.mktemp("soak") / "data"), device_size="4GiB",
+                    extra_toml='[metadata]\nwrite_buffers = "8MiB"\n')]
         gws[0].start()
     try:
         srv = gws[0]

@@ -1125,6 +1125,26 @@ async fn blender(
     Ok(())
 }
 
+/// RSS growth over the second half of a run: the median of the last few samples over the
+/// median of as many samples around half time (a third of the samples, at most three each).
+/// One sample against one would swing with whatever the allocator happened to hold at that
+/// instant (a stream's buffers, a memtable just flushed): about 5% either way here.
+fn growth_second_half(rss: &[u64]) -> f64 {
+    let n = rss.len();
+    if n == 0 {
+        return 1.0;
+    }
+    let k = (n / 3).clamp(1, 3);
+    let median = |w: &[u64]| {
+        let mut w = w.to_vec();
+        w.sort_unstable();
+        w[w.len() / 2]
+    };
+    let lo = ((n - 1) / 2).saturating_sub(k / 2);
+    let half = median(&rss[lo..lo + k]).max(1);
+    median(&rss[n - k..]) as f64 / half as f64
+}
+
 /// Open file descriptors of a process (`None`: no such process).
 fn fds_of(pid: u32) -> Option<u64> {
     Some(std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64)
@@ -1132,8 +1152,7 @@ fn fds_of(pid: u32) -> Option<u64> {
 
 /// The `soak` workload: the blend (PUTs overwriting `--objects` keys, so space stays bounded)
 /// for `--duration` seconds, one row per `--sample-secs`: the servers' RSS and open files, and
-/// each class's ops/s and p99. `rss_growth_second_half` is the last sample's RSS over the one
-/// at half time.
+/// each class's ops/s and p99, and `rss_growth_second_half` ([`growth_second_half`]).
 async fn soak(
     a: &BenchArgs,
     target: &Arc<Target>,
@@ -1188,9 +1207,11 @@ async fn soak(
         rows.push(serde_json::json!({"t_secs": t, "rss_kib": rss, "fds": fds, "errors": errors, "classes": classes}));
         report::merge_into(&mut all, got);
     }
-    let rss_at = |i: usize| rows[i]["rss_kib"].as_u64().unwrap_or(0);
-    let half = rss_at((rows.len() - 1) / 2).max(1);
-    let growth = rss_at(rows.len() - 1) as f64 / half as f64;
+    let rss: Vec<u64> = rows
+        .iter()
+        .map(|r| r["rss_kib"].as_u64().unwrap_or(0))
+        .collect();
+    let growth = growth_second_half(&rss);
     if !a.server_pid.is_empty() {
         println!("RSS growth over the second half: {growth:.3}x");
         extra.insert("rss_growth_second_half".into(), growth.into());
@@ -1198,4 +1219,24 @@ async fn soak(
     extra.insert("samples".into(), rows.into());
     results.push((all, Duration::from_secs_f64(every * rounds as f64)));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::growth_second_half;
+
+    #[test]
+    fn growth_compares_medians_not_single_samples() {
+        // The CI run's shape: a low sample at half time and a high last one, no trend.
+        let flat = [170, 174, 168, 165, 180, 172, 178, 171, 176, 182];
+        let g = growth_second_half(&flat);
+        assert!((0.95..1.05).contains(&g), "{g}");
+        // A steady climb of 3% a sample is past the test's 10% bound.
+        let climb: Vec<u64> = (0..10).map(|i| 1000 + 30 * i).collect();
+        let g = growth_second_half(&climb);
+        assert!(g > 1.10, "{g}");
+        assert_eq!(growth_second_half(&[]), 1.0);
+        assert_eq!(growth_second_half(&[5]), 1.0);
+        assert_eq!(growth_second_half(&[5, 10]), 2.0);
+    }
 }
