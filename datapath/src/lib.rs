@@ -81,6 +81,29 @@ pub enum ChunkError {
     Io(#[source] std::io::Error),
 }
 
+impl ChunkError {
+    /// The store did not answer in time (a cluster unreachable, its placement groups
+    /// inactive): the request may be retried, the chunk is not known to be bad.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, ChunkError::Io(io) if io.kind() == std::io::ErrorKind::TimedOut)
+    }
+
+    /// The store refuses this client (RADOS: blocklisted, `ESHUTDOWN`; cephx caps revoked,
+    /// `EACCES`/`EPERM`).
+    pub fn is_refused(&self) -> bool {
+        matches!(self, ChunkError::Io(io)
+            if matches!(io.raw_os_error(), Some(libc::ESHUTDOWN | libc::EACCES | libc::EPERM)))
+    }
+
+    /// The store did not serve the operation ([`Self::is_timeout`], [`Self::is_refused`], or
+    /// told to come back): nothing is known about the chunk itself.
+    pub fn is_unavailable(&self) -> bool {
+        self.is_timeout()
+            || self.is_refused()
+            || matches!(self, ChunkError::Io(io) if io.kind() == std::io::ErrorKind::WouldBlock)
+    }
+}
+
 /// One device as the store sees it.
 #[derive(Debug, Clone)]
 pub struct DeviceInfo {

@@ -184,7 +184,7 @@ pub fn s3_error(e: ObjError) -> S3Error {
             tracing::debug!(error = %msg, "request body failed");
             C::IncompleteBody
         }
-        ObjError::Chunk(ChunkError::Io(io)) if io.raw_os_error() == Some(libc::ETIMEDOUT) => {
+        ObjError::Chunk(e) if e.is_timeout() => {
             tracing::warn!(
                 "a chunk operation timed out (the cluster is unreachable or its placement \
                  groups inactive, or this gateway's cephx key or caps were revoked): answering \
@@ -196,14 +196,9 @@ pub fn s3_error(e: ObjError) -> S3Error {
                 http::StatusCode::SERVICE_UNAVAILABLE,
             );
         }
-        ObjError::Chunk(ChunkError::Io(io))
-            if matches!(
-                io.raw_os_error(),
-                Some(libc::ESHUTDOWN | libc::EACCES | libc::EPERM)
-            ) =>
-        {
+        ObjError::Chunk(e) if e.is_refused() => {
             tracing::error!(
-                error = %io,
+                error = %e,
                 "the cluster refuses this gateway's chunk operations (blocklisted: `ceph osd \
                  blocklist ls`, restart the gateway once it may connect again; or its cephx \
                  caps were revoked): answering 503"
@@ -397,6 +392,18 @@ mod tests {
                 ))),
                 "SlowDown",
                 503,
+            ),
+            (
+                ObjError::Chunk(ChunkError::Io(std::io::Error::from_raw_os_error(
+                    libc::ESHUTDOWN,
+                ))),
+                "ServiceUnavailable",
+                503,
+            ),
+            (
+                ObjError::Chunk(ChunkError::Io(std::io::Error::from_raw_os_error(libc::EIO))),
+                "InternalError",
+                500,
             ),
             (ObjError::Internal("boom".into()), "InternalError", 500),
         ];

@@ -148,16 +148,6 @@ async fn lease(svc: &ObjectService, holder: &str, step: LeaseStep) -> ObjResult<
     }
 }
 
-/// A chunk error that says the cluster (or device) did not answer, not that the bytes are bad:
-/// it fails the pass rather than being reported against the chunk.
-fn unavailable(e: &ChunkError) -> bool {
-    let ChunkError::Io(io) = e else { return false };
-    matches!(
-        io.kind(),
-        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
-    ) || matches!(io.raw_os_error(), Some(108 | 13 | 1)) // ESHUTDOWN (blocklisted), EACCES, EPERM
-}
-
 /// Scrubs every object once, reading at most `rate` bytes per second.
 pub async fn pass(svc: &ObjectService, rate: u64, stats: &ScrubStats) -> ObjResult<PassReport> {
     pass_held(svc, rate, stats, None)
@@ -259,7 +249,7 @@ async fn pass_held(
                     .fetch_add(u64::from(c.data_len), Ordering::Relaxed);
                 if let Err(e) = r {
                     if !matches!(e, ChunkError::Corrupt { .. } | ChunkError::Io(_))
-                        || unavailable(&e)
+                        || e.is_unavailable()
                     {
                         return Err(e.into());
                     }
