@@ -8,7 +8,6 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::error::{RadosError, Result};
-use crate::ioctx::IoCtx;
 use crate::op::cstring;
 use crate::raw;
 
@@ -164,7 +163,7 @@ fn parse_pool_space(df: &Value, name: &str) -> Option<PoolSpace> {
 }
 
 /// A connected cluster handle. Shared as `Arc<Cluster>`; librados shuts down when the last
-/// `Arc` *and* the last [`IoCtx`] (each holds the handle) are gone. That shutdown blocks for
+/// `Arc` *and* the last [`IoCtx`](crate::IoCtx) (each holds the handle) are gone. That shutdown blocks for
 /// a moment (it joins librados' threads).
 pub struct Cluster {
     raw: Arc<raw::ClusterHandle>,
@@ -568,11 +567,6 @@ impl Cluster {
                 -i64::from(libc::ENOENT),
             )),
         }
-    }
-
-    /// An I/O context on `pool` (default namespace). `ENOENT` if the pool does not exist.
-    pub async fn ioctx(self: &Arc<Self>, pool: &str) -> Result<IoCtx> {
-        IoCtx::open(self.clone(), pool, "").await
     }
 
     pub(crate) fn raw(&self) -> &Arc<raw::ClusterHandle> {

@@ -63,6 +63,13 @@ pub struct Locker {
     pub address: String,
 }
 
+impl Cluster {
+    /// An I/O context on `pool` (default namespace). `ENOENT` if the pool does not exist.
+    pub async fn ioctx(self: &Arc<Self>, pool: &str) -> Result<IoCtx> {
+        IoCtx::open(self.clone(), pool, "").await
+    }
+}
+
 impl IoCtx {
     pub(crate) async fn open(cluster: Arc<Cluster>, pool: &str, namespace: &str) -> Result<Self> {
         let pool_c = cstring("pool name", pool)?;

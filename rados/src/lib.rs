@@ -33,14 +33,16 @@ mod sys;
 
 mod cluster;
 mod error;
+mod event;
 mod ioctx;
 mod op;
 mod watch;
 
 pub use cluster::{Cluster, ClusterConfig, MonReply, PoolInfo, PoolKind, PoolSpace, PoolSpec};
 pub use error::{RadosError, Result};
+pub use event::{Notification, WatchEvent};
 pub use ioctx::{IoCtx, LockInfo, Locker, OMAP_PAGE};
 pub use op::{
     CmpOp, ObjectStat, OmapKeys, OmapPage, ReadOp, ReadResult, WriteOp, op_flags, operation_flags,
 };
-pub use watch::{Notification, NotifyAck, NotifyReply, Watch, WatchEvent, WatchOptions};
+pub use watch::{NotifyAck, NotifyReply, Watch, WatchOptions};

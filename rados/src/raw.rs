@@ -27,8 +27,8 @@ use libc::{c_char, c_int, c_uchar, c_void, size_t, time_t};
 use tokio::sync::{mpsc as tokio_mpsc, oneshot};
 
 use crate::error::{RadosError, Result, check};
+use crate::event::{Notification, WatchEvent};
 use crate::sys;
-use crate::watch::{Notification, WatchEvent};
 
 /// librados' version as (major, minor, extra); 3.0.0 for Pacific.
 pub(crate) fn librados_version() -> (i32, i32, i32) {
