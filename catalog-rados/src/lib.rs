@@ -67,6 +67,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use lode_catalog::listing::{PageFold, Step};
 use lode_catalog::{
     Aborted, AppendFn, BucketFn, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit, CompleteFn,
     Cond, ListPage, ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, RenameCheck, Result,
@@ -996,59 +997,44 @@ impl Catalog for RadosCatalog {
             Some(a) if a >= q.prefix => okey(a),
             _ => vec![],
         };
-        let delim = q.delimiter.filter(|d| !d.is_empty());
+        let mut fold = PageFold::of(q);
         // Entries per read. A read that ends inside a common prefix seeks past it; when most
         // of a read was that prefix's keys (large directories), the next reads are small, so
         // that finding each next directory does not carry a page of keys that are skipped.
         let mut read_max = PAGE;
         loop {
-            let want = (q.max + 1 - page.objects.len() - page.common_prefixes.len()) as u64;
-            let n = want.min(read_max);
+            let n = (fold.wanted() as u64).min(read_max);
             let (entries, more) = self.scan(bucket, &after, &filter, n).await?;
-            // The common prefix whose keys the rest of this page skips (read already: small
-            // directories cost no read of their own); a page that ends inside it seeks past it.
-            let mut skipping: Option<String> = None;
-            // Entries of the read skipped under the prefix it ended in.
+            // Entries of the read skipped under the common prefix it ended in (read already:
+            // small directories cost no read of their own).
             let mut tail = 0u64;
             for (k, v) in &entries {
                 let key = key_of(k)?;
-                if let Some(cp) = &skipping {
-                    if key.starts_with(cp.as_str()) {
-                        tail += 1;
-                        continue;
+                match fold.offer(&key) {
+                    Step::Take => {
+                        tail = 0;
+                        page.last = Some(key.clone());
+                        page.objects.push((key, records::decode_head(v)?));
+                        after = k.clone();
                     }
-                    skipping = None;
-                }
-                tail = 0;
-                let cp = delim.and_then(|d| {
-                    key[q.prefix.len()..]
-                        .find(d)
-                        .map(|i| key[..q.prefix.len() + i + d.len()].to_owned())
-                });
-                if let Some(cp) = cp {
-                    if q.after.is_none_or(|a| cp.as_str() > a) {
-                        if page.objects.len() + page.common_prefixes.len() >= q.max {
-                            page.truncated = true;
-                            return Ok(page);
+                    Step::Skip => tail += 1,
+                    Step::Prefix { listed } => {
+                        tail = 0;
+                        if listed {
+                            page.last = fold.skipping().map(str::to_owned);
                         }
-                        page.last = Some(cp.clone());
-                        page.common_prefixes.push(cp.clone());
                     }
-                    skipping = Some(cp);
-                    continue;
+                    Step::Full => {
+                        (page.common_prefixes, page.truncated) = fold.finish();
+                        return Ok(page);
+                    }
                 }
-                if page.objects.len() + page.common_prefixes.len() >= q.max {
-                    page.truncated = true;
-                    return Ok(page);
-                }
-                page.last = Some(key.clone());
-                page.objects.push((key, records::decode_head(v)?));
-                after = k.clone();
             }
-            match skipping {
-                // Seek past everything under the common prefix.
-                Some(cp) if more => {
-                    after = okey(&cp);
+            match fold.skipping() {
+                // Seek past everything under the common prefix the read ended in.
+                // (An entry not under it would have ended the skipping.)
+                Some(cp) if more && !entries.is_empty() => {
+                    after = okey(cp);
                     after.push(HIGH);
                     read_max = if 2 * tail >= entries.len() as u64 {
                         SEEK_READ
@@ -1056,7 +1042,10 @@ impl Catalog for RadosCatalog {
                         (n * 8).min(PAGE)
                     };
                 }
-                _ if !more || entries.is_empty() => return Ok(page),
+                _ if !more || entries.is_empty() => {
+                    (page.common_prefixes, page.truncated) = fold.finish();
+                    return Ok(page);
+                }
                 _ => read_max = (n * 8).min(PAGE),
             }
         }
@@ -1375,9 +1364,14 @@ impl Catalog for RadosCatalog {
             _ => vec![],
         };
         let mut page = UploadPage::default();
-        let delim = q.delimiter.as_deref().filter(|d| !d.is_empty());
+        let mut fold = PageFold::new(
+            &q.prefix,
+            q.delimiter.as_deref(),
+            q.key_marker.as_deref(),
+            q.max,
+        );
         loop {
-            let want = (q.max + 1 - page.uploads.len() - page.prefixes.len()) as u64;
+            let want = fold.wanted() as u64;
             let (entries, more) = self.scan(bucket, &after, &filter, want.min(PAGE)).await?;
             let mut sought = false;
             for (k, v) in &entries {
@@ -1391,33 +1385,30 @@ impl Catalog for RadosCatalog {
                         .map_err(|e| CatalogError::Corrupt(e.to_string()))
                 };
                 let (key, id) = (text(&rest[..i])?, text(&rest[i + 2..])?);
-                let cp = delim.and_then(|d| {
-                    key[q.prefix.len()..]
-                        .find(d)
-                        .map(|i| key[..q.prefix.len() + i + d.len()].to_owned())
-                });
-                if let Some(cp) = cp {
-                    if q.key_marker.as_deref().is_none_or(|km| cp.as_str() > km) {
-                        if page.uploads.len() + page.prefixes.len() >= q.max {
-                            page.truncated = true;
-                            return Ok(page);
-                        }
-                        page.last = Some((cp.clone(), String::new()));
-                        page.prefixes.push(cp.clone());
+                match fold.offer(&key) {
+                    Step::Take => {
+                        page.last = Some((key.clone(), id.clone()));
+                        page.uploads.push((key, id, decode(v)?));
+                        after = k.clone();
                     }
-                    after = past(&cp);
-                    sought = true;
-                    break;
+                    // A read that reaches a common prefix stops there and seeks past it.
+                    step @ (Step::Skip | Step::Prefix { .. }) => {
+                        let cp = fold.skipping().expect("a prefix is being skipped");
+                        if step == (Step::Prefix { listed: true }) {
+                            page.last = Some((cp.to_owned(), String::new()));
+                        }
+                        after = past(cp);
+                        sought = true;
+                        break;
+                    }
+                    Step::Full => {
+                        (page.prefixes, page.truncated) = fold.finish();
+                        return Ok(page);
+                    }
                 }
-                if page.uploads.len() + page.prefixes.len() >= q.max {
-                    page.truncated = true;
-                    return Ok(page);
-                }
-                page.last = Some((key.clone(), id.clone()));
-                page.uploads.push((key, id, decode(v)?));
-                after = k.clone();
             }
             if !sought && (!more || entries.is_empty()) {
+                (page.prefixes, page.truncated) = fold.finish();
                 return Ok(page);
             }
         }
@@ -1510,12 +1501,10 @@ impl Catalog for RadosCatalog {
                 parts: &parts,
                 current: current.as_ref(),
             })?;
-            let mut released = vec![];
-            for (n, p) in &parts {
-                if !done.used_parts.contains(n) {
-                    released.extend(chunks_of(&p.segments));
-                }
-            }
+            let mut released: Vec<ChunkLoc> = done
+                .unused(&parts)
+                .flat_map(|p| chunks_of(&p.segments))
+                .collect();
             let mut rm: Vec<Vec<u8>> = s.vals.iter().map(|(k, _)| k.clone()).collect();
             rm.push(uk.clone());
             let mut set = vec![];

@@ -24,8 +24,8 @@
 
 use super::*;
 use lode_catalog::{
-    VersionEntry, VersionPage, VersionQuery, Versioning, delete_marker, is_version, new_version_id,
-    version_seq, version_suffix,
+    VersionEntry, VersionPage, VersionQuery, Versioning, delete_marker, is_version, retirement,
+    version_suffix,
 };
 
 /// The key of a noncurrent version or delete marker of `key`.
@@ -161,9 +161,8 @@ impl Retired {
 }
 
 /// Under `v`, retires the current version `old` (whole) of `key` before a new version or a
-/// delete marker takes its place (as the KV catalog's `retire_current`): kept as a noncurrent
-/// version, unless the bucket is Suspended and it is the `null` one, which is released; in
-/// Suspended the noncurrent `null` version (`null`, read through `head`) goes too.
+/// delete marker takes its place, as [`retirement`] plans it (`null`: the noncurrent `null`
+/// version's record, read through `head`).
 fn retire(
     key: &str,
     old: Option<&ObjectRecord>,
@@ -171,25 +170,26 @@ fn retire(
     null: Option<&ObjectRecord>,
     v: Versioning,
 ) -> Result<Retired> {
+    debug_assert!(
+        v != Versioning::Off,
+        "an unversioned write retires nothing here"
+    );
+    let plan = retirement(old, head.floor, head.null.is_some(), v);
     let mut r = Retired {
         head: head.clone(),
         ..Default::default()
     };
-    let mut floor = head.floor;
     if let Some(old) = old {
-        let seq = version_seq(old, None).max(floor.saturating_add(1));
-        floor = floor.max(seq);
-        if v == Versioning::Enabled || old.version_id.is_some() {
-            let suffix = version_suffix(seq, old.version_id.as_deref());
+        if let Some(suffix) = plan.keep_as {
             if old.version_id.is_none() {
                 r.head.null = Some(suffix.clone());
             }
             r.set.push((vkey(key, &suffix), records::encode(old)));
-        } else {
+        } else if plan.release_old {
             r.released.extend(chunks_of(&old.segments));
         }
     }
-    if v == Versioning::Suspended
+    if plan.drop_null
         && let Some(s) = &head.null
     {
         r.rm.push(vkey(key, s));
@@ -198,10 +198,9 @@ fn retire(
         }
         r.head.null = None;
     }
-    let (seq, id) = new_version_id(floor);
-    r.head.floor = seq;
-    r.seq = seq;
-    r.version_id = (v == Versioning::Enabled).then_some(id);
+    r.head.floor = plan.seq;
+    r.seq = plan.seq;
+    r.version_id = plan.version_id;
     Ok(r)
 }
 
@@ -920,8 +919,8 @@ impl Inner {
         q: &VersionQuery,
     ) -> Result<VersionPage> {
         let prefix = esc(q.prefix.as_bytes());
-        let delim = q.delimiter.as_deref().filter(|d| !d.is_empty());
         let km = q.key_marker.as_deref().filter(|k| *k >= q.prefix.as_str());
+        let mut fold = PageFold::new(&q.prefix, q.delimiter.as_deref(), km, q.max);
         // Where the previous page ended: (escaped key, rank, where its older versions start);
         // rank None is the current one.
         let marker: Option<Marker> = match (km, q.version_marker.as_deref()) {
@@ -983,8 +982,7 @@ impl Inner {
         loop {
             let Some(item) = buf.pop_front() else {
                 let Some(c) = next.take() else { break };
-                let want = (q.max.saturating_add(1))
-                    .saturating_sub(page.entries.len() + page.prefixes.len());
+                let want = fold.wanted();
                 let (items, after) = self.window(bucket, &c, &filters, want as u64).await?;
                 buf.extend(items);
                 next = after;
@@ -992,37 +990,29 @@ impl Inner {
             };
             let key = String::from_utf8(unesc(&item.ekey).ok_or_else(|| corrupt("bad index key"))?)
                 .map_err(|e| CatalogError::Corrupt(e.to_string()))?;
-            let cp_end = delim.and_then(|d| {
-                key[q.prefix.len()..]
-                    .find(d)
-                    .map(|i| q.prefix.len() + i + d.len())
-            });
-            if let Some(end) = cp_end {
-                let cp = key[..end].to_owned();
-                if km.is_none_or(|k| cp.as_str() > k) {
-                    if page.entries.len() + page.prefixes.len() >= q.max {
-                        page.truncated = true;
-                        break;
+            match fold.offer(&key) {
+                Step::Take => {}
+                // Under a common prefix passed over (the buffer drops those; see below).
+                Step::Skip => continue,
+                Step::Prefix { listed } => {
+                    let cp = fold.skipping().expect("a prefix is being skipped");
+                    if listed {
+                        page.next = Some((cp.to_owned(), None));
                     }
-                    page.next = Some((cp.clone(), None));
-                    page.prefixes.push(cp.clone());
+                    // Past every key under the prefix: what was read of it, and the next reads.
+                    let ecp = esc(cp.as_bytes());
+                    buf.retain(|i| !i.ekey.starts_with(&ecp));
+                    if buf.is_empty()
+                        && let Some(c) = &mut next
+                    {
+                        let past = |t: u8| [tagged(t, &[&ecp]), vec![HIGH]].concat();
+                        c.o_after = c.o_after.clone().max(past(b'o'));
+                        c.v_after = c.v_after.clone().max(past(b'v'));
+                        c.pos = c.pos.clone().max([ecp, vec![HIGH]].concat());
+                    }
+                    continue;
                 }
-                // Past every key under the prefix: what was read of it, and the next reads.
-                let ecp = esc(cp.as_bytes());
-                buf.retain(|i| !i.ekey.starts_with(&ecp));
-                if buf.is_empty()
-                    && let Some(c) = &mut next
-                {
-                    let past = |t: u8| [tagged(t, &[&ecp]), vec![HIGH]].concat();
-                    c.o_after = c.o_after.clone().max(past(b'o'));
-                    c.v_after = c.v_after.clone().max(past(b'v'));
-                    c.pos = c.pos.clone().max([ecp, vec![HIGH]].concat());
-                }
-                continue;
-            }
-            if page.entries.len() + page.prefixes.len() >= q.max {
-                page.truncated = true;
-                break;
+                Step::Full => break,
             }
             let record = if item.rank.is_none() {
                 records::decode_head(&item.value)?
@@ -1039,6 +1029,7 @@ impl Inner {
                 is_latest,
             });
         }
+        (page.prefixes, page.truncated) = fold.finish();
         if !page.truncated {
             page.next = None;
         }

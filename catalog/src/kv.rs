@@ -16,6 +16,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use lode_metadata::records::{self, AbortedUpload, ExtentRecord, Record};
 use lode_metadata::{MemMetadataStore, MetadataStore, Table, Transaction, keys};
 
+use crate::listing::{PageFold, Step};
+
 use crate::{
     Aborted, AppendFn, BucketFn, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit, CompleteFn,
     Cond, ListPage, ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, RenameCheck, Result,
@@ -24,7 +26,7 @@ use crate::{
 };
 use crate::{
     Brief, ObjectSummary, VersionEntry, VersionPage, VersionQuery, Versioning, delete_marker,
-    is_version, new_version_id, seq_of_suffix, version_seq, version_suffix,
+    is_version, retirement, seq_of_suffix, version_suffix,
 };
 
 /// How long an aborted upload is remembered for a retried abort.
@@ -288,30 +290,28 @@ fn retire_current(
     v: Versioning,
     released: &mut Vec<ChunkLoc>,
 ) -> Result<(u64, Option<String>)> {
-    if v == Versioning::Off {
-        if let Some(old) = old {
-            drop_refs(t, &old.segments, released)?;
-        }
-        return Ok((0, None));
-    }
-    let versions = versions_of(m, b, k)?;
-    let mut floor = versions
+    let versions = if v == Versioning::Off {
+        vec![]
+    } else {
+        versions_of(m, b, k)?
+    };
+    let floor = versions
         .first()
         .and_then(|(s, _)| seq_of_suffix(s))
         .unwrap_or(0);
+    let null = null_suffix(&versions);
+    let r = retirement(old, floor, null.is_some(), v);
     if let Some(old) = old {
-        let seq = version_seq(old, None).max(floor.saturating_add(1));
-        floor = floor.max(seq);
-        if v == Versioning::Enabled || old.version_id.is_some() {
+        if let Some(suffix) = &r.keep_as {
             let whole = full_record(t, okey, old.clone())?;
-            let vkey = keys::version(b, k, &version_suffix(seq, old.version_id.as_deref()));
+            let vkey = keys::version(b, k, suffix);
             t.put(Table::Versions, &vkey, &records::encode(&whole))?;
-        } else {
+        } else if r.release_old {
             drop_refs(t, &old.segments, released)?;
         }
     }
-    if v == Versioning::Suspended
-        && let Some(suffix) = null_suffix(&versions)
+    if r.drop_null
+        && let Some(suffix) = null
     {
         let vkey = keys::version(b, k, suffix);
         if let Some(val) = t.get_for_update(Table::Versions, &vkey)? {
@@ -320,11 +320,7 @@ fn retire_current(
             t.delete(Table::Versions, &vkey)?;
         }
     }
-    let (seq, id) = new_version_id(floor);
-    Ok(match v {
-        Versioning::Enabled => (seq, Some(id)),
-        _ => (seq, None),
-    })
+    Ok((r.seq, r.version_id))
 }
 
 /// Rewrites the current record at `okey` (`cur`, as stored) in place with `f`, its payload
@@ -409,12 +405,13 @@ fn list_versions_page(m: &dyn MetadataStore, b: &str, q: &VersionQuery) -> Resul
     let base = keys::bucket_prefix(b);
     let mut full_prefix = base.clone();
     full_prefix.extend_from_slice(q.prefix.as_bytes());
-    let delim = q
-        .delimiter
-        .as_deref()
-        .filter(|d| !d.is_empty())
-        .map(str::as_bytes);
     let km = q.key_marker.as_deref().map(str::as_bytes);
+    let mut fold = PageFold::new(
+        &q.prefix,
+        q.delimiter.as_deref(),
+        q.key_marker.as_deref(),
+        q.max,
+    );
     // Where the previous page ended: (key, rank); rank None is the current version.
     let marker: Option<(Vec<u8>, Option<Vec<u8>>)> = match (km, q.version_marker.as_deref()) {
         (Some(k), Some(v)) => {
@@ -480,35 +477,27 @@ fn list_versions_page(m: &dyn MetadataStore, b: &str, q: &VersionQuery) -> Resul
             advance(&mut objs, &mut vers);
             continue;
         }
-        let cp_end = delim.and_then(|d| {
-            let rest = &key[q.prefix.len()..];
-            rest.windows(d.len())
-                .position(|w| w == d)
-                .map(|i| q.prefix.len() + i + d.len())
-        });
-        if let Some(end) = cp_end {
-            let cp = key[..end].to_vec();
-            if km.is_none_or(|k| cp.as_slice() > k) {
-                if page.entries.len() + page.prefixes.len() >= q.max {
-                    page.truncated = true;
-                    break;
-                }
-                let cp = String::from_utf8(cp.clone())
-                    .map_err(|e| CatalogError::Corrupt(e.to_string()))?;
-                page.next = Some((cp.clone(), None));
-                page.prefixes.push(cp);
+        let name = std::str::from_utf8(&key).map_err(|e| CatalogError::Corrupt(e.to_string()))?;
+        match fold.offer(name) {
+            Step::Take => {}
+            Step::Skip => {
+                advance(&mut objs, &mut vers);
+                continue;
             }
-            let Some(succ) = keys::prefix_successor(&cp) else {
-                break;
-            };
-            let next = [&base[..], &succ].concat();
-            objs.seek(&next);
-            vers.seek(&next);
-            continue;
-        }
-        if page.entries.len() + page.prefixes.len() >= q.max {
-            page.truncated = true;
-            break;
+            Step::Prefix { listed } => {
+                let cp = fold.skipping().expect("a prefix is being skipped");
+                if listed {
+                    page.next = Some((cp.to_owned(), None));
+                }
+                let Some(succ) = keys::prefix_successor(cp.as_bytes()) else {
+                    break;
+                };
+                let next = [&base[..], &succ].concat();
+                objs.seek(&next);
+                vers.seek(&next);
+                continue;
+            }
+            Step::Full => break,
         }
         let record = records::decode::<ObjectRecord>(&value)?.into_head();
         let is_latest = latest_done.as_deref() != Some(key.as_slice());
@@ -525,6 +514,7 @@ fn list_versions_page(m: &dyn MetadataStore, b: &str, q: &VersionQuery) -> Resul
     }
     objs.status()?;
     vers.status()?;
+    (page.prefixes, page.truncated) = fold.finish();
     if !page.truncated {
         page.next = None;
     }
@@ -1165,7 +1155,7 @@ impl Catalog for KvCatalog {
 
     async fn list(&self, bucket: &str, q: &ListQuery<'_>) -> Result<ListPage> {
         self.listing(bucket, q, |m, b, q| {
-            Ok(head_page(lode_metadata::list::list_objects(m, b, q)?))
+            Ok(head_page(crate::kv_list::list_objects(m, b, q)?))
         })
         .await
     }
@@ -1173,7 +1163,7 @@ impl Catalog for KvCatalog {
     async fn list_briefs(&self, bucket: &str, q: &ListQuery<'_>) -> Result<(ListPage, Vec<Brief>)> {
         self.listing(bucket, q, |m, b, q| {
             let mut briefs = vec![];
-            let page = lode_metadata::list::list_briefs(m, b, q, &mut |k, (s, c, o)| {
+            let page = crate::kv_list::list_briefs(m, b, q, &mut |k, (s, c, o)| {
                 briefs.push(Brief::new(k, &s, c, o))
             })?;
             Ok((page, briefs))
@@ -1426,7 +1416,12 @@ impl Catalog for KvCatalog {
             };
             c.seek(&start);
             let mut page = UploadPage::default();
-            let delim = q.delimiter.filter(|d| !d.is_empty());
+            let mut fold = PageFold::new(
+                &prefix,
+                q.delimiter.as_deref(),
+                q.key_marker.as_deref(),
+                q.max,
+            );
             while let Some((k, v)) = c.current() {
                 if !k.starts_with(&full) {
                     break;
@@ -1437,46 +1432,37 @@ impl Catalog for KvCatalog {
                 };
                 let key = String::from_utf8_lossy(key).into_owned();
                 let id = String::from_utf8_lossy(id).into_owned();
-                let cp = delim.as_deref().and_then(|d| {
-                    key[prefix.len()..]
-                        .find(d)
-                        .map(|i| key[..prefix.len() + i + d.len()].to_owned())
-                });
-                if let Some(cp) = cp {
-                    if q.key_marker.as_deref().is_none_or(|km| cp.as_str() > km) {
-                        if page.uploads.len() + page.prefixes.len() >= q.max {
-                            page.truncated = true;
-                            break;
-                        }
-                        page.prefixes.push(cp.clone());
-                        page.last = Some((cp.clone(), String::new()));
-                    }
-                    match keys::prefix_successor(cp.as_bytes()) {
-                        Some(next) => {
-                            let mut k = base.clone();
-                            k.extend_from_slice(&next);
-                            c.seek(&k);
-                            continue;
-                        }
-                        None => break,
-                    }
-                }
                 let skip = match (&q.key_marker, &q.id_marker) {
                     (Some(km), Some(im)) => key < *km || (key == *km && id <= *im),
                     (Some(km), None) => key <= *km,
                     _ => false,
                 };
-                if !skip {
-                    if page.uploads.len() + page.prefixes.len() >= q.max {
-                        page.truncated = true;
-                        break;
-                    }
-                    page.last = Some((key.clone(), id.clone()));
-                    page.uploads.push((key, id, records::decode(v)?));
+                if skip {
+                    c.next();
+                    continue;
                 }
-                c.next();
+                match fold.offer(&key) {
+                    Step::Take => {
+                        page.last = Some((key.clone(), id.clone()));
+                        page.uploads.push((key, id, records::decode(v)?));
+                        c.next();
+                    }
+                    Step::Skip => c.next(),
+                    Step::Prefix { listed } => {
+                        let cp = fold.skipping().expect("a prefix is being skipped");
+                        if listed {
+                            page.last = Some((cp.to_owned(), String::new()));
+                        }
+                        match keys::prefix_successor(cp.as_bytes()) {
+                            Some(next) => c.seek(&[&base[..], &next].concat()),
+                            None => break,
+                        }
+                    }
+                    Step::Full => break,
+                }
             }
             c.status()?;
+            (page.prefixes, page.truncated) = fold.finish();
             Ok(page)
         })
         .await
@@ -1559,10 +1545,10 @@ impl Catalog for KvCatalog {
                 let value = split(&done.record)?;
                 // The used parts' references move to the object; the others are released.
                 let mut released = vec![];
-                for (n, p) in &parts {
-                    if !done.used_parts.contains(n) {
-                        drop_refs(t, &p.segments, &mut released)?;
-                    }
+                for p in done.unused(&parts) {
+                    drop_refs(t, &p.segments, &mut released)?;
+                }
+                for n in parts.keys() {
                     t.delete(Table::Parts, &keys::part(&id, *n))?;
                 }
                 let stored = get_obj(t, &okey)?;
@@ -1635,7 +1621,7 @@ impl Catalog for KvCatalog {
     }
 
     fn list_blocking(&self, bucket: &str, q: &ListQuery<'_>) -> Result<ListPage> {
-        Ok(head_page(lode_metadata::list::list_objects(
+        Ok(head_page(crate::kv_list::list_objects(
             &*self.meta,
             bucket,
             q,
@@ -1648,12 +1634,7 @@ impl Catalog for KvCatalog {
         q: &ListQuery<'_>,
         f: &mut dyn FnMut(&str, &ObjectSummary<'_>),
     ) -> Result<ListPage> {
-        Ok(lode_metadata::list::list_summaries(
-            &*self.meta,
-            bucket,
-            q,
-            f,
-        )?)
+        crate::kv_list::list_summaries(&*self.meta, bucket, q, f)
     }
 
     async fn sys_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {

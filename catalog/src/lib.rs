@@ -39,7 +39,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-pub use lode_metadata::list::{ListPage, ListQuery};
+pub use listing::{ListPage, ListQuery};
 pub use lode_metadata::records::{
     BucketRecord, ChecksumNames, Checksums, ChunkLoc, MetaSummary, ObjectLock, ObjectMeta,
     ObjectRecord, ObjectSummary, PartRecord, PartSummary, Segment, Sse, SseKind, UploadRecord,
@@ -90,6 +90,8 @@ impl Brief {
 pub mod conformance;
 mod faulty;
 mod kv;
+mod kv_list;
+pub mod listing;
 
 pub use faulty::{Fault, FaultyCatalog};
 pub use kv::{KvCatalog, mem_catalog};
@@ -289,6 +291,59 @@ pub fn is_version(rec: &ObjectRecord, id: &str) -> bool {
     }
 }
 
+/// What retiring a key's current version does before a new version or a delete marker takes
+/// its place: S3's rule, once for every backend ([`retirement`]); the backend applies it.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Retirement {
+    /// Keep the old current version whole, as a noncurrent version under this suffix.
+    pub keep_as: Option<String>,
+    /// Release the old current version's chunks: it is not kept.
+    pub release_old: bool,
+    /// Remove the key's noncurrent `null` version and release its chunks (a key has one
+    /// `null` version, and a `Suspended` write makes a new one).
+    pub drop_null: bool,
+    /// The new version's sequence number (the key's newest from now on) and id (`None`: the
+    /// `null` version).
+    pub seq: u64,
+    pub version_id: Option<String>,
+}
+
+/// For backends: the [`Retirement`] of `old` (the key's current version, if any) under `v`,
+/// for a key whose newest version is `floor` ([`version_seq`]; 0: none) and which has a
+/// noncurrent `null` version if `has_null`. `Off`: the old version is released and nothing
+/// else happens (sequence 0). Otherwise the old version is kept, unless the bucket is
+/// `Suspended` and it is the `null` version, which is released; in `Suspended` the noncurrent
+/// `null` version goes too.
+pub fn retirement(
+    old: Option<&ObjectRecord>,
+    floor: u64,
+    has_null: bool,
+    v: Versioning,
+) -> Retirement {
+    if v == Versioning::Off {
+        return Retirement {
+            release_old: old.is_some(),
+            ..Default::default()
+        };
+    }
+    let mut r = Retirement::default();
+    let mut floor = floor;
+    if let Some(old) = old {
+        let seq = version_seq(old, None).max(floor.saturating_add(1));
+        floor = floor.max(seq);
+        if v == Versioning::Enabled || old.version_id.is_some() {
+            r.keep_as = Some(version_suffix(seq, old.version_id.as_deref()));
+        } else {
+            r.release_old = true;
+        }
+    }
+    r.drop_null = v == Versioning::Suspended && has_null;
+    let (seq, id) = new_version_id(floor);
+    r.seq = seq;
+    r.version_id = (v == Versioning::Enabled).then_some(id);
+    r
+}
+
 /// For backends: a delete marker made now with this version id (`None`: the `null` one).
 pub fn delete_marker(version_id: Option<String>) -> ObjectRecord {
     ObjectRecord {
@@ -424,6 +479,20 @@ pub struct UploadState<'a> {
 pub struct Completion {
     pub record: ObjectRecord,
     pub used_parts: Vec<u32>,
+}
+
+impl Completion {
+    /// For backends: the parts of `parts` (the upload's) that the object is not made of;
+    /// their chunks are released in the Complete's commit, and every part record goes.
+    pub fn unused<'p>(
+        &'p self,
+        parts: &'p BTreeMap<u32, PartRecord>,
+    ) -> impl Iterator<Item = &'p PartRecord> + 'p {
+        parts
+            .iter()
+            .filter(|(n, _)| !self.used_parts.contains(n))
+            .map(|(_, p)| p)
+    }
 }
 
 /// The outcome of an abort.
@@ -853,4 +922,62 @@ pub trait Catalog: Send + Sync + 'static {
     /// Atomically replaces the value at `key` with `f(current)` (`None`: delete). `f` may
     /// refuse.
     async fn sys_update(&self, key: &[u8], f: SysFn) -> Result<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(version_id: Option<&str>) -> ObjectRecord {
+        let mut r = delete_marker(version_id.map(str::to_owned));
+        r.delete_marker = false;
+        r
+    }
+
+    #[test]
+    fn retirement_keeps_what_s3_keeps() {
+        let (_, id) = new_version_id(0);
+        let with_id = rec(Some(&id));
+        let null = rec(None);
+        // Off: the old version goes, nothing is kept, no version is made.
+        let r = retirement(Some(&with_id), 7, true, Versioning::Off);
+        assert_eq!(
+            r,
+            Retirement {
+                release_old: true,
+                ..Default::default()
+            }
+        );
+        assert_eq!(
+            retirement(None, 7, true, Versioning::Off),
+            Retirement::default()
+        );
+        // Enabled: the old version is kept under its id (the null one under a null suffix),
+        // a new id is made, newer than the floor and the old version.
+        let r = retirement(Some(&with_id), 0, true, Versioning::Enabled);
+        assert_eq!(r.keep_as.as_deref(), Some(id.as_str()));
+        assert!(!r.release_old && !r.drop_null);
+        assert!(r.seq > version_seq(&with_id, None));
+        assert_eq!(
+            r.version_id.as_deref().map(seq_of_suffix),
+            Some(Some(r.seq))
+        );
+        let r = retirement(Some(&null), u64::MAX / 2, false, Versioning::Enabled);
+        assert!(r.keep_as.as_deref().is_some_and(|s| s.ends_with("null")));
+        assert!(r.seq > u64::MAX / 2);
+        // Suspended: a null current version is released, not kept; an older noncurrent null
+        // version goes; the new version is the null one.
+        let r = retirement(Some(&null), 0, true, Versioning::Suspended);
+        assert_eq!(
+            (r.keep_as.is_none(), r.release_old, r.drop_null),
+            (true, true, true)
+        );
+        assert_eq!(r.version_id, None);
+        let r = retirement(Some(&with_id), 0, false, Versioning::Suspended);
+        assert_eq!(r.keep_as.as_deref(), Some(id.as_str()));
+        assert_eq!(
+            (r.release_old, r.drop_null, r.version_id),
+            (false, false, None)
+        );
+    }
 }

@@ -8,7 +8,8 @@ use lode_catalog::{
     Catalog, CatalogError, Cond, Fault, FaultyCatalog, KvCatalog, ListQuery, ObjectRecord, Refs,
     Versioning, conformance, mem_catalog, replace_check,
 };
-use lode_metadata::{MetadataStore, RocksConfig, RocksMetadataStore, Table, keys, records};
+use lode_metadata::{MetadataStore, Table, keys, records};
+use lode_metadata_rocks::{RocksConfig, RocksMetadataStore};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn memory_backend_conforms() {

@@ -11,7 +11,8 @@ use anyhow::{Context, bail};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use lode_config::{Durability, IoBackend, LodeConfig};
 use lode_datapath::{Backend, Datapath};
-use lode_metadata::{MetadataStore, RocksConfig, RocksMetadataStore};
+use lode_metadata::MetadataStore;
+use lode_metadata_rocks::{RocksConfig, RocksMetadataStore};
 use s3s::service::S3ServiceBuilder;
 use tokio::net::TcpListener;
 

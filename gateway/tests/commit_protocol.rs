@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::StreamExt;
 use lode_datapath::{Backend, ChunkError, Datapath};
-use lode_metadata::{RocksConfig, RocksMetadataStore};
+use lode_metadata_rocks::{RocksConfig, RocksMetadataStore};
 use lode_objects::{Integrity, ObjError, ObjectMeta, ObjectService, ServiceConfig, WriteCond};
 
 const DEV: u64 = 64 << 20;

@@ -1,5 +1,7 @@
-//! [`RocksMetadataStore`]: the RocksDB backend (an optimistic-transaction DB, one column family
-//! per [`Table`]). The only module of Lode that names RocksDB types.
+//! `lode-metadata-rocks`: [`RocksMetadataStore`], the RocksDB backend of
+//! [`lode_metadata::MetadataStore`] (an optimistic-transaction DB, one column family per
+//! [`Table`]), the single-node default. The only crate of Lode that names RocksDB types; the
+//! RADOS backends do not link it.
 
 use std::path::{Path, PathBuf};
 
@@ -9,7 +11,7 @@ use rocksdb::{
     WriteOptions,
 };
 
-use crate::{Cursor, MetaError, MetadataStore, Table, Transaction};
+use lode_metadata::{Cursor, MetaError, MetadataStore, Table, Transaction};
 
 type Db = OptimisticTransactionDB;
 
@@ -184,7 +186,7 @@ impl Transaction for RocksTxn<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::records::{self, Checksums, ObjectMeta, ObjectRecord, Segment};
+    use lode_metadata::records::{self, Checksums, ObjectMeta, ObjectRecord, Segment};
 
     /// A data dir written before the `inline` column family existed (format-2 records with
     /// their bytes inside) opens, reads as before, and takes format-3 writes.
@@ -220,7 +222,7 @@ mod tests {
         let v = store.get(Table::Objects, b"bkt\0k").unwrap().unwrap();
         assert_eq!(records::decode::<ObjectRecord>(&v).unwrap(), rec);
         assert_eq!(store.get(Table::Inline, b"bkt\0k").unwrap(), None);
-        crate::transact(&store, |t| {
+        lode_metadata::transact(&store, |t| {
             t.put(Table::Inline, b"bkt\0k2", b"payload")?;
             Ok::<_, MetaError>(())
         })

@@ -2,12 +2,10 @@
 
 use std::sync::Arc;
 
-use lode_metadata::list::{ListQuery, list_objects};
-use lode_metadata::records::{Checksums, ObjectMeta, ObjectRecord, encode};
 use lode_metadata::{
-    FaultyMetadataStore, MemMetadataStore, MetaError, MetadataStore, RocksConfig,
-    RocksMetadataStore, Table, keys, transact,
+    FaultyMetadataStore, MemMetadataStore, MetaError, MetadataStore, Table, transact,
 };
+use lode_metadata_rocks::{RocksConfig, RocksMetadataStore};
 
 fn rocks() -> (tempfile::TempDir, Arc<dyn MetadataStore>) {
     let dir = tempfile::tempdir().unwrap();
@@ -205,118 +203,6 @@ fn transact_retries_make_counters_exact() {
                 .unwrap(),
         );
         assert_eq!(n, 200, "{name}");
-    }
-}
-
-fn rec(size: u64) -> Vec<u8> {
-    encode(&ObjectRecord {
-        size,
-        etag: "e".into(),
-        last_modified_ms: 0,
-        meta: ObjectMeta::default(),
-        checksums: Checksums::default(),
-        segments: vec![],
-        parts: vec![],
-        upload_id: None,
-        version_id: None,
-        delete_marker: false,
-    })
-}
-
-/// Reference model: the plain definition of an S3 listing over a sorted key list.
-fn model(keys: &[&str], prefix: &str, delim: Option<&str>, after: Option<&str>) -> Vec<String> {
-    let mut out: Vec<String> = vec![];
-    let mut sorted: Vec<&str> = keys.to_vec();
-    sorted.sort();
-    for k in sorted {
-        if !k.starts_with(prefix) {
-            continue;
-        }
-        let entry = match delim.and_then(|d| k[prefix.len()..].find(d).map(|i| (i, d))) {
-            Some((i, d)) => k[..prefix.len() + i + d.len()].to_string(),
-            None => k.to_string(),
-        };
-        if after.is_some_and(|a| entry.as_str() <= a) {
-            continue;
-        }
-        if out.last() != Some(&entry) {
-            out.push(entry);
-        }
-    }
-    out
-}
-
-#[test]
-fn listing_matches_the_model_page_by_page() {
-    let keys: Vec<&str> = vec![
-        "a",
-        "a/b",
-        "a/b/c",
-        "a/c",
-        "a0",
-        "b",
-        "b/x/y",
-        "b/y",
-        "c/",
-        "c//d",
-        "d",
-        "photos/2024/1.jpg",
-        "photos/2024/2.jpg",
-        "photos/2025/1.jpg",
-        "photos/x.jpg",
-        "z",
-    ];
-    for (name, _d, s) in backends() {
-        for k in &keys {
-            put(&*s, Table::Objects, &keys::object("bk", k), &rec(1));
-        }
-        // A key in another bucket with a shared prefix must never show up.
-        put(&*s, Table::Objects, &keys::object("bk2", "a"), &rec(1));
-        put(&*s, Table::Objects, &keys::object("b", "k"), &rec(1));
-        for prefix in ["", "a", "a/", "photos/", "photos/2024/", "nope"] {
-            for delim in [None, Some("/"), Some("/2")] {
-                for max in [1, 2, 3, 1000] {
-                    let want = model(&keys, prefix, delim, None);
-                    let mut got = vec![];
-                    let mut after: Option<String> = None;
-                    loop {
-                        let q = ListQuery {
-                            prefix,
-                            delimiter: delim,
-                            after: after.as_deref(),
-                            max,
-                        };
-                        let page = list_objects(&*s, "bk", &q).unwrap();
-                        let mut entries: Vec<String> =
-                            page.objects.iter().map(|o| o.0.clone()).collect();
-                        entries.extend(page.common_prefixes.iter().cloned());
-                        entries.sort();
-                        assert!(entries.len() <= max);
-                        got.extend(entries);
-                        if !page.truncated {
-                            break;
-                        }
-                        after = page.last.clone();
-                    }
-                    assert_eq!(
-                        got, want,
-                        "{name} prefix={prefix:?} delim={delim:?} max={max}"
-                    );
-                }
-            }
-        }
-        // start-after
-        let q = ListQuery {
-            prefix: "",
-            delimiter: Some("/"),
-            after: Some("a0"),
-            max: 100,
-        };
-        let page = list_objects(&*s, "bk", &q).unwrap();
-        let mut got: Vec<String> = page.objects.iter().map(|o| o.0.clone()).collect();
-        got.extend(page.common_prefixes);
-        got.sort();
-        assert_eq!(got, model(&keys, "", Some("/"), Some("a0")), "{name}");
     }
 }
 

@@ -2,25 +2,23 @@
 //!
 //! The boundary is the [`MetadataStore`] trait: an ordered, transactional key-value store with
 //! tables, snapshot cursors and atomic multi-key commits with conflict detection. It names no
-//! RocksDB type, so a distributed ordered-KV engine can implement it later. Backends:
-//! [`RocksMetadataStore`] (production) and [`MemMetadataStore`] (tests); both pass the same
-//! conformance suite (`tests/conformance.rs`). [`FaultyMetadataStore`] wraps either to inject
+//! RocksDB type, so a distributed ordered-KV engine can implement it later, and depends on no
+//! storage engine. Backends: `lode-metadata-rocks` (production, a crate of its own) and
+//! [`MemMetadataStore`] (tests); both pass the same conformance suite
+//! (`metadata-rocks/tests/conformance.rs`). [`FaultyMetadataStore`] wraps either to inject
 //! failures.
 //!
 //! On top of the trait this crate owns the key encoding ([`keys`]), whose byte order equals S3
-//! listing order, the versioned records ([`records`]) and listing ([`list`]), which costs
-//! O(page) seeks whatever the number of keys. It must never depend on the datapath or gateway.
+//! listing order, and the versioned records ([`records`]); the listings over it are the KV
+//! catalog's (`lode-catalog`). It must never depend on the datapath or gateway.
 
 pub mod fault;
 pub mod keys;
-pub mod list;
 pub mod mem;
 pub mod records;
-pub mod rocks;
 
 pub use fault::FaultyMetadataStore;
 pub use mem::MemMetadataStore;
-pub use rocks::{RocksConfig, RocksMetadataStore};
 
 /// The tables (RocksDB column families) of the metadata store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
