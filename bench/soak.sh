@@ -5,14 +5,15 @@
 # The blend without the 16 MiB checkpoint bursts, at half the blender's rates (a rate both modes
 # sustain on a 2-core machine with a 3-replica cluster on one disk), its PUTs overwriting 500
 # keys so space stays bounded; cluster mode: one gateway on a fresh scripts/ceph-dev.sh cluster,
-# released chunks collected after 60 s. Extra `lode bench` arguments go in BENCH_ARGS. The
+# released chunks collected after 60 s. Extra `lode bench` arguments go in BENCH_ARGS, the port in
+# PORT (19701). The
 # table goes to stdout, the JSON (every sample) to $WORK/soak.json (printed at the end).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/lode-target}"
 LODE="$CARGO_TARGET_DIR/release/lode"
 [ -x "$LODE" ] || (cd "$ROOT" && cargo build --release --locked)
-MODE="${1:-}"; SECS="${2:-3600}"; EVERY="${3:-60}"
+MODE="${1:-}"; SECS="${2:-3600}"; EVERY="${3:-60}"; PORT="${PORT:-19701}"
 case "$MODE" in local | cluster) ;; *) sed -n '2,4p' "$0" >&2; exit 2 ;; esac
 WORK="$(mktemp -d /var/tmp/lode-soak.XXXXXX)"
 export LODE_ACCESS_KEY=soakaccesskey01 LODE_SECRET_KEY=soaksecretkey0123456789abcdef
@@ -23,7 +24,7 @@ cleanup() {
     rm -rf "$WORK/data"
 }
 trap cleanup EXIT
-ARGS=(--listen 127.0.0.1:19701 --admin-listen "" --data-dir "$WORK/data")
+ARGS=(--listen 127.0.0.1:$PORT --admin-listen "" --data-dir "$WORK/data")
 if [ "$MODE" = cluster ]; then
     "$ROOT/scripts/ceph-dev.sh" start "$WORK/ceph" >/dev/null
     printf '[cluster]\nrelease_grace_secs = 60\n' >"$WORK/lode.toml"
@@ -31,10 +32,10 @@ if [ "$MODE" = cluster ]; then
     export LODE_MASTER_KEY=$(openssl rand -hex 32)
 fi
 "$LODE" serve "${ARGS[@]}" >"$WORK/lode.log" 2>&1 & PID=$!
-for _ in $(seq 600); do (echo > /dev/tcp/127.0.0.1/19701) 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 600); do (echo > /dev/tcp/127.0.0.1/$PORT) 2>/dev/null && break; sleep 0.1; done
 echo "== $MODE, $SECS s, a sample every $EVERY s; uptime: $(uptime)"
 # shellcheck disable=SC2086
-"$LODE" bench soak --endpoint http://127.0.0.1:19701 --access-key "$LODE_ACCESS_KEY" \
+"$LODE" bench soak --endpoint http://127.0.0.1:$PORT --access-key "$LODE_ACCESS_KEY" \
     --secret-key "$LODE_SECRET_KEY" --bucket soak --objects 500 \
     --classes get,head,list,put,stream --rate-scale 0.5 --duration "$SECS" --sample-secs "$EVERY" \
     --server-pid "$PID" --json "$WORK/soak.json" ${BENCH_ARGS:-}

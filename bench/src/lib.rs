@@ -27,6 +27,12 @@
 //! * `soak`: the blender's blend (its PUTs overwriting `--objects` keys, so space stays bounded)
 //!   for `--duration` seconds in all, a row every `--sample-secs`: the `--server-pid`s' RSS and
 //!   open files, each class's ops/s and p99, errors; and the RSS growth over the second half.
+//! * `keys`: ingest `--objects` small objects into one bucket (`--size`, default 256 B; every
+//!   20th object 20 KiB, above the inline threshold, so the store also holds extents), in tenths:
+//!   after each tenth its PUT rate and p99, the first-page ListObjectsV2 latency (median of 20)
+//!   and the `--server-pid`s' RSS; at the end one full listing. Keys spread over 256 prefixes
+//!   (`<prefix>/<hh>/<n>`), each prefix's keys in rising order, as a parallel `aws s3 sync` of
+//!   sorted directories writes them. bench/keys.sh adds the restart time.
 //!
 //! Output: a progress bar on a terminal, a table (ops/s, MiB/s, p50/p99/p99.9 per op class),
 //! `--json` (`{"workload", "params", "classes": {"get": {"ops_per_sec", "mib_per_sec",
@@ -59,7 +65,7 @@ pub use target::{Op, Target};
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
     /// small | losf-ingest | train-read | stream-read | checkpoint | list | stat-storm | blender | conns | soak
-    /// | conns
+    /// | keys
     pub workload: String,
     /// The S3 endpoint (`conns`: comma-separated endpoints, connections spread over them).
     #[arg(long, default_value = "http://127.0.0.1:9000")]
@@ -638,8 +644,9 @@ pub async fn run(a: BenchArgs) -> crate::error::Result<serde_json::Value> {
         "blender" => blender(&a, &target, &prefix, &mut rng, &mut results, &mut extra).await?,
         "conns" => conns(&a, &target, &prefix, &mut rng, &mut results, &mut extra).await?,
         "soak" => soak(&a, &target, &prefix, &mut rng, &mut results, &mut extra).await?,
+        "keys" => keys(&a, &target, &prefix, &mut rng, &mut results, &mut extra).await?,
         w => bail!(
-            "unknown workload `{w}` (small, losf-ingest, train-read, stream-read, checkpoint, list, stat-storm, blender, conns, soak)"
+            "unknown workload `{w}` (small, losf-ingest, train-read, stream-read, checkpoint, list, stat-storm, blender, conns, soak, keys)"
         ),
     }
 
@@ -1122,6 +1129,108 @@ async fn blender(
         (100.0 * meta as f64 / ops.max(1) as f64).into(),
     );
     results.push((blend, wall));
+    Ok(())
+}
+
+/// The `keys` workload (see the crate doc): `--objects` small objects into one bucket, in
+/// tenths, each tenth's PUT rate, first-page latency and server RSS; then a full listing.
+async fn keys(
+    a: &BenchArgs,
+    target: &Arc<Target>,
+    prefix: &str,
+    rng: &mut rand::rngs::StdRng,
+    results: &mut Vec<(Samples, Duration)>,
+    extra: &mut serde_json::Map<String, serde_json::Value>,
+) -> crate::error::Result<()> {
+    const LARGE: usize = 20 << 10;
+    const LARGE_EVERY: usize = 20;
+    const FIRST_PAGES: usize = 20;
+    let size = parse_size(a.size.as_deref().unwrap_or("256B"))?;
+    let data = Payload::new(rng, LARGE.max(size));
+    // Multiplicative hashing spreads consecutive objects over the 256 prefixes.
+    let key = |i: usize| {
+        let h = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56;
+        format!("{prefix}/{h:02x}/{i:010}")
+    };
+    let tenth = a.objects.div_ceil(10).max(1);
+    let mut rows = vec![];
+    let mut all = Samples::new();
+    let mut wall = Duration::ZERO;
+    println!(
+        "{:>6} {:>11} {:>9} {:>8} {:>14} {:>9}",
+        "tenth", "objects", "PUT/s", "p99 ms", "first page ms", "RSS MiB"
+    );
+    for t in 0..10 {
+        let (lo, hi) = ((t * tenth).min(a.objects), ((t + 1) * tenth).min(a.objects));
+        if lo == hi {
+            break;
+        }
+        let jobs = (lo..hi)
+            .map(|i| {
+                let n = if i % LARGE_EVERY == LARGE_EVERY - 1 {
+                    LARGE
+                } else {
+                    size
+                };
+                (
+                    "put",
+                    Op::Put {
+                        key: key(i),
+                        body: data.get(rng, n),
+                    },
+                )
+            })
+            .collect();
+        let (mut puts, took) = run_jobs(target, jobs, a.concurrency, "ingest").await?;
+        no_errors(&puts, "ingest")?;
+        let pages = (0..FIRST_PAGES)
+            .map(|_| {
+                (
+                    "first",
+                    Op::List {
+                        prefix: format!("{prefix}/"),
+                        delimiter: false,
+                    },
+                )
+            })
+            .collect();
+        let (mut first, first_wall) = run_jobs(target, pages, 1, "first page").await?;
+        no_errors(&first, "first-page")?;
+        let rss: u64 = a.server_pid.iter().filter_map(|p| rss_kib(*p)).sum();
+        let p = report::summarize(puts.get_mut("put").expect("puts ran"), took);
+        let f = report::summarize(first.get_mut("first").expect("lists ran"), first_wall);
+        let rate = p["ops_per_sec"].as_f64().unwrap_or(0.0);
+        println!(
+            "{:>6} {hi:>11} {rate:>9.0} {:>8.1} {:>14.2} {:>9.1}",
+            t + 1,
+            p["p99_ms"].as_f64().unwrap_or(0.0),
+            f["p50_ms"].as_f64().unwrap_or(0.0),
+            rss as f64 / 1024.0
+        );
+        rows.push(serde_json::json!({
+            "tenth": t + 1, "objects": hi, "puts_per_sec": rate, "put_p99_ms": p["p99_ms"],
+            "first_page_p50_ms": f["p50_ms"], "rss_kib": rss,
+        }));
+        report::merge_into(&mut all, puts);
+        report::merge_into(&mut all, first);
+        wall += took + first_wall;
+    }
+    let rate = |r: &serde_json::Value| r["puts_per_sec"].as_f64().unwrap_or(0.0);
+    if let (Some(f), Some(l)) = (rows.first(), rows.last()) {
+        let ratio = rate(l) / rate(f).max(f64::MIN_POSITIVE);
+        println!("last tenth's PUT rate over the first's: {ratio:.2}x");
+        extra.insert("last_vs_first_tenth".into(), ratio.into());
+    }
+    extra.insert("tenths".into(), rows.into());
+    results.push((all, wall));
+    let listed = full_listing(target, &format!("{prefix}/"), results).await?;
+    if listed != a.objects {
+        bail!(
+            "the full listing returned {listed} keys, expected {}",
+            a.objects
+        );
+    }
+    extra.insert("prefix".into(), prefix.into());
     Ok(())
 }
 

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# 10^7 keys (issue 37 section 5): `lode bench keys` ingests N small objects into one bucket of a
+# fresh server (256 B each, every 20th 20 KiB so the store holds extents too) and reports each
+# tenth's PUT rate, first-page latency and RSS, then one full listing; then the server is
+# stopped (SIGTERM) and started again on the same data, and the time until it accepts
+# connections (it opens its stores first: RocksDB, the allocator rebuilt from every extent) and
+# its RSS are measured, with the first listing page after the restart. Usage:
+#   bench/keys.sh local|cluster [N (10000000 local, 1000000 cluster)] [CONCURRENCY (64)]
+# cluster mode: one gateway on a fresh scripts/ceph-dev.sh cluster; the index partitions of the
+# bucket are counted at the end (`rados ls`). DEVICE sets the local device size (default:
+# enough for the extents). The JSON goes to $WORK/keys.json (printed at the end).
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/lode-target}"
+LODE="$CARGO_TARGET_DIR/release/lode"
+[ -x "$LODE" ] || (cd "$ROOT" && cargo build --release --locked)
+MODE="${1:-}"
+case "$MODE" in local) N="${2:-10000000}" ;; cluster) N="${2:-1000000}" ;; *) sed -n '8p' "$0" >&2; exit 2 ;; esac
+C="${3:-64}"; PORT="${PORT:-19711}"
+WORK="$(mktemp -d /var/tmp/lode-keys.XXXXXX)"
+export LODE_ACCESS_KEY=keysaccesskey001 LODE_SECRET_KEY=keyssecretkey0123456789abcdef
+PID=""
+cleanup() {
+    [ -n "$PID" ] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null || true
+    [ "$MODE" = cluster ] && "$ROOT/scripts/ceph-dev.sh" stop "$WORK/ceph" --purge >/dev/null 2>&1 || true
+    rm -rf "$WORK/data" "$WORK/dev0.img"
+}
+trap cleanup EXIT
+ARGS=(--listen "127.0.0.1:$PORT" --admin-listen "" --data-dir "$WORK/data")
+if [ "$MODE" = cluster ]; then
+    "$ROOT/scripts/ceph-dev.sh" start "$WORK/ceph" >/dev/null
+    printf '[cluster]\nrelease_grace_secs = 60\n' >"$WORK/lode.toml"
+    ARGS+=(--cluster ceph --ceph-conf "$WORK/ceph/ceph.conf")
+    export LODE_MASTER_KEY=$(openssl rand -hex 32)
+else
+    # Every 20th object takes 20 KiB of the device: N/20 x 20 KiB, and a quarter more.
+    dev="${DEVICE:-$(( (N / 20 * 20 * 5 / 4 / 1048576 + 1024) ))MiB}"
+    printf '[[datapath.devices]]\npath = "%s/dev0.img"\nsize = "%s"\n' "$WORK" "$dev" >"$WORK/lode.toml"
+fi
+ARGS+=(--config "$WORK/lode.toml")
+now_ms() { date +%s%3N; }
+# Starts the server; START_MS: how long until it accepted a connection.
+start() {
+    local t0; t0=$(now_ms)
+    "$LODE" serve "${ARGS[@]}" >>"$WORK/lode.log" 2>&1 & PID=$!
+    until (echo >"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; do
+        kill -0 "$PID" 2>/dev/null || { tail -20 "$WORK/lode.log"; exit 1; }
+        sleep 0.02
+    done
+    START_MS=$(( $(now_ms) - t0 ))
+}
+rss() { awk '/VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$PID/status"; }
+start
+echo "== $MODE, $N objects, $C connections; uptime: $(uptime)"
+"$LODE" bench keys --endpoint "http://127.0.0.1:$PORT" --access-key "$LODE_ACCESS_KEY" \
+    --secret-key "$LODE_SECRET_KEY" --bucket keys --objects "$N" --concurrency "$C" \
+    --server-pid "$PID" --json "$WORK/keys.json" ${BENCH_ARGS:-}
+before="$(rss)"
+if [ "$MODE" = cluster ]; then
+    parts="$(rados -c "$WORK/ceph/ceph.conf" -p lode-index ls | grep -c '^lode\.part\.keys\.' || true)"
+    echo "index partitions of the bucket: $(( parts + 1 ))"
+fi
+kill "$PID"; wait "$PID" || true; PID=""
+start
+echo "restart: accepting after $START_MS ms; RSS $(rss) MiB (before the restart: $before MiB)"
+# The first page after the restart (cold caches), signed by curl.
+curl -sS -o /dev/null -w 'first page after the restart: HTTP %{http_code} in %{time_total} s\n' \
+    --aws-sigv4 aws:amz:us-east-1:s3 --user "$LODE_ACCESS_KEY:$LODE_SECRET_KEY" \
+    "http://127.0.0.1:$PORT/keys?list-type=2&max-keys=1000"
+grep -h "datapath space rebuilt" "$WORK/lode.log" | tail -1 || true
+echo "after the restart and one listing: RSS $(rss) MiB"
+echo "JSON: $WORK/keys.json"
