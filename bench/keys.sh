@@ -34,7 +34,7 @@ if [ "$MODE" = cluster ]; then
     export LODE_MASTER_KEY=$(openssl rand -hex 32)
 else
     # Every 20th object takes 20 KiB of the device: N/20 x 20 KiB, and a quarter more.
-    dev="${DEVICE:-$(( (N / 20 * 20 * 5 / 4 / 1048576 + 1024) ))MiB}"
+    dev="${DEVICE:-$(( N / 20 * 20 * 1024 * 5 / 4 / 1048576 + 1024 ))MiB}"
     printf '[[datapath.devices]]\npath = "%s/dev0.img"\nsize = "%s"\n' "$WORK" "$dev" >"$WORK/lode.toml"
 fi
 ARGS+=(--config "$WORK/lode.toml")
@@ -64,7 +64,7 @@ kill "$PID"; wait "$PID" || true; PID=""
 start
 echo "restart: accepting after $START_MS ms; RSS $(rss) MiB (before the restart: $before MiB)"
 # The first page after the restart (cold caches), signed by curl.
-curl -sS -o /dev/null -w 'first page after the restart: HTTP %{http_code} in %{time_total} s\n' \
+curl -sS -o /dev/null -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -w 'first page after the restart: HTTP %{http_code} in %{time_total} s\n' \
     --aws-sigv4 aws:amz:us-east-1:s3 --user "$LODE_ACCESS_KEY:$LODE_SECRET_KEY" \
     "http://127.0.0.1:$PORT/keys?list-type=2&max-keys=1000"
 grep -h "datapath space rebuilt" "$WORK/lode.log" | tail -1 || true
