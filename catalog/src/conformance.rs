@@ -375,24 +375,6 @@ pub async fn references(c: &dyn Catalog) {
     c.delete_bucket("refs").await.unwrap();
 }
 
-/// The plain definition of an S3 listing over a sorted key list.
-fn model(keys: &BTreeSet<String>, prefix: &str, delim: Option<&str>) -> Vec<String> {
-    let mut out: Vec<String> = vec![];
-    for k in keys {
-        let Some(rest) = k.strip_prefix(prefix) else {
-            continue;
-        };
-        let e = match delim.and_then(|d| rest.find(d).map(|i| (i, d))) {
-            Some((i, d)) => format!("{prefix}{}", &rest[..i + d.len()]),
-            None => k.clone(),
-        };
-        if out.last() != Some(&e) {
-            out.push(e);
-        }
-    }
-    out
-}
-
 /// Listing matches the model page by page, for prefixes, delimiters and page sizes.
 pub async fn listing(c: &dyn Catalog) {
     new_bucket(c, "lst").await;
@@ -415,7 +397,12 @@ pub async fn listing(c: &dyn Catalog) {
     for prefix in ["", "a", "a/", "b", "zz"] {
         for delim in [None, Some("/"), Some("b")] {
             for max in [1, 3, 1000] {
-                let want = model(&keys, prefix, delim);
+                let want = crate::listing::reference_listing(
+                    keys.iter().map(String::as_str),
+                    prefix,
+                    delim,
+                    None,
+                );
                 let mut got = vec![];
                 let mut after: Option<String> = None;
                 loop {

@@ -145,37 +145,41 @@ impl<'q> PageFold<'q> {
     }
 }
 
+/// The plain definition of an S3 listing, for tests and conformance suites: the keys of `keys`
+/// (in any order) under `prefix`, each rolled up to its common prefix at the first `delimiter`
+/// after the prefix, those after `after`, in order, each once.
+pub fn reference_listing<'a>(
+    keys: impl IntoIterator<Item = &'a str>,
+    prefix: &str,
+    delimiter: Option<&str>,
+    after: Option<&str>,
+) -> Vec<String> {
+    let mut sorted: Vec<&str> = keys.into_iter().collect();
+    sorted.sort_unstable();
+    let delimiter = delimiter.filter(|d| !d.is_empty());
+    let mut out: Vec<String> = vec![];
+    for k in sorted {
+        let Some(rest) = k.strip_prefix(prefix) else {
+            continue;
+        };
+        let e = match delimiter.and_then(|d| rest.find(d).map(|i| (i, d))) {
+            Some((i, d)) => format!("{prefix}{}", &rest[..i + d.len()]),
+            None => k.to_owned(),
+        };
+        if after.is_some_and(|a| e.as_str() <= a) {
+            continue;
+        }
+        if out.last() != Some(&e) {
+            out.push(e);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::BTreeSet;
-
-    /// The listing of `keys` as S3 defines it: every key under the prefix, each rolled up to
-    /// its common prefix, after the marker.
-    fn model(
-        keys: &BTreeSet<&str>,
-        prefix: &str,
-        delim: Option<&str>,
-        after: Option<&str>,
-    ) -> Vec<String> {
-        let mut out: Vec<String> = vec![];
-        for k in keys {
-            let Some(rest) = k.strip_prefix(prefix) else {
-                continue;
-            };
-            let e = match delim.and_then(|d| rest.find(d).map(|i| (i, d))) {
-                Some((i, d)) => format!("{prefix}{}", &rest[..i + d.len()]),
-                None => (*k).to_owned(),
-            };
-            if after.is_some_and(|a| e.as_str() <= a) {
-                continue;
-            }
-            if out.last() != Some(&e) {
-                out.push(e);
-            }
-        }
-        out
-    }
 
     /// A backend that seeks: reads from after `after`, seeks past each prefix.
     fn page(keys: &BTreeSet<&str>, q: &ListQuery<'_>) -> (Vec<String>, Vec<String>, bool) {
@@ -225,7 +229,7 @@ mod tests {
             for delim in [None, Some("/"), Some("/2"), Some("")] {
                 for start in [None, Some("a0"), Some("a/"), Some("photos/2024/")] {
                     for max in [1, 2, 3, 1000] {
-                        let want = model(&keys, prefix, delim.filter(|d| !d.is_empty()), start);
+                        let want = reference_listing(keys.iter().copied(), prefix, delim, start);
                         let mut got = vec![];
                         let mut after = start.map(str::to_owned);
                         loop {
