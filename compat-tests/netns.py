@@ -185,6 +185,9 @@ class Load:
             "errors": errors,
             "slow_over_2s": sum(1 for o in after if o[3] and o[2] - o[1] > 2.0),
             "longest_put_s": round(max((o[2] - o[1] for o in after), default=0), 2),
+            # How long a PUT waited while the fault held (a PUT still waiting at the heal goes on
+            # until the connections it waits on retransmit: TCP's backoff, seconds after a cut).
+            "longest_in_fault_s": round(max((min(o[2], t_heal or o[2]) - o[1] for o in after), default=0), 2),
             "outage_s": round(max(gaps, default=0), 2),
             "recovered_after_fault_s": round(last_bad - t_fault, 2),
             "recovered_after_heal_s": round(max(0.0, last_bad - t_heal), 2) if t_heal else None,

@@ -375,6 +375,20 @@ def ceph(*args):
     return subprocess.run(["ceph", "-c", ceph_conf(), *args], check=True, capture_output=True, text=True)
 
 
+def osds_have_map(epoch, timeout=60):
+    """Waits until every OSD holds the OSD map `epoch`: an op that reaches an OSD after that is
+    checked against it (the OSD queues each PG's move to a new map ahead of later ops)."""
+    import time
+    deadline = time.monotonic() + timeout
+    for osd in ceph("osd", "ls").stdout.split():
+        while True:
+            st = json.loads(ceph("tell", f"osd.{osd}", "status").stdout)
+            if st["newest_map"] >= epoch and st["state"] == "active":
+                break
+            assert time.monotonic() < deadline, f"osd.{osd} still at map {st['newest_map']} < {epoch}"
+            time.sleep(0.1)
+
+
 def test_a_gateway_runs_as_its_own_cephx_user_with_minimal_caps(tmp_path):
     """Lode runs as a user of its own with mon 'allow r' and osd 'allow rw' on its two pools
     only (README "Deploying against your Ceph cluster"). Caps revoked under it: requests end in
@@ -410,6 +424,9 @@ def test_a_gateway_runs_as_its_own_cephx_user_with_minimal_caps(tmp_path):
         assert addrs, sessions
         for a in addrs:
             ceph("osd", "blocklist", "add", a)
+        # The OSDs refuse a blocklisted client once they hold the map that lists it; the mon
+        # hands it out asynchronously (on a busy machine, a write can land in between).
+        osds_have_map(json.loads(ceph("osd", "dump", "-f", "json").stdout)["epoch"])
         t0 = time.time()
         for key, n in (("after", 1000), ("after-big", 5 * MIB)):
             with pytest.raises(ClientError) as e:

@@ -84,15 +84,17 @@ def test_a_whole_host_killed_under_load_loses_nothing(topo):
 def test_a_gateway_cut_off_the_cluster_answers_503_in_time_and_recovers_alone(topo):
     d, gws = topo
     netns.until(lambda: netns.cluster_healthy(d), "healthy before the fault", 300, 2)
-    r = netns.run_fault(d, gws, "cut-gateway", hold=15, after=5)
+    r = netns.run_fault(d, gws, "cut-gateway", hold=25, after=5)
     print(r)
     _no_loss(r)
     cut, other = r["cut_gateway"], r["other_gateways"]
     # The cut gateway's requests ended in 503 within the op timeout, not a hang (a PUT whose
-    # body was still being sent may see the connection closed after the 503 instead) ...
+    # body was still being sent may see the connection closed after the 503 instead). A PUT
+    # still waiting at the heal is bounded by the recovery below, not by the op timeout: its
+    # RADOS ops go on when TCP retransmits, on a backoff that had doubled all through the cut.
     assert cut["errors"].get("503 SlowDown", 0) + cut["errors"].get("503 ServiceUnavailable", 0) > 0, r
     assert set(cut["errors"]) <= {"503 SlowDown", "503 ServiceUnavailable", "ConnectionClosedError"}, r
-    assert cut["longest_put_s"] < OP_TIMEOUT + 5, r
+    assert cut["longest_in_fault_s"] < OP_TIMEOUT + 5, r
     # ... the other gateway went on, and the cut one served again on its own after the heal.
     assert other["failed"] == 0 and other["acked"] > 0, r
     assert cut["recovered_after_heal_s"] is not None and cut["recovered_after_heal_s"] < 60, r

@@ -284,8 +284,6 @@ impl Cluster {
         c
     }
 
-    /// (pool, read ops, write ops) this client sent since it connected, per pool: what an S3
-    /// operation costs in RADOS operations, measured.
     /// Records that an op completed with `rval` (a timeout is no answer).
     pub(crate) fn note_completion(&self, rval: i64) {
         if rval != -i64::from(libc::ETIMEDOUT) {
@@ -305,6 +303,8 @@ impl Cluster {
             .saturating_sub(Duration::from_millis(ms))
     }
 
+    /// (pool, read ops, write ops) this client sent since it connected, per pool: what an S3
+    /// operation costs in RADOS operations, measured.
     pub fn op_counts(&self) -> Vec<(String, u64, u64)> {
         use std::sync::atomic::Ordering::Relaxed;
         self.counters
