@@ -44,11 +44,13 @@
 //!
 //! # When to split
 //! Each gateway counts the new keys it commits per partition; every `split_keys / 8` of them it
-//! counts the partition's keys (a page of keys per 1,000). At `split_keys` it splits at the
-//! median key, or, when the partition is the last one and this gateway's recent keys are all
-//! in its top quarter (monotonic names, `shard-000123`), at the 15/16 key: the new last
-//! partition starts nearly empty and takes the new keys, the old one stays nearly full and is
-//! not written any more.
+//! counts the partition's keys (a page of keys per 1,000), and again sooner as the partition
+//! nears its split size (every `split_keys / 32` at the closest). At a size between 3/4 of
+//! `split_keys` and `split_keys`, fixed per partition (so that evenly filled partitions do not
+//! all split at once), it splits at the median key; or, at `split_keys` and when the
+//! partition is the last one and this gateway's recent keys are all in its top quarter
+//! (monotonic names, `shard-000123`), at the 15/16 key: the new last partition starts nearly
+//! empty and takes the new keys, the old one stays nearly full and is not written any more.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -108,6 +110,25 @@ impl Default for PartitionConfig {
 impl PartitionConfig {
     fn check_every(&self) -> u64 {
         (self.split_keys / 8).max(1)
+    }
+
+    /// The size at which partition `oid` splits at its median: between 3/4 of `split_keys`
+    /// and `split_keys`, fixed per partition by a hash of its name. Keys spread evenly (hashed
+    /// names) fill every partition at the same rate; with one size for all they would all
+    /// split at once, in waves that stall ingest (1 -> 2 -> 4 -> ... partitions together).
+    fn median_split_at(&self, oid: &str) -> u64 {
+        // FNV-1a: stable across builds, so every gateway picks the same size.
+        let h = oid.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+        self.split_keys - h % (self.split_keys / 4).max(1)
+    }
+
+    /// After a count of `n` keys in a partition that splits at `at`: how many new keys this
+    /// gateway commits there before it counts again (half the keys still missing, as other
+    /// gateways insert there too).
+    fn next_check(&self, n: u64, at: u64) -> u64 {
+        (at.saturating_sub(n) / 2).clamp((self.split_keys / 32).max(1), self.check_every())
     }
 }
 
@@ -284,6 +305,8 @@ struct Inserts {
     /// The bucket whose partition this is (what [`Routes::forget`] drops).
     bucket: String,
     since_check: u64,
+    /// The count of new keys at which to count the partition again (0: `check_every`).
+    due: u64,
     /// The lowest key inserted since the last check (monotonic names stay in the top).
     min_key: Option<Vec<u8>>,
     running: bool,
@@ -807,7 +830,12 @@ impl Inner {
             if s.min_key.as_deref().is_none_or(|m| pos < m) {
                 s.min_key = Some(pos.to_vec());
             }
-            if s.since_check >= self.cfg.check_every() && !s.running {
+            let due = if s.due == 0 {
+                self.cfg.check_every()
+            } else {
+                s.due
+            };
+            if s.since_check >= due && !s.running {
                 s.running = true;
                 s.since_check = 0;
                 Some(s.min_key.take())
@@ -892,11 +920,19 @@ impl Inner {
         }
         let keys = self.keys_in(oid, &part).await?;
         let n = keys.len();
-        if (n as u64) < self.cfg.split_keys || n < 2 {
+        let monotonic =
+            n >= 2 && part.hi.is_none() && min_key.is_some_and(|m| m >= keys[n * 3 / 4].as_slice());
+        let size = if monotonic {
+            self.cfg.split_keys
+        } else {
+            self.cfg.median_split_at(oid)
+        };
+        if let Some(s) = self.routes.inserts.lock().unwrap().get_mut(oid) {
+            s.due = self.cfg.next_check(n as u64, size);
+        }
+        if (n as u64) < size || n < 2 {
             return Ok(false);
         }
-        let monotonic =
-            part.hi.is_none() && min_key.is_some_and(|m| m >= keys[n * 3 / 4].as_slice());
         let at = if monotonic {
             n - (n / 16).max(1)
         } else {
@@ -1452,5 +1488,28 @@ mod tests {
         let mut left: Vec<String> = r.inserts.lock().unwrap().keys().cloned().collect();
         left.sort();
         assert_eq!(left, ["other", "p2"]);
+    }
+
+    #[test]
+    fn evenly_filled_partitions_split_at_sizes_spread_over_a_quarter() {
+        let cfg = PartitionConfig::default();
+        let sizes: Vec<u64> = (0..200)
+            .map(|i| cfg.median_split_at(&format!("lode.part.b.{i}")))
+            .collect();
+        let (lo, hi) = (*sizes.iter().min().unwrap(), *sizes.iter().max().unwrap());
+        assert!(lo >= cfg.split_keys * 3 / 4 && hi <= cfg.split_keys, "{lo}..{hi}");
+        // Spread over the quarter, not bunched: every eighth of it is someone's size.
+        let eighths: std::collections::BTreeSet<u64> = sizes
+            .iter()
+            .map(|s| (cfg.split_keys - s) * 8 / (cfg.split_keys / 4))
+            .collect();
+        assert_eq!(eighths.len(), 8, "{eighths:?}");
+        // The same name, the same size (every gateway agrees).
+        assert_eq!(cfg.median_split_at("lode.part.b.7"), sizes[7]);
+        // Far from the size: the usual interval; close: sooner, never more often than 1/32.
+        assert_eq!(cfg.next_check(0, 50_000), cfg.check_every());
+        assert_eq!(cfg.next_check(44_000, 50_000), 3_000);
+        assert_eq!(cfg.next_check(49_990, 50_000), 50_000 / 32);
+        assert_eq!(cfg.next_check(60_000, 50_000), 50_000 / 32);
     }
 }
