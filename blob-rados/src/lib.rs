@@ -55,8 +55,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use lode_datapath::{
-    AlignedBuf, BlobGuard, BlobStore, BlobWriter, ChunkError, ChunkRef, Extent, PendingBlobs,
+use lode_blob::{
+    AlignedBuf, BlobGuard, BlobStore, BlobWriter, ChunkError, ChunkId, ChunkRef, PendingBlobs,
     crc32c,
 };
 use lode_rados::{CmpOp, IoCtx, RadosError, ReadOp, WriteOp};
@@ -144,14 +144,14 @@ async fn log_state(gc_io: &IoCtx, oid: &str) -> Result<Option<LogState>, RadosEr
 }
 
 /// One GC record: (release ms, the chunk's name parts).
-fn parse_record(rec: &[u8]) -> (u64, Extent) {
+fn parse_record(rec: &[u8]) -> (u64, ChunkId) {
     let t = u64::from_le_bytes(rec[0..8].try_into().expect("8 bytes"));
-    let extent = Extent {
-        dev: u32::from_le_bytes(rec[8..12].try_into().expect("4 bytes")),
-        offset: u64::from_le_bytes(rec[12..20].try_into().expect("8 bytes")),
+    let chunk = ChunkId {
+        space: u32::from_le_bytes(rec[8..12].try_into().expect("4 bytes")),
+        index: u64::from_le_bytes(rec[12..20].try_into().expect("8 bytes")),
         len: 0,
     };
-    (t, extent)
+    (t, chunk)
 }
 
 /// The chunk objects queued in the GC logs of `gc_io` and not collected yet: released, to be
@@ -220,9 +220,10 @@ pub struct RadosBlobStore {
 /// its figures every few seconds).
 const SPACE_EVERY: Duration = Duration::from_secs(10);
 
-/// The RADOS object name of a chunk.
-pub fn chunk_oid(c: &Extent) -> String {
-    format!("lode.c.{:08x}.{:016x}", c.dev, c.offset)
+/// The RADOS object name of a chunk: its writer's incarnation (the id's `space`) and its
+/// number within that incarnation (`index`).
+pub fn chunk_oid(c: &ChunkId) -> String {
+    format!("lode.c.{:08x}.{:016x}", c.space, c.index)
 }
 
 fn io_err(e: RadosError) -> ChunkError {
@@ -596,9 +597,9 @@ impl Inner {
                 continue;
             }
             for i in 0..u64::from(count) {
-                let c = Extent {
-                    dev: incarnation,
-                    offset: base + i,
+                let c = ChunkId {
+                    space: incarnation,
+                    index: base + i,
                     len: 0,
                 };
                 match self.io.remove(&chunk_oid(&c)).await {
@@ -688,8 +689,8 @@ impl Inner {
         let mut rec = Vec::with_capacity(chunks.len() * GC_REC);
         for c in &chunks {
             rec.extend_from_slice(&t.to_le_bytes());
-            rec.extend_from_slice(&c.extent.dev.to_le_bytes());
-            rec.extend_from_slice(&c.extent.offset.to_le_bytes());
+            rec.extend_from_slice(&c.id.space.to_le_bytes());
+            rec.extend_from_slice(&c.id.index.to_le_bytes());
         }
         let oid = self.gc_log(rec.len() as u64);
         let me = Arc::clone(self);
@@ -754,16 +755,16 @@ impl Inner {
         let due = now_ms().saturating_sub(self.cfg.release_grace.as_millis() as u64);
         let mut upto = done;
         for rec in data.chunks_exact(GC_REC) {
-            let (t, extent) = parse_record(rec);
+            let (t, chunk) = parse_record(rec);
             if t > due {
                 pass.waiting += ((data.len() as u64 + done) - upto) / GC_REC as u64;
                 break;
             }
-            match self.io.remove(&chunk_oid(&extent)).await {
+            match self.io.remove(&chunk_oid(&chunk)).await {
                 Ok(()) => {}
                 Err(e) if e.is_not_found() => {}
                 Err(e) => {
-                    tracing::warn!(error = %e, chunk = %chunk_oid(&extent), "removing a released chunk failed (retried next pass)");
+                    tracing::warn!(error = %e, chunk = %chunk_oid(&chunk), "removing a released chunk failed (retried next pass)");
                     break;
                 }
             }
@@ -794,11 +795,11 @@ impl Inner {
         let me = Arc::clone(self);
         let run = async move {
             for c in chunks {
-                match me.io.remove(&chunk_oid(&c.extent)).await {
+                match me.io.remove(&chunk_oid(&c.id)).await {
                     Ok(()) => {}
                     Err(e) if e.is_not_found() => {}
                     Err(e) => {
-                        tracing::warn!(error = %e, chunk = %chunk_oid(&c.extent), "removing a released chunk failed (an orphan for fsck)")
+                        tracing::warn!(error = %e, chunk = %chunk_oid(&c.id), "removing a released chunk failed (an orphan for fsck)")
                     }
                 }
             }
@@ -847,9 +848,9 @@ impl BlobWriter for Writer {
             self.blocks.push(b);
         }
         let b = self.blocks.last_mut().expect("reserved");
-        let extent = Extent {
-            dev: self.inner.incarnation,
-            offset: b.base + u64::from(b.used),
+        let id = ChunkId {
+            space: self.inner.incarnation,
+            index: b.base + u64::from(b.used),
             len: data.len() as u32,
         };
         b.used += 1;
@@ -859,11 +860,11 @@ impl BlobWriter for Writer {
             let len = data.len() as u32;
             inner
                 .io
-                .write_full(&chunk_oid(&extent), data)
+                .write_full(&chunk_oid(&id), data)
                 .await
                 .map_err(io_err)?;
             Ok(ChunkRef {
-                extent,
+                id,
                 data_len: len,
                 crc32c: crc,
             })
@@ -958,15 +959,14 @@ impl BlobStore for RadosBlobStore {
         let data = self
             .inner
             .io
-            .read(&chunk_oid(&chunk.extent), 0, chunk.data_len as usize)
+            .read(&chunk_oid(&chunk.id), 0, chunk.data_len as usize)
             .await
             .map_err(io_err)?;
         let actual = crc32c(&data);
         if data.len() != chunk.data_len as usize || actual != chunk.crc32c {
-            tracing::error!(chunk = %chunk_oid(&chunk.extent), "chunk crc32c or length mismatch");
+            tracing::error!(chunk = %chunk_oid(&chunk.id), "chunk crc32c or length mismatch");
             return Err(ChunkError::Corrupt {
-                dev: chunk.extent.dev,
-                offset: chunk.extent.offset,
+                chunk: chunk.id,
                 expected: chunk.crc32c,
                 actual,
             });

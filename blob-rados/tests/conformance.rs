@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use lode_blob::{AlignedBuf, BlobStore};
 use lode_blob_rados::{RadosBlobConfig, RadosBlobStore, chunk_oid};
-use lode_datapath::{AlignedBuf, BlobStore};
 use lode_rados::{Cluster, ClusterConfig, PoolSpec};
 
 async fn store(grace: Duration) -> Option<(RadosBlobStore, lode_rados::IoCtx, lode_rados::IoCtx)> {
@@ -52,7 +52,7 @@ async fn rados_blob_store_conforms() {
     let Some((s, io, _)) = store(Duration::from_millis(200)).await else {
         return;
     };
-    lode_datapath::blob::conformance::round_trip(&s).await;
+    lode_blob::conformance::round_trip(&s).await;
     // Released chunks are gone once the grace period passed; nothing else is left behind.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while !io.list_objects(None).await.unwrap().is_empty() {
@@ -76,12 +76,12 @@ async fn an_uncommitted_write_leaves_no_chunk_and_a_damaged_chunk_is_an_error() 
     let (chunks, pending) = w.finish().await.unwrap();
     assert_eq!(io.list_objects(None).await.unwrap().len(), 1);
     // A flipped byte in the stored chunk is detected on read.
-    io.write_full(&chunk_oid(&chunks[0].extent), vec![8u8; 5000])
+    io.write_full(&chunk_oid(&chunks[0].id), vec![8u8; 5000])
         .await
         .unwrap();
     assert!(matches!(
         s.read(&chunks[0]).await,
-        Err(lode_datapath::ChunkError::Corrupt { .. })
+        Err(lode_blob::ChunkError::Corrupt { .. })
     ));
     drop(pending);
     let deadline = std::time::Instant::now() + Duration::from_secs(20);

@@ -7,8 +7,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::buffer::ALIGN;
 use crate::{ChunkError, Extent};
+use lode_blob::ALIGN;
 
 /// Free space of one device: offset -> length, coalesced.
 #[derive(Debug, Default)]
@@ -144,11 +144,11 @@ impl ExtentAllocator {
         let d = self
             .devices
             .get_mut(e.dev as usize)
-            .ok_or(ChunkError::BadExtent(e))?;
+            .ok_or(ChunkError::BadChunk(e.id()))?;
         if d.remove_range(e.offset, u64::from(e.len)) {
             Ok(())
         } else {
-            Err(ChunkError::BadExtent(e))
+            Err(ChunkError::BadChunk(e.id()))
         }
     }
 
@@ -157,11 +157,11 @@ impl ExtentAllocator {
         let d = self
             .devices
             .get_mut(e.dev as usize)
-            .ok_or(ChunkError::BadExtent(e))?;
+            .ok_or(ChunkError::BadChunk(e.id()))?;
         if d.give_back(e.offset, u64::from(e.len)) {
             Ok(())
         } else {
-            Err(ChunkError::BadExtent(e))
+            Err(ChunkError::BadChunk(e.id()))
         }
     }
 

@@ -75,7 +75,7 @@ pub(crate) fn open_devices(
             }
             cur.max(*want)
         };
-        let size = size / crate::ALIGN as u64 * crate::ALIGN as u64;
+        let size = size / lode_blob::ALIGN as u64 * lode_blob::ALIGN as u64;
         infos.push(DeviceInfo {
             path: path.display().to_string(),
             size,
@@ -91,12 +91,14 @@ pub(crate) fn check_bounds(
     e: crate::Extent,
     len: usize,
 ) -> Result<(), ChunkError> {
-    let dev = infos.get(e.dev as usize).ok_or(ChunkError::BadExtent(e))?;
+    let dev = infos
+        .get(e.dev as usize)
+        .ok_or(ChunkError::BadChunk(e.id()))?;
     if len > e.len as usize
         || e.offset + e.len as u64 > dev.size
-        || !e.offset.is_multiple_of(crate::ALIGN as u64)
+        || !e.offset.is_multiple_of(lode_blob::ALIGN as u64)
     {
-        return Err(ChunkError::BadExtent(e));
+        return Err(ChunkError::BadChunk(e.id()));
     }
     Ok(())
 }

@@ -26,11 +26,7 @@ impl FileChunkStore {
         self.files
             .get(dev as usize)
             .cloned()
-            .ok_or(ChunkError::BadExtent(Extent {
-                dev,
-                offset: 0,
-                len: 0,
-            }))
+            .ok_or_else(|| crate::no_device(dev))
     }
 }
 

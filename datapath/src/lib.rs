@@ -1,17 +1,19 @@
-//! `lode-datapath`: the NVMe chunk store.
+//! `lode-datapath`: the NVMe chunk store, the local backend of the blob boundary (`lode-blob`).
 //!
 //! Owns raw space: preallocated device files or raw block devices, opened with `O_DIRECT` and
 //! driven through io_uring ([`UringChunkStore`]); a portable pread/pwrite backend
 //! ([`FileChunkStore`]) is used only where io_uring is unavailable, and says so. It also owns the
-//! extent allocator, aligned buffers, per-chunk crc32c and the rule that freed space is reused
-//! only after in-flight readers are done ([`Datapath`]).
+//! extent allocator and the rule that freed space is reused only after in-flight readers are
+//! done ([`Datapath`]); [`LocalBlobStore`] serves the blob boundary from it, an [`Extent`] being
+//! the chunk id it hands out. The boundary's types (chunk refs, errors, crc32c, the aligned
+//! buffer) come from `lode-blob`.
 //!
-//! It never depends on the metadata store or the gateway; the object service records which
-//! extents are used, in the same metadata batch as the object.
+//! It depends on the blob boundary only: never on the metadata store, a catalog, RADOS or the
+//! gateway; the object service records which extents are used, in the same metadata batch as
+//! the object.
 
 pub mod alloc;
 pub mod blob;
-pub mod buffer;
 mod device;
 pub mod fault;
 pub mod file;
@@ -25,10 +27,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
+use lode_blob::{AlignedBuf, ChunkError, ChunkId, ChunkRef, crc32c};
 
 pub use alloc::ExtentAllocator;
-pub use blob::{BlobGuard, BlobStore, BlobWriter, LocalBlobStore, PendingBlobs};
-pub use buffer::{ALIGN, AlignedBuf, align_up};
+pub use blob::LocalBlobStore;
 pub use fault::FaultyChunkStore;
 pub use file::FileChunkStore;
 pub use mem::MemChunkStore;
@@ -44,64 +46,36 @@ pub struct Extent {
     pub len: u32,
 }
 
-/// One stored chunk: where it is, how many bytes of it are data, and their crc32c.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ChunkRef {
-    pub extent: Extent,
-    pub data_len: u32,
-    pub crc32c: u32,
+impl Extent {
+    /// The extent a chunk id of this store names.
+    pub fn of(id: &ChunkId) -> Extent {
+        Extent {
+            dev: id.space,
+            offset: id.index,
+            len: id.len,
+        }
+    }
+
+    /// The chunk id the blob boundary carries for this extent.
+    pub fn id(&self) -> ChunkId {
+        ChunkId {
+            space: self.dev,
+            index: self.offset,
+            len: self.len,
+        }
+    }
 }
 
-/// Errors of the chunk store.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ChunkError {
-    /// No device has room for the extent.
-    #[error("the datapath is full")]
-    NoSpace,
-    /// A write or fsync failed earlier; writes are refused until restart.
-    #[error(
-        "the datapath refuses writes after an earlier write/fsync error (restart after fixing the device)"
-    )]
-    Poisoned,
-    /// The crc32c of a chunk read back does not match the one recorded at write.
-    #[error(
-        "chunk at device {dev} offset {offset} is corrupt: crc32c {actual:#010x}, expected {expected:#010x}"
-    )]
-    Corrupt {
-        dev: u32,
-        offset: u64,
-        expected: u32,
-        actual: u32,
-    },
-    /// An extent outside the devices, or an allocator double use/free.
-    #[error("bad extent {0:?}")]
-    BadExtent(Extent),
-    #[error("device IO error: {0}")]
-    Io(#[source] std::io::Error),
-}
-
-impl ChunkError {
-    /// The store did not answer in time (a cluster unreachable, its placement groups
-    /// inactive): the request may be retried, the chunk is not known to be bad.
-    pub fn is_timeout(&self) -> bool {
-        matches!(self, ChunkError::Io(io) if io.kind() == std::io::ErrorKind::TimedOut)
-    }
-
-    /// The store refuses this client (RADOS: blocklisted, `ESHUTDOWN`; cephx caps revoked,
-    /// `EACCES`/`EPERM`).
-    pub fn is_refused(&self) -> bool {
-        matches!(self, ChunkError::Io(io)
-            if matches!(io.raw_os_error(), Some(libc::ESHUTDOWN | libc::EACCES | libc::EPERM)))
-    }
-
-    /// The store did not serve the operation ([`Self::is_timeout`], [`Self::is_refused`], or
-    /// told to come back): nothing is known about the chunk itself.
-    pub fn is_unavailable(&self) -> bool {
-        self.is_timeout()
-            || self.is_refused()
-            || matches!(self, ChunkError::Io(io) if io.kind() == std::io::ErrorKind::WouldBlock)
-    }
+/// The error for a device index the store does not have.
+fn no_device(dev: u32) -> ChunkError {
+    ChunkError::BadChunk(
+        Extent {
+            dev,
+            offset: 0,
+            len: 0,
+        }
+        .id(),
+    )
 }
 
 /// One device as the store sees it.
@@ -147,11 +121,6 @@ thread_local! {
 /// Never call it on an async runtime's worker thread.
 pub fn allow_blocking_reads_on_this_thread() {
     BLOCKING_READS.with(|b| b.set(true));
-}
-
-/// crc32c (Castagnoli), as stored with every chunk.
-pub fn crc32c(data: &[u8]) -> u32 {
-    crc_fast::crc32_iscsi(data)
 }
 
 /// The datapath as the object service uses it: allocation, crc, poisoning and reclaim on top of
@@ -200,11 +169,7 @@ impl Datapath {
 
     async fn sync_device(&self, dev: u32) -> Result<(), ChunkError> {
         let Some(g) = self.group_sync.get(dev as usize) else {
-            return Err(ChunkError::BadExtent(Extent {
-                dev,
-                offset: 0,
-                len: 0,
-            }));
+            return Err(no_device(dev));
         };
         let ticket = g.tickets.fetch_add(1, Ordering::AcqRel) + 1;
         let mut covered = g.covered.lock().await;
@@ -283,7 +248,7 @@ impl Datapath {
         match self.store.write(extent, buf).await {
             Ok(buf) => Ok((
                 ChunkRef {
-                    extent,
+                    id: extent.id(),
                     data_len,
                     crc32c: crc,
                 },
@@ -318,25 +283,25 @@ impl Datapath {
             buf.set_len(chunk.data_len as usize);
             buf
         };
+        let extent = Extent::of(&chunk.id);
         let here = if BLOCKING_READS.with(std::cell::Cell::get) {
-            self.store.read_blocking(chunk.extent, new_buf())
+            self.store.read_blocking(extent, new_buf())
         } else {
             None
         };
         let buf = match here {
             Some(r) => r?,
-            None => self.store.read(chunk.extent, new_buf()).await?,
+            None => self.store.read(extent, new_buf()).await?,
         };
         let actual = crc32c(&buf);
         if actual != chunk.crc32c {
             tracing::error!(
-                dev = chunk.extent.dev,
-                offset = chunk.extent.offset,
+                dev = extent.dev,
+                offset = extent.offset,
                 "chunk crc32c mismatch"
             );
             return Err(ChunkError::Corrupt {
-                dev: chunk.extent.dev,
-                offset: chunk.extent.offset,
+                chunk: chunk.id,
                 expected: chunk.crc32c,
                 actual,
             });
@@ -516,7 +481,7 @@ impl ChunkWriter {
     /// allocation (commit it once metadata names the chunks).
     pub async fn finish(mut self) -> Result<(Vec<ChunkRef>, Allocation), ChunkError> {
         self.drain().await?;
-        let devs: Vec<u32> = self.done.iter().map(|c| c.extent.dev).collect();
+        let devs: Vec<u32> = self.done.iter().map(|c| c.id.space).collect();
         self.dp.sync(devs).await?;
         let alloc = self.alloc.take().expect("allocation");
         Ok((std::mem::take(&mut self.done), alloc))

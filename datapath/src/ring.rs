@@ -1,7 +1,8 @@
 //! The io_uring engine: one thread owns one ring and serves reads, writes and fdatasyncs
 //! submitted from any async task.
 //!
-//! One of the two modules of Lode where `unsafe` is allowed (the other is `buffer`).
+//! One of the few modules of Lode where `unsafe` is allowed (with `lode-blob`'s `buffer` and the
+//! librados FFI).
 //!
 //! Ownership rule that makes this sound: a buffer handed to the kernel is held in the ring
 //! thread's slab from submission until its completion arrives, whatever happens to the future
@@ -21,7 +22,7 @@ use std::thread::JoinHandle;
 use io_uring::{IoUring, opcode, types};
 use tokio::sync::oneshot;
 
-use crate::buffer::AlignedBuf;
+use lode_blob::AlignedBuf;
 
 const WAKE: u64 = u64::MAX;
 

@@ -35,11 +35,7 @@ impl UringChunkStore {
         self.files
             .get(dev as usize)
             .map(AsRawFd::as_raw_fd)
-            .ok_or(ChunkError::BadExtent(Extent {
-                dev,
-                offset: 0,
-                len: 0,
-            }))
+            .ok_or_else(|| crate::no_device(dev))
     }
 }
 

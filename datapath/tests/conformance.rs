@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use lode_blob::{AlignedBuf, ChunkError};
 use lode_datapath::{
-    AlignedBuf, ChunkError, ChunkStore, Datapath, Extent, FaultyChunkStore, FileChunkStore,
-    MemChunkStore, UringChunkStore,
+    ChunkStore, Datapath, Extent, FaultyChunkStore, FileChunkStore, MemChunkStore, UringChunkStore,
 };
 
 const DEV: u64 = 16 << 20;
@@ -73,7 +73,7 @@ async fn write_read_roundtrip_on_every_backend() {
         assert!(
             matches!(
                 store.write(oob, AlignedBuf::from_slice(b"x")).await,
-                Err(ChunkError::BadExtent(_))
+                Err(ChunkError::BadChunk(_))
             ),
             "{name}"
         );
@@ -147,7 +147,7 @@ async fn datapath_detects_corruption() {
     );
     mem.corrupt(0, ext.offset + 9_999);
     match dp.read_chunk(&chunk).await {
-        Err(ChunkError::Corrupt { dev: 0, offset, .. }) => assert_eq!(offset, ext.offset),
+        Err(ChunkError::Corrupt { chunk: id, .. }) => assert_eq!(id, ext.id()),
         other => panic!("expected Corrupt, got {other:?}"),
     }
 }
@@ -355,8 +355,8 @@ async fn local_blob_store_conforms_on_every_backend() {
     let dir = tempfile::tempdir().unwrap();
     for store in backends(dir.path()) {
         let blobs = lode_datapath::LocalBlobStore::new(Arc::new(Datapath::new(store, true)));
-        lode_datapath::blob::conformance::round_trip(&blobs).await;
-        lode_datapath::blob::conformance::uncommitted_writes_give_space_back(&blobs).await;
+        lode_blob::conformance::round_trip(&blobs).await;
+        lode_blob::conformance::uncommitted_writes_give_space_back(&blobs).await;
     }
 }
 

@@ -706,7 +706,7 @@ mod tests {
         assert!(matches!(
             put("after", 1 << 20).await,
             Err(lode_objects::ObjError::Chunk(
-                lode_datapath::ChunkError::Poisoned
+                lode_blob::ChunkError::Poisoned
             ))
         ));
     }

@@ -9,7 +9,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use lode_datapath::{ChunkRef, Datapath, Extent};
+use lode_blob::ChunkRef;
+use lode_datapath::Datapath;
 use lode_metadata::records::{self, ExtentRecord, ObjectRecord, PartRecord, Segment};
 use lode_metadata::{MetaError, MetadataStore, Table, keys, transact};
 
@@ -111,18 +112,7 @@ pub async fn run(
                     .or_insert((ch.alloc_len, 0));
                 e.1 += 1;
                 if dp.is_some() {
-                    to_verify.push((
-                        name.clone(),
-                        ChunkRef {
-                            extent: Extent {
-                                dev: ch.dev,
-                                offset: ch.offset,
-                                len: ch.alloc_len,
-                            },
-                            data_len: ch.data_len,
-                            crc32c: ch.crc32c,
-                        },
-                    ));
+                    to_verify.push((name.clone(), lode_objects::chunk_ref(ch)));
                 }
             }
             c.next();
@@ -202,7 +192,7 @@ pub async fn run(
             if let Err(e) = dp.read_chunk(ch).await {
                 rep.corrupt.push(format!(
                     "{name}: dev {} offset {}: {e}",
-                    ch.extent.dev, ch.extent.offset
+                    ch.id.space, ch.id.index
                 ));
             }
         }

@@ -368,9 +368,7 @@ pub async fn fsck_cluster(
     let mut note = |segs: &[lode_metadata::records::Segment]| {
         for s in segs {
             if let lode_metadata::records::Segment::Chunk(ch) = s {
-                referenced.insert(lode_blob_rados::chunk_oid(
-                    &lode_objects::chunk_ref(ch).extent,
-                ));
+                referenced.insert(lode_blob_rados::chunk_oid(&lode_objects::chunk_ref(ch).id));
             }
         }
     };

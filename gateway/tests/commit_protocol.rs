@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use lode_datapath::{Backend, ChunkError, Datapath};
+use lode_blob::ChunkError;
+use lode_datapath::{Backend, Datapath};
 use lode_metadata_rocks::{RocksConfig, RocksMetadataStore};
 use lode_objects::{Integrity, ObjError, ObjectMeta, ObjectService, ServiceConfig, WriteCond};
 

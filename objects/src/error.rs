@@ -2,7 +2,7 @@
 //! doors map them onto the wire (the gateway's `error` module: S3 codes and statuses, and
 //! errnos for the POSIX door), each in one place.
 
-use lode_datapath::ChunkError;
+use lode_blob::ChunkError;
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -7,7 +7,7 @@
 //! It is written against two boundaries only, and never names a backend:
 //! * the catalog ([`lode_catalog::Catalog`]): buckets, objects, uploads and parts, every commit
 //!   atomic for one key and what hangs off it;
-//! * the blob store ([`lode_datapath::BlobStore`]): chunks written, read (crc-checked) and
+//! * the blob store ([`lode_blob::BlobStore`]): chunks written, read (crc-checked) and
 //!   released once readers are done.
 //!
 //! The binary's server module picks the backends (RocksDB + io_uring on one node, RADOS in

@@ -20,8 +20,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use lode_blob::ChunkError;
 use lode_catalog::{CatalogError, Segment};
-use lode_datapath::ChunkError;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ObjError, ObjResult};

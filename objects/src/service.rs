@@ -17,6 +17,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
+use lode_blob::{AlignedBuf, BlobGuard, BlobStore, BlobWriter, ChunkId, ChunkRef, PendingBlobs};
 use lode_catalog::{
     Aborted, Catalog, CatalogError, Completion, Refs, UploadQuery, UploadState, VersionPage,
     VersionQuery, Versioning,
@@ -25,7 +26,6 @@ use lode_catalog::{
     BucketRecord, Checksums, ChunkLoc, ObjectMeta, ObjectRecord, PartRecord, PartSummary, Segment,
     UploadRecord,
 };
-use lode_datapath::{AlignedBuf, BlobGuard, BlobStore, BlobWriter, ChunkRef, Extent, PendingBlobs};
 use md5::{Digest, Md5};
 use md5_many::Md5State;
 
@@ -397,9 +397,9 @@ pub struct PutResult {
 
 fn chunk_loc(c: &ChunkRef) -> ChunkLoc {
     ChunkLoc {
-        dev: c.extent.dev,
-        offset: c.extent.offset,
-        alloc_len: c.extent.len,
+        dev: c.id.space,
+        offset: c.id.index,
+        alloc_len: c.id.len,
         data_len: c.data_len,
         crc32c: c.crc32c,
     }
@@ -407,9 +407,9 @@ fn chunk_loc(c: &ChunkRef) -> ChunkLoc {
 
 pub fn chunk_ref(c: &ChunkLoc) -> ChunkRef {
     ChunkRef {
-        extent: Extent {
-            dev: c.dev,
-            offset: c.offset,
+        id: ChunkId {
+            space: c.dev,
+            index: c.offset,
             len: c.alloc_len,
         },
         data_len: c.data_len,

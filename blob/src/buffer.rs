@@ -1,6 +1,7 @@
 //! 4 KiB-aligned IO buffers for `O_DIRECT`.
 //!
-//! One of the two modules of Lode where `unsafe` is allowed (the other is `ring`).
+//! One of the few modules of Lode where `unsafe` is allowed (with the datapath's `ring` and the
+//! librados FFI). It moved here from the datapath with the blob boundary, whose writers take it.
 #![allow(unsafe_code)]
 
 use std::alloc::{Layout, alloc_zeroed, dealloc};
