@@ -1497,7 +1497,10 @@ mod tests {
             .map(|i| cfg.median_split_at(&format!("lode.part.b.{i}")))
             .collect();
         let (lo, hi) = (*sizes.iter().min().unwrap(), *sizes.iter().max().unwrap());
-        assert!(lo >= cfg.split_keys * 3 / 4 && hi <= cfg.split_keys, "{lo}..{hi}");
+        assert!(
+            lo >= cfg.split_keys * 3 / 4 && hi <= cfg.split_keys,
+            "{lo}..{hi}"
+        );
         // Spread over the quarter, not bunched: every eighth of it is someone's size.
         let eighths: std::collections::BTreeSet<u64> = sizes
             .iter()
