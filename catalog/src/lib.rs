@@ -33,7 +33,8 @@
 //!
 //! Backends: [`KvCatalog`] over any [`lode_metadata::MetadataStore`] (RocksDB on one node;
 //! its memory store for tests, [`mem_catalog`]), and [`FaultyCatalog`], a fault-injecting
-//! wrapper. [`conformance`] is the suite every backend passes. This crate never depends on
+//! wrapper. `conformance` (behind the `conformance` feature, for the backends' tests) is the
+//! suite every backend passes. This crate never depends on
 //! the gateway, a datapath or a concrete store.
 
 use std::collections::BTreeMap;
@@ -87,6 +88,7 @@ impl Brief {
     }
 }
 
+#[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 mod faulty;
 mod kv;

@@ -148,6 +148,7 @@ impl<'q> PageFold<'q> {
 /// The plain definition of an S3 listing, for tests and conformance suites: the keys of `keys`
 /// (in any order) under `prefix`, each rolled up to its common prefix at the first `delimiter`
 /// after the prefix, those after `after`, in order, each once.
+#[cfg(any(test, feature = "conformance"))]
 pub fn reference_listing<'a>(
     keys: impl IntoIterator<Item = &'a str>,
     prefix: &str,
