@@ -7,6 +7,9 @@ LODE_EXTRA_APT="chromium"
 source "$(dirname "$0")/scripts/setup.sh"
 build_lode
 
+echo "==> layers (scripts/check-layers.py: no boundary or service crate reaches an engine or a backend)"
+(cd "$ROOT" && python3 scripts/check-layers.py --self-test) || { echo "layering check failed" >&2; exit 1; }
+
 # One Ceph cluster for the whole run (1 mon + 3 BlueStore OSDs on loopback), stopped and
 # removed at exit. LODE_CEPH_DIR names its directory (default: a fresh one under /tmp).
 echo "==> Ceph test cluster (scripts/ceph-dev.sh)"
