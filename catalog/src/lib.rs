@@ -45,6 +45,9 @@ pub use lode_metadata::records::{
     BucketRecord, ChecksumNames, Checksums, ChunkLoc, MetaSummary, ObjectLock, ObjectMeta,
     ObjectRecord, ObjectSummary, PartRecord, PartSummary, Segment, Sse, SseKind, UploadRecord,
 };
+/// The record encoding and key layout of the catalog model (the user store keeps its records
+/// in the system key space with them).
+pub use lode_metadata::{MetaError, keys, records};
 
 /// One object of a listing as S3 ListObjects shows it ([`Catalog::list_briefs`]).
 #[derive(Debug, Clone, PartialEq, Eq)]

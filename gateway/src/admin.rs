@@ -110,7 +110,7 @@ fn metrics(svc: &ObjectService, s: &ScrubStats, profile: &Profile) -> String {
 }
 
 /// The lifecycle worker's counters (`lode_lifecycle_*`).
-fn lifecycle_metrics(s: &lode_objects::lifecycle::LifecycleStats) -> String {
+fn lifecycle_metrics(s: &lode_objects::lifecycle_run::LifecycleStats) -> String {
     use std::sync::atomic::Ordering::Relaxed;
     let rows: &[(&str, &str, &str, f64)] = &[
         (
@@ -531,7 +531,7 @@ pub struct Admin {
     /// The background scrubber's totals.
     pub scrub: Arc<ScrubStats>,
     /// The lifecycle worker's totals.
-    pub lifecycle: Arc<lode_objects::lifecycle::LifecycleStats>,
+    pub lifecycle: Arc<lode_objects::lifecycle_run::LifecycleStats>,
     /// Root's secret key (the user API authenticates with it).
     pub root_secret: String,
     /// The backend's own counters (cluster mode: RADOS ops per pool).
@@ -706,7 +706,7 @@ mod tests {
         assert!(matches!(
             put("after", 1 << 20).await,
             Err(lode_objects::ObjError::Chunk(
-                lode_blob::ChunkError::Poisoned
+                lode_objects::ChunkError::Poisoned
             ))
         ));
     }

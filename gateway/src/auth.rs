@@ -1,30 +1,11 @@
-//! Root credentials: taken from config/env, or generated on first start and kept in the data dir.
+//! Root credentials: taken from config/env, or generated on first start and kept in the data dir
+//! (the type is the user store's, [`lode_objects::users::Credentials`]).
 //! (s3s's key store over these and the users is `crate::access::KeyStore`.)
 
 use std::path::Path;
 
 use anyhow::Context;
-use serde::{Deserialize, Serialize};
-
-#[derive(Clone, Serialize, Deserialize)]
-pub struct Credentials {
-    pub access_key: String,
-    pub secret_key: String,
-}
-
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Credentials")
-            .field("access_key", &self.access_key)
-            .finish_non_exhaustive()
-    }
-}
-
-pub(crate) fn random_string(len: usize, alphabet: &[u8]) -> String {
-    (0..len)
-        .map(|_| alphabet[rand::random_range(0..alphabet.len())] as char)
-        .collect()
-}
+pub use lode_objects::users::Credentials;
 
 /// Writes a file only its owner can read (mode 0600), durably and atomically (temp + rename).
 pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
@@ -44,41 +25,26 @@ pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
-impl Credentials {
-    /// A fresh access key (`LODE` + 16) and secret key (40 characters).
-    pub fn generate() -> Self {
-        Credentials {
-            access_key: format!(
-                "LODE{}",
-                random_string(16, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
-            ),
-            secret_key: random_string(
-                40,
-                b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+/",
-            ),
-        }
+/// The root credentials: `given` when set; else loaded from `<data_dir>/credentials`, generated
+/// (and written, mode 0600) on first start.
+pub fn load_or_create(
+    data_dir: &Path,
+    given: Option<Credentials>,
+) -> anyhow::Result<(Credentials, Source)> {
+    if let Some(c) = given {
+        return Ok((c, Source::Given));
     }
-
-    /// Uses `given` when set; else loads `<data_dir>/credentials`, generating it on first start.
-    pub fn load_or_create(
-        data_dir: &Path,
-        given: Option<Credentials>,
-    ) -> anyhow::Result<(Self, Source)> {
-        if let Some(c) = given {
-            return Ok((c, Source::Given));
-        }
-        let path = data_dir.join("credentials");
-        if path.exists() {
-            let text = std::fs::read_to_string(&path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            let c: Credentials = serde_json::from_str(&text)
-                .with_context(|| format!("parsing {}", path.display()))?;
-            return Ok((c, Source::Stored));
-        }
-        let c = Credentials::generate();
-        write_private(&path, serde_json::to_string_pretty(&c)?.as_bytes())?;
-        Ok((c, Source::Generated))
+    let path = data_dir.join("credentials");
+    if path.exists() {
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let c: Credentials =
+            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        return Ok((c, Source::Stored));
     }
+    let c = Credentials::generate();
+    write_private(&path, serde_json::to_string_pretty(&c)?.as_bytes())?;
+    Ok((c, Source::Generated))
 }
 
 /// Where the root credentials came from.

@@ -2,7 +2,7 @@
 //! statuses ([`s3_error`], and `?` through [`IntoS3`]) for the S3 door, errnos ([`ToErrno`]) for
 //! the POSIX door. 5xx log at `error!`, 4xx at `debug!`.
 
-use lode_blob::ChunkError;
+use lode_objects::ChunkError;
 pub use lode_objects::{ObjError, ObjResult};
 use s3s::{S3Error, S3ErrorCode};
 

@@ -24,5 +24,6 @@ pub mod rename;
 pub mod s3;
 pub mod server;
 pub mod sse;
+mod timestamps;
 pub mod users;
 pub mod wire;

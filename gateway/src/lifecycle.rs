@@ -459,7 +459,7 @@ pub fn to_s3(lc: &Lifecycle) -> Vec<LifecycleRule> {
                 || r.expiration_date_ms.is_some()
                 || r.expired_object_delete_marker.is_some())
             .then(|| LifecycleExpiration {
-                date: r.expiration_date_ms.map(crate::s3::ts),
+                date: r.expiration_date_ms.map(crate::timestamps::ts),
                 days: some_u(r.expiration_days),
                 expired_object_delete_marker: r.expired_object_delete_marker,
             });

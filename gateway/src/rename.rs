@@ -18,7 +18,7 @@ use s3s::{Body, S3Request, S3Response, S3Result, s3_error};
 
 use crate::access::{Authz, Peer, ReqInfo};
 use crate::host::VirtualHosts;
-use lode_catalog::{CatalogError, ObjectRecord, RenameCheck};
+use lode_objects::{ObjectRecord, RenameCondition};
 
 pub struct RenameRoute {
     pub authz: Arc<Authz>,
@@ -313,15 +313,9 @@ impl RenameRoute {
             ));
         }
         let conds = Conds::parse(&req.headers)?;
-        let check: RenameCheck = Arc::new(move |src, dst| {
-            if conds.holds(src, dst) {
-                Ok(())
-            } else {
-                Err(CatalogError::PreconditionFailed)
-            }
-        });
+        let cond: RenameCondition = Arc::new(move |src, dst| conds.holds(src, dst));
         let svc = &self.authz.svc;
-        match svc.rename_object_if(&bucket, &from, &key, check).await {
+        match svc.rename_object_when(&bucket, &from, &key, cond).await {
             Ok(()) => {}
             // No source: say which is missing, the key or its bucket.
             Err(lode_objects::ObjError::NoSuchKey) => {

@@ -12,6 +12,7 @@ use s3s::{S3, S3Request, S3Response, S3Result, s3_error};
 use tracing::instrument;
 
 use crate::error::{IntoS3, ObjError, s3_error as obj_s3};
+use crate::timestamps::{ts, ts_ms};
 use lode_objects::checksum::{Algo, ChecksumSet};
 use lode_objects::tags::TagSet;
 use lode_objects::{Integrity, ObjectService, WriteCond};
@@ -122,7 +123,7 @@ impl LodeS3 {
         self.svc
             .versioning_of(bucket)
             .await
-            .is_ok_and(|v| v != lode_catalog::Versioning::Off)
+            .is_ok_and(|v| v != lode_objects::Versioning::Off)
     }
 
     /// The object (or one version of it) to read. A key whose newest version is a delete
@@ -371,17 +372,6 @@ impl LodeS3 {
             .and_then(|c| self.users.name_of(&c.access_key))
             .unwrap_or_default()
     }
-}
-
-pub(crate) fn ts(ms: i64) -> Timestamp {
-    Timestamp::from(
-        time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-            .unwrap_or(time::OffsetDateTime::UNIX_EPOCH),
-    )
-}
-
-fn ts_ms(t: &Timestamp) -> i64 {
-    (time::OffsetDateTime::from(t.clone()).unix_timestamp_nanos() / 1_000_000) as i64
 }
 
 /// The object lock a write asks for (`x-amz-object-lock-mode`, `-retain-until-date`,
@@ -2617,8 +2607,8 @@ impl S3 for LodeS3 {
             return Err(obj_s3(ObjError::NotImplemented("MFA delete".into())));
         }
         let v = match c.status.as_ref().map(|s| s.as_str()) {
-            Some(BucketVersioningStatus::ENABLED) => lode_catalog::Versioning::Enabled,
-            Some(BucketVersioningStatus::SUSPENDED) => lode_catalog::Versioning::Suspended,
+            Some(BucketVersioningStatus::ENABLED) => lode_objects::Versioning::Enabled,
+            Some(BucketVersioningStatus::SUSPENDED) => lode_objects::Versioning::Suspended,
             Some(_) => {
                 return Err(s3_error!(
                     MalformedXML,
@@ -2642,9 +2632,9 @@ impl S3 for LodeS3 {
     ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
         let v = self.svc.bucket_versioning(&req.input.bucket).await.s3()?;
         let status = match v {
-            lode_catalog::Versioning::Off => None,
-            lode_catalog::Versioning::Enabled => Some(BucketVersioningStatus::ENABLED),
-            lode_catalog::Versioning::Suspended => Some(BucketVersioningStatus::SUSPENDED),
+            lode_objects::Versioning::Off => None,
+            lode_objects::Versioning::Enabled => Some(BucketVersioningStatus::ENABLED),
+            lode_objects::Versioning::Suspended => Some(BucketVersioningStatus::SUSPENDED),
         };
         Ok(S3Response::new(GetBucketVersioningOutput {
             status: status.map(BucketVersioningStatus::from_static),
@@ -2668,11 +2658,11 @@ impl S3 for LodeS3 {
                     "A version-id marker cannot be specified without a key marker."
                 ));
             }
-            if !lode_catalog::is_version_id(v) {
+            if !lode_objects::is_version_id(v) {
                 return Err(s3_error!(InvalidArgument, "Invalid version id specified"));
             }
         }
-        let q = lode_catalog::VersionQuery {
+        let q = lode_objects::VersionQuery {
             prefix: i.prefix.clone().unwrap_or_default(),
             delimiter: i.delimiter.clone().filter(|d| !d.is_empty()),
             key_marker: i.key_marker.clone().filter(|k| !k.is_empty()),

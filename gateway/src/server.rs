@@ -723,7 +723,7 @@ pub async fn serve(
         let backend_name = dp.store().backend_name().to_owned();
         let ndev = dp.store().devices().len();
         let svc = Arc::new(local_service(meta, dp, service_cfg)?);
-        let (creds, creds_source) = Credentials::load_or_create(&data_dir, given)?;
+        let (creds, creds_source) = crate::auth::load_or_create(&data_dir, given)?;
         let master = crate::users::master_key(&data_dir, master_key_env.as_deref())?;
         let users = Arc::new(
             crate::users::Users::open(Arc::clone(svc.catalog()), master, creds.clone())
@@ -746,7 +746,7 @@ pub async fn serve(
     let profile = Arc::new(crate::profile::Profile::default());
     profile.enabled.store(cfg.server.profile, Ordering::Relaxed);
     let scrub_stats = Arc::new(lode_objects::scrub::ScrubStats::default());
-    let lifecycle_stats = Arc::new(lode_objects::lifecycle::LifecycleStats::default());
+    let lifecycle_stats = Arc::new(lode_objects::lifecycle_run::LifecycleStats::default());
     let authz = crate::access::Authz {
         users: Arc::clone(&users),
         svc: Arc::clone(&svc),
@@ -870,10 +870,10 @@ pub async fn serve(
         ));
     }
     if cfg.lifecycle.enabled {
-        tokio::spawn(lode_objects::lifecycle::run(
+        tokio::spawn(lode_objects::lifecycle_run::run(
             Arc::clone(&svc),
             Arc::clone(&lifecycle_stats),
-            lode_objects::lifecycle::RunConfig {
+            lode_objects::lifecycle_run::RunConfig {
                 interval: Duration::from_secs(cfg.lifecycle.interval_secs),
                 day_ms: svc.config().lifecycle_day_ms,
                 max_actions_per_sec: cfg.lifecycle.max_actions_per_sec,

@@ -144,7 +144,7 @@ pub enum ObjError {
     Encryption(#[from] crate::sse::SseError),
     /// The key ring refused (an unknown, disabled or deleted key).
     #[error(transparent)]
-    Kms(crate::kms::KmsError),
+    Kms(KmsError),
     /// An SSE-C write into a bucket that blocks SSE-C (S3's `403 AccessDenied`).
     #[error(
         "Requests specifying Server Side Encryption with Customer provided keys are blocked for this bucket (BlockedEncryptionTypes)"
@@ -174,6 +174,26 @@ pub enum ObjError {
 
 pub type ObjResult<T> = Result<T, ObjError>;
 
+/// The key ring's errors ([`crate::kms::KeyRing`]).
+#[derive(Debug, thiserror::Error)]
+pub enum KmsError {
+    /// AWS: `KMS.NotFoundException`.
+    #[error("Key '{0}' does not exist")]
+    NotFound(String),
+    /// AWS: `KMS.DisabledException`.
+    #[error("Key '{0}' is disabled")]
+    Disabled(String),
+    /// AWS: `KMS.KMSInvalidStateException`.
+    #[error("Key '{0}' is pending deletion")]
+    PendingDeletion(String),
+    #[error("invalid key ring request: {0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Sse(#[from] crate::sse::SseError),
+    #[error("key ring storage: {0}")]
+    Catalog(#[from] lode_catalog::CatalogError),
+}
+
 impl From<lode_catalog::CatalogError> for ObjError {
     fn from(e: lode_catalog::CatalogError) -> Self {
         use lode_catalog::CatalogError as C;
@@ -202,6 +222,12 @@ impl From<lode_catalog::CatalogError> for ObjError {
             e => ObjError::Catalog(e),
         }
     }
+}
+
+/// The service's own error, refusing a commit from inside it (a check on the record the commit
+/// sees); it comes back out of the catalog as itself (`From<CatalogError>` above).
+pub(crate) fn refused(e: ObjError) -> lode_catalog::CatalogError {
+    lode_catalog::CatalogError::Refused(Box::new(e))
 }
 
 impl ObjError {

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::encryption::MasterStore;
-use crate::sse::{DataKey, SseError};
+use crate::masters::MasterStore;
+use crate::sse::DataKey;
 use lode_catalog::{Catalog, CatalogError};
 
 /// Where a key can be used.
@@ -34,24 +34,7 @@ pub struct KeyInfo {
     pub created_ms: i64,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum KmsError {
-    /// AWS: `KMS.NotFoundException`.
-    #[error("Key '{0}' does not exist")]
-    NotFound(String),
-    /// AWS: `KMS.DisabledException`.
-    #[error("Key '{0}' is disabled")]
-    Disabled(String),
-    /// AWS: `KMS.KMSInvalidStateException`.
-    #[error("Key '{0}' is pending deletion")]
-    PendingDeletion(String),
-    #[error("invalid key ring request: {0}")]
-    Invalid(String),
-    #[error(transparent)]
-    Sse(#[from] SseError),
-    #[error("key ring storage: {0}")]
-    Catalog(#[from] CatalogError),
-}
+pub use crate::error::KmsError;
 
 /// The key ring boundary: customer-managed keys and the data keys made under them.
 #[async_trait::async_trait]
@@ -382,6 +365,7 @@ impl KeyRing for LocalKeyRing {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sse::SseError;
 
     async fn ring() -> LocalKeyRing {
         let catalog: Arc<dyn Catalog> = Arc::new(lode_catalog::mem_catalog());

@@ -28,6 +28,10 @@ pub struct SegmentCache {
     key: Option<([u8; 16], Arc<crate::sse::DataKey>)>,
 }
 
+/// What a conditional rename asks of the source and of what the target holds
+/// ([`ObjectService::rename_object_when`]).
+pub type RenameCondition = Arc<dyn Fn(&ObjectRecord, Option<&ObjectRecord>) -> bool + Send + Sync>;
+
 impl ObjectService {
     // ------------------------------------------------ blocking lookups (for FUSE threads)
 
@@ -265,10 +269,30 @@ impl ObjectService {
             .await
     }
 
+    /// Renames one object within a bucket if `cond` holds for the source and for what the
+    /// target holds, judged in the commit that moves it (S3 RenameObject and its conditions;
+    /// `412 PreconditionFailed` when it does not). Onto itself: nothing moves, once `cond` holds.
+    pub async fn rename_object_when(
+        &self,
+        bucket: &str,
+        from: &str,
+        to: &str,
+        cond: RenameCondition,
+    ) -> ObjResult<()> {
+        let check: lode_catalog::RenameCheck = Arc::new(move |src, dst| {
+            if cond(src, dst) {
+                Ok(())
+            } else {
+                Err(lode_catalog::CatalogError::PreconditionFailed)
+            }
+        });
+        self.rename_object_if(bucket, from, to, check).await
+    }
+
     /// Renames one object within a bucket if `check` passes on the source and on what the
-    /// target holds, in the commit that moves it (S3 RenameObject and its conditions). Onto
-    /// itself: nothing moves, once `check` passes.
-    pub async fn rename_object_if(
+    /// target holds, in the commit that moves it. Onto itself: nothing moves, once `check`
+    /// passes.
+    async fn rename_object_if(
         &self,
         bucket: &str,
         from: &str,
@@ -284,7 +308,7 @@ impl ObjectService {
             // The source's version leaves its key: a locked one stays (object lock).
             Arc::new(move |src: &ObjectRecord, dst: Option<&ObjectRecord>| {
                 if let Some(why) = crate::objlock::lock_reason(src, crate::now_ms(), false) {
-                    return Err(crate::service::refused(ObjError::ObjectLocked(why)));
+                    return Err(crate::error::refused(ObjError::ObjectLocked(why)));
                 }
                 check(src, dst)
             }) as lode_catalog::RenameCheck
@@ -325,7 +349,7 @@ impl ObjectService {
         let update = Arc::new(move |rec: &ObjectRecord| {
             // A locked version's metadata is not rewritten in place (object lock).
             if let Some(why) = crate::objlock::lock_reason(rec, crate::now_ms(), false) {
-                return Err(crate::service::refused(ObjError::ObjectLocked(why)));
+                return Err(crate::error::refused(ObjError::ObjectLocked(why)));
             }
             let mut rec = rec.clone();
             f(&mut rec.meta);

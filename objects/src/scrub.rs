@@ -25,7 +25,8 @@ use lode_catalog::{CatalogError, Segment};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ObjError, ObjResult};
-use crate::service::{ObjectService, chunk_ref, now_ms};
+use crate::now_ms;
+use crate::service::{ObjectService, chunk_ref};
 
 /// One chunk that failed its check.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]

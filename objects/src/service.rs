@@ -13,7 +13,6 @@
 //! boundaries only; the server picks their backends.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
@@ -30,7 +29,8 @@ use md5::{Digest, Md5};
 use md5_many::Md5State;
 
 use crate::checksum::{Algo, ChecksumSet};
-use crate::error::{ObjError, ObjResult};
+use crate::error::{ObjError, ObjResult, refused};
+use crate::now_ms;
 use crate::tags::TagSet;
 
 /// Tunables of the object service (from `[datapath]` in lode.toml).
@@ -202,13 +202,6 @@ pub struct Deleted {
     pub version_id: Option<String>,
     /// A delete marker was made, or the removed version was one.
     pub delete_marker: bool,
-}
-
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// Validates an S3 bucket name (the AWS general-purpose bucket rules).
@@ -2354,10 +2347,6 @@ pub(crate) fn unloaded() -> ObjError {
 }
 
 /// Passes the service's own error through a catalog commit.
-pub(crate) fn refused(e: ObjError) -> CatalogError {
-    CatalogError::Refused(Box::new(e))
-}
-
 /// The object a Complete makes from the listed parts, checked against the stored ones.
 fn build_completion(
     s: &UploadState<'_>,
