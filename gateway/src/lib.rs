@@ -10,7 +10,7 @@ pub mod access;
 pub mod acl;
 pub mod admin;
 pub mod auth;
-pub mod cluster_profile;
+pub mod cluster;
 pub mod cors;
 pub mod error;
 pub mod fsck;

@@ -294,15 +294,17 @@ pub async fn cluster_service(
     let index = gc.clone();
     let data_cluster = Arc::clone(data.cluster());
     // Every change this gateway commits goes to the other gateways' mounts.
-    catalog.observe(crate::posix::feed::publisher(index.clone()));
+    catalog.observe(crate::cluster::feed::publisher(index.clone()));
     let blobs = rados_blobs(c, data, gc);
     // Every gateway collects released chunks, those of gateways that are gone included.
     blobs.start_collector();
     let svc = ObjectService::open(Arc::new(catalog), Arc::new(blobs), service_cfg)?;
     // A bucket's settings (its versioning state) changed through any gateway reach every
     // gateway's cache before the change is acknowledged.
-    svc.set_announcer(Arc::new(crate::posix::feed::Announcer::new(index.clone())));
-    crate::posix::feed::watch_settings(index.clone(), svc.settings_listener());
+    svc.set_announcer(Arc::new(crate::cluster::feed::Announcer::new(
+        index.clone(),
+    )));
+    crate::cluster::feed::watch_settings(index.clone(), svc.settings_listener());
     Ok((svc, index, data_cluster))
 }
 
@@ -805,7 +807,7 @@ pub async fn serve(
                 Some(l) => l.local_addr()?.to_string(),
                 None => String::new(),
             };
-            let r = Arc::new(crate::cluster_profile::Registry::new(
+            let r = Arc::new(crate::cluster::profile::Registry::new(
                 io,
                 addr.to_string(),
                 admin,
@@ -846,7 +848,10 @@ pub async fn serve(
                 &data_dir,
                 Arc::clone(&users),
                 tokio::runtime::Handle::current(),
-                registry_io.clone(),
+                registry_io.clone().map(|io| {
+                    Arc::new(crate::cluster::feed::RadosChanges(io))
+                        as Arc<dyn lode_objects::RemoteChanges>
+                }),
             )
             .context("starting the POSIX door")?,
         )

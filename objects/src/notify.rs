@@ -13,6 +13,14 @@ pub trait ChangeListener: Send + Sync {
     fn bucket_changed(&self, bucket: &str);
 }
 
+/// Cluster mode: the changes the other gateways commit, delivered to `sink` as this gateway's
+/// own are (the POSIX door's invalidator); `reset` is called when some may have been lost (a
+/// broken watch), so that the sink drops everything it caches. The binary's cluster wiring
+/// implements it over RADOS watch/notify.
+pub trait RemoteChanges: Send + Sync {
+    fn subscribe(&self, sink: Arc<dyn ChangeListener>, reset: Arc<dyn Fn() + Send + Sync>);
+}
+
 /// Cluster mode: makes a change of a bucket's settings (its versioning state) known to every
 /// other gateway before the change is acknowledged, so that they drop what they cache of it
 /// (`ObjectService::settings_listener`).

@@ -9,7 +9,6 @@
 //! Coherence with S3: every change made through S3 reaches [`Invalidator`] before the S3 reply,
 //! which drops the kernel's cached entry, attributes and pages for that path.
 
-pub mod feed;
 pub mod fs;
 pub mod inodes;
 pub mod names;
@@ -25,8 +24,8 @@ use fuser::{Config, INodeNo, MountOption, Notifier, SessionACL};
 use lode_config::PosixConfig;
 
 use inodes::{Inodes, Kind, ROOT};
-use lode_objects::ChangeListener;
 use lode_objects::ObjectService;
+use lode_objects::{ChangeListener, RemoteChanges};
 
 /// Errors of mounting and unmounting.
 #[derive(Debug, thiserror::Error)]
@@ -142,8 +141,8 @@ fn prepare_mountpoint(path: &Path) -> Result<(), MountError> {
 
 /// Mounts the namespace at `cfg.mount`. `data_dir` resolves a relative staging dir. Buckets
 /// made by mkdir belong to root; buckets of other users show as theirs (their `uid`, mode 0700).
-/// `changes`: in cluster mode, the index pool's I/O context, whose change feed ([`feed`])
-/// brings the other gateways' changes to this mount.
+/// `changes`: in cluster mode, the other gateways' changes (the cluster's change feed), which
+/// this mount's invalidator takes as it takes this gateway's own.
 pub fn mount(
     svc: Arc<ObjectService>,
     profile: Arc<crate::profile::Profile>,
@@ -151,7 +150,7 @@ pub fn mount(
     data_dir: &Path,
     users: Arc<crate::users::Users>,
     rt: tokio::runtime::Handle,
-    changes: Option<lode_rados::IoCtx>,
+    changes: Option<Arc<dyn RemoteChanges>>,
 ) -> Result<PosixMount, MountError> {
     let path = std::path::absolute(&cfg.mount).map_err(|source| MountError::Io {
         path: cfg.mount.clone(),
@@ -222,10 +221,10 @@ pub fn mount(
         svc: Arc::downgrade(&svc),
     });
     svc.add_listener(Arc::clone(&inval) as Arc<dyn ChangeListener>);
-    if let Some(io) = changes {
+    if let Some(changes) = changes {
         let reset = Arc::clone(&inval);
         let _guard = rt.enter();
-        feed::subscribe(io, inval, Arc::new(move || reset.reset()));
+        changes.subscribe(inval, Arc::new(move || reset.reset()));
     }
     raise_readahead(&path);
     tracing::info!(mount = %path.display(), threads = cfg.threads, "POSIX door mounted");

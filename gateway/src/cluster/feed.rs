@@ -4,7 +4,8 @@
 //! RADOS notifies on one object of the index pool, `lode.changes`, batched (one notify per
 //! burst, at most [`BATCH`] changes) and off the path of the S3 reply: a change is acknowledged
 //! before its notify is sent. Every gateway with a mount watches that object and hands the
-//! changes of the others to its mount's [`Invalidator`](super::Invalidator), which drops the
+//! changes of the others to its mount (the POSIX door's invalidator, a
+//! [`ChangeListener`], through [`RadosChanges`]), which drops the
 //! kernel's cached entries, attributes and pages for those paths, as for a local change.
 //!
 //! Delivery is not what correctness rests on (RADOS.md: "never depend on its delivery"):
@@ -20,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use lode_objects::ChangeListener;
+use lode_objects::{ChangeListener, RemoteChanges};
 use lode_rados::{IoCtx, WatchEvent, WatchOptions, WriteOp};
 use tokio::sync::mpsc;
 
@@ -247,6 +248,15 @@ pub fn watch_settings(io: IoCtx, cache: Arc<lode_objects::SettingsCache>) {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     });
+}
+
+/// The other gateways' changes, from the `lode.changes` watch on the index pool.
+pub struct RadosChanges(pub IoCtx);
+
+impl RemoteChanges for RadosChanges {
+    fn subscribe(&self, sink: Arc<dyn ChangeListener>, reset: Arc<dyn Fn() + Send + Sync>) {
+        subscribe(self.0.clone(), sink, reset);
+    }
 }
 
 /// Watches the change feed for a mount: the other gateways' changes go to `sink`; after a
