@@ -629,18 +629,33 @@ async fn enable_encryption(
     Ok(store)
 }
 
-/// Opens everything, binds the listener, and serves until `shutdown` resolves.
-pub async fn serve(
-    cfg: LodeConfig,
-    master_key_env: Option<String>,
+/// What opening the backends gives the doors: the object service over them, the users, and in
+/// cluster mode what the cluster wiring adds.
+struct Opened {
+    svc: Arc<ObjectService>,
+    data_dir: PathBuf,
+    backend_name: String,
+    ndev: usize,
+    creds: Credentials,
+    creds_source: Source,
+    users: Arc<crate::users::Users>,
+    cluster: Option<ClusterParts>,
+}
+
+/// Cluster mode: the index pool (the change feed and the gateway registry live there), the
+/// request watchdog, and the RADOS metrics of the admin endpoint.
+struct ClusterParts {
+    index: lode_rados::IoCtx,
+    watchdog: Arc<Watchdog>,
+    metrics: crate::admin::MetricsFn,
+}
+
+/// The object service's settings from the config.
+fn service_config(
+    cfg: &LodeConfig,
     failpoints: lode_objects::failpoint::Failpoints,
-    on_start: impl FnOnce(&Started),
-    shutdown: impl std::future::Future<Output = ()>,
-) -> anyhow::Result<()> {
-    cfg.validate()?;
-    // First: the metadata store and the devices open their files under the raised limit too.
-    let max_connections = fit_open_files(cfg.server.max_connections);
-    let service_cfg = ServiceConfig {
+) -> ServiceConfig {
+    ServiceConfig {
         inline_threshold: cfg.datapath.inline_threshold.0 as usize,
         chunk_size: cfg.datapath.chunk_size.0 as usize,
         max_object_size: cfg.server.max_object_size.0,
@@ -655,109 +670,133 @@ pub async fn serve(
             block_public_policy: cfg.access.block_public_policy,
             restrict_public_buckets: cfg.access.restrict_public_buckets,
         },
+    }
+}
+
+/// Cluster mode's backends: the RADOS catalog and blob store, users and master keys in the
+/// cluster (reloaded for changes made through other gateways), the watchdog.
+async fn open_cluster_backends(
+    cfg: &LodeConfig,
+    given: Option<Credentials>,
+    master_key_env: Option<&str>,
+    service_cfg: ServiceConfig,
+) -> anyhow::Result<Opened> {
+    let Some(creds) = given else {
+        bail!(
+            "cluster mode needs the root credentials in LODE_ACCESS_KEY/LODE_SECRET_KEY or [auth] \
+             (every gateway of a cluster uses the same)"
+        );
     };
-    let given = (!cfg.auth.access_key.is_empty()).then(|| Credentials {
-        access_key: cfg.auth.access_key.clone(),
-        secret_key: cfg.auth.secret_key.clone(),
+    let Some(master_hex) = master_key_env else {
+        bail!(
+            "cluster mode needs LODE_MASTER_KEY (64 hex digits, the same on every gateway): it \
+             seals the users' secrets, which live in the cluster"
+        );
+    };
+    let master = crate::users::master_key(std::path::Path::new(""), Some(master_hex))?;
+    let (svc, index, data_cluster) = cluster_service(&cfg.cluster, service_cfg).await?;
+    let svc = Arc::new(svc);
+    let clusters = [Arc::clone(index.cluster()), data_cluster];
+    let watchdog = Arc::new(Watchdog {
+        after: Duration::from_secs(cfg.cluster.op_timeout_secs.max(1)),
+        clusters: clusters.to_vec(),
     });
-    let clustered = cfg.cluster.backend == "ceph";
-    let mut extra_metrics: Option<crate::admin::MetricsFn> = None;
-    let mut registry_io: Option<lode_rados::IoCtx> = None;
-    let mut watchdog: Option<Arc<Watchdog>> = None;
-    let (svc, data_dir, backend_name, ndev, creds, creds_source, users) = if clustered {
-        let Some(creds) = given else {
-            bail!(
-                "cluster mode needs the root credentials in LODE_ACCESS_KEY/LODE_SECRET_KEY or [auth] \
-                 (every gateway of a cluster uses the same)"
-            );
-        };
-        let Some(master_hex) = master_key_env.as_deref() else {
-            bail!(
-                "cluster mode needs LODE_MASTER_KEY (64 hex digits, the same on every gateway): it \
-                 seals the users' secrets, which live in the cluster"
-            );
-        };
-        let master = crate::users::master_key(std::path::Path::new(""), Some(master_hex))?;
-        let (svc, index, data_cluster) = cluster_service(&cfg.cluster, service_cfg).await?;
-        let svc = Arc::new(svc);
-        let clusters = [Arc::clone(index.cluster()), data_cluster];
-        watchdog = Some(Arc::new(Watchdog {
-            after: Duration::from_secs(cfg.cluster.op_timeout_secs.max(1)),
-            clusters: clusters.to_vec(),
-        }));
-        registry_io = Some(index);
-        extra_metrics = Some(Arc::new(move || rados_metrics(&clusters)));
-        let users = Arc::new(
-            crate::users::Users::open(Arc::clone(svc.catalog()), master, creds.clone())
-                .await
-                .context("loading users")?,
-        );
-        // Users and grants changed through other gateways.
-        users.spawn_refresh(Duration::from_secs(2));
-        let masters = enable_encryption(&svc, &master, &cfg.encryption).await?;
-        // Master key versions added through other gateways: new objects use them soon.
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(10)).await;
-                if let Err(e) = masters.reload().await {
-                    tracing::warn!(error = %e, "reloading the master key versions failed");
-                }
+    let metrics: crate::admin::MetricsFn = Arc::new(move || rados_metrics(&clusters));
+    let users = Arc::new(
+        crate::users::Users::open(Arc::clone(svc.catalog()), master, creds.clone())
+            .await
+            .context("loading users")?,
+    );
+    // Users and grants changed through other gateways.
+    users.spawn_refresh(Duration::from_secs(2));
+    let masters = enable_encryption(&svc, &master, &cfg.encryption).await?;
+    // Master key versions added through other gateways: new objects use them soon.
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            if let Err(e) = masters.reload().await {
+                tracing::warn!(error = %e, "reloading the master key versions failed");
             }
-        });
-        let backend = format!(
-            "rados (index pool {}, data pool {})",
-            cfg.cluster.index_pool, cfg.cluster.data_pool
-        );
-        // The gateway keeps nothing but the mount's staging files (anonymous: nothing to clean)
-        // in its data dir.
-        if !cfg.posix.mount.as_os_str().is_empty() {
-            std::fs::create_dir_all(&cfg.data_dir)
-                .with_context(|| format!("creating data dir {}", cfg.data_dir.display()))?;
         }
-        let local = std::path::absolute(&cfg.data_dir)?;
-        (svc, local, backend, 0, creds, Source::Given, users)
-    } else {
+    });
+    let backend_name = format!(
+        "rados (index pool {}, data pool {})",
+        cfg.cluster.index_pool, cfg.cluster.data_pool
+    );
+    // The gateway keeps nothing but the mount's staging files (anonymous: nothing to clean)
+    // in its data dir.
+    if !cfg.posix.mount.as_os_str().is_empty() {
         std::fs::create_dir_all(&cfg.data_dir)
             .with_context(|| format!("creating data dir {}", cfg.data_dir.display()))?;
-        let data_dir = std::fs::canonicalize(&cfg.data_dir)?;
-        let (meta, dp) = open_stores(&cfg)?;
-        watch_metadata_dir(cfg.resolve(&cfg.metadata.path))?;
-        let backend_name = dp.store().backend_name().to_owned();
-        let ndev = dp.store().devices().len();
-        let svc = Arc::new(local_service(meta, dp, service_cfg)?);
-        let (creds, creds_source) = crate::auth::load_or_create(&data_dir, given)?;
-        let master = crate::users::master_key(&data_dir, master_key_env.as_deref())?;
-        let users = Arc::new(
-            crate::users::Users::open(Arc::clone(svc.catalog()), master, creds.clone())
-                .await
-                .context("loading users")?,
-        );
-        enable_encryption(&svc, &master, &cfg.encryption).await?;
-        (
-            svc,
-            data_dir,
-            backend_name,
-            ndev,
-            creds,
-            creds_source,
-            users,
-        )
-    };
-    // The IO profile both doors record into, and the scrubber's totals (served by the admin
-    // endpoint).
-    let profile = Arc::new(crate::profile::Profile::default());
-    profile.enabled.store(cfg.server.profile, Ordering::Relaxed);
-    let scrub_stats = Arc::new(lode_objects::scrub::ScrubStats::default());
-    let lifecycle_stats = Arc::new(lode_objects::lifecycle_run::LifecycleStats::default());
+    }
+    Ok(Opened {
+        svc,
+        data_dir: std::path::absolute(&cfg.data_dir)?,
+        backend_name,
+        ndev: 0,
+        creds,
+        creds_source: Source::Given,
+        users,
+        cluster: Some(ClusterParts {
+            index,
+            watchdog,
+            metrics,
+        }),
+    })
+}
+
+/// One node's backends: RocksDB and the datapath in the data dir, the root credentials and
+/// master key kept there.
+async fn open_local_backends(
+    cfg: &LodeConfig,
+    given: Option<Credentials>,
+    master_key_env: Option<&str>,
+    service_cfg: ServiceConfig,
+) -> anyhow::Result<Opened> {
+    std::fs::create_dir_all(&cfg.data_dir)
+        .with_context(|| format!("creating data dir {}", cfg.data_dir.display()))?;
+    let data_dir = std::fs::canonicalize(&cfg.data_dir)?;
+    let (meta, dp) = open_stores(cfg)?;
+    watch_metadata_dir(cfg.resolve(&cfg.metadata.path))?;
+    let backend_name = dp.store().backend_name().to_owned();
+    let ndev = dp.store().devices().len();
+    let svc = Arc::new(local_service(meta, dp, service_cfg)?);
+    let (creds, creds_source) = crate::auth::load_or_create(&data_dir, given)?;
+    let master = crate::users::master_key(&data_dir, master_key_env)?;
+    let users = Arc::new(
+        crate::users::Users::open(Arc::clone(svc.catalog()), master, creds.clone())
+            .await
+            .context("loading users")?,
+    );
+    enable_encryption(&svc, &master, &cfg.encryption).await?;
+    Ok(Opened {
+        svc,
+        data_dir,
+        backend_name,
+        ndev,
+        creds,
+        creds_source,
+        users,
+        cluster: None,
+    })
+}
+
+/// The S3 door: s3s over the object service, with the users' keys, authorization, virtual
+/// hosts and the RenameObject route.
+fn s3_door(
+    cfg: &LodeConfig,
+    svc: &Arc<ObjectService>,
+    users: &Arc<crate::users::Users>,
+) -> s3s::service::S3Service {
     let authz = crate::access::Authz {
-        users: Arc::clone(&users),
-        svc: Arc::clone(&svc),
+        users: Arc::clone(users),
+        svc: Arc::clone(svc),
     };
     let mut builder = S3ServiceBuilder::new(
         crate::s3::LodeS3::new(authz.clone(), cfg.server.region.clone())
             .allow_sse_c_over_http(cfg.encryption.allow_sse_c_over_http),
     );
-    builder.set_auth(KeyStore::new(Arc::clone(&users)));
+    builder.set_auth(KeyStore::new(Arc::clone(users)));
     builder.set_access(authz.clone());
     if !cfg.server.domain.is_empty() {
         builder.set_host(crate::host::VirtualHosts::new(&cfg.server.domain));
@@ -774,7 +813,287 @@ pub async fn serve(
     builder.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(
         s3s_cfg,
     ))));
-    let s3 = builder.build();
+    builder.build()
+}
+
+/// The POSIX door, when `posix.mount` names a mount point; in cluster mode it also takes the
+/// other gateways' changes from the cluster's change feed.
+fn posix_door(
+    cfg: &LodeConfig,
+    svc: &Arc<ObjectService>,
+    profile: &Arc<crate::profile::Profile>,
+    data_dir: &std::path::Path,
+    users: &Arc<crate::users::Users>,
+    cluster: Option<&ClusterParts>,
+) -> anyhow::Result<Option<crate::posix::PosixMount>> {
+    if cfg.posix.mount.as_os_str().is_empty() {
+        return Ok(None);
+    }
+    let mount = crate::posix::mount(
+        Arc::clone(svc),
+        Arc::clone(profile),
+        &cfg.posix,
+        data_dir,
+        Arc::clone(users),
+        tokio::runtime::Handle::current(),
+        cluster.map(|c| {
+            Arc::new(crate::cluster::feed::RadosChanges(c.index.clone()))
+                as Arc<dyn lode_objects::RemoteChanges>
+        }),
+    )
+    .context("starting the POSIX door")?;
+    Ok(Some(mount))
+}
+
+/// The background passes one gateway at a time runs (leases in the catalog): scrub and
+/// lifecycle.
+fn start_background(
+    cfg: &LodeConfig,
+    svc: &Arc<ObjectService>,
+    scrub_stats: &Arc<lode_objects::scrub::ScrubStats>,
+    lifecycle_stats: &Arc<lode_objects::lifecycle_run::LifecycleStats>,
+    clustered: bool,
+) {
+    // The passes' lease holder: it tells gateways apart, restarts of one included.
+    let holder = format!(
+        "{}:{}:{:08x}",
+        std::env::var("HOSTNAME").unwrap_or_default(),
+        std::process::id(),
+        rand::random::<u32>()
+    );
+    if cfg.scrub.enabled {
+        tokio::spawn(lode_objects::scrub::run(
+            Arc::clone(svc),
+            Arc::clone(scrub_stats),
+            cfg.scrub.rate.0,
+            Duration::from_secs(cfg.scrub.start_delay_secs),
+            Duration::from_secs(cfg.scrub.interval_secs),
+            clustered.then(|| holder.clone()),
+        ));
+    }
+    if cfg.lifecycle.enabled {
+        tokio::spawn(lode_objects::lifecycle_run::run(
+            Arc::clone(svc),
+            Arc::clone(lifecycle_stats),
+            lode_objects::lifecycle_run::RunConfig {
+                interval: Duration::from_secs(cfg.lifecycle.interval_secs),
+                day_ms: svc.config().lifecycle_day_ms,
+                max_actions_per_sec: cfg.lifecycle.max_actions_per_sec,
+                holder,
+            },
+        ));
+    }
+}
+
+/// What every request of the S3 port shares.
+struct Requests {
+    s3: s3s::service::S3Service,
+    objects: Arc<ObjectService>,
+    profile: Arc<crate::profile::Profile>,
+    domain: String,
+    watchdog: Option<Arc<Watchdog>>,
+    /// `server.max_requests` slots, waited for up to `request_wait`.
+    inflight: Arc<tokio::sync::Semaphore>,
+    request_wait: Duration,
+    ids: AtomicU64,
+    /// A request's headers (and a TLS handshake) must arrive within this many seconds.
+    header_timeout: u64,
+    max_header: usize,
+}
+
+/// One request of the S3 port, end to end: a slot of `max_requests` (or `503 SlowDown`), CORS,
+/// the HTTP-layer fix-ups, s3s under the watchdog, the IO profile, the request id headers.
+async fn handle(
+    rq: Arc<Requests>,
+    req: http::Request<hyper::body::Incoming>,
+    peer: SocketAddr,
+    secure: bool,
+) -> Result<http::Response<s3s::Body>, s3s::HttpError> {
+    let mut req = req.map(s3s::Body::from);
+    req.extensions_mut().insert(crate::access::Peer {
+        ip: peer.ip(),
+        secure,
+    });
+    let form_upload = crate::wire::is_form_upload(&req);
+    let attributes = crate::wire::is_object_attributes(&req);
+    let encryption =
+        req.method() == http::Method::GET && crate::wire::is_bucket_encryption(req.uri());
+    let has_body = crate::wire::has_body(&req);
+    let body_limits = (
+        rq.objects.config().max_object_size,
+        rq.objects.config().body_idle_timeout,
+    );
+    let id = rq.ids.fetch_add(1, Ordering::Relaxed);
+    let (class, bucket, in_bytes) = classify(&req, &rq.domain);
+    // CORS: a preflight is answered from the bucket's rules; a browser's request (it carries
+    // Origin) gets the allowing rule's headers on its answer.
+    let browser = crate::cors::Browser::of(&req);
+    let rid = format!("{id:016X}");
+    let t0 = std::time::Instant::now();
+    let preflight = crate::cors::is_preflight(req.method());
+    // A slot of max_requests, waited for in turn for up to request_wait.
+    let permit = match rq.inflight.clone().try_acquire_owned() {
+        Ok(p) => Ok(p),
+        Err(_) if rq.request_wait.is_zero() => Err(()),
+        Err(_) => tokio::time::timeout(rq.request_wait, rq.inflight.clone().acquire_owned())
+            .await
+            .map_err(|_| ())
+            .and_then(|p| p.map_err(|_| ())),
+    };
+    let mut resp = match permit {
+        Ok(_permit) if preflight => {
+            crate::cors::preflight(&rq.objects, bucket.as_deref(), req.headers(), &rid).await
+        }
+        Ok(_permit) => match prepare(req, body_limits, &rid).await {
+            Ok(req) => match &rq.watchdog {
+                None => rq.s3.call(req).await?,
+                Some(w) => match w.guard(rq.s3.call(req)).await {
+                    Some(r) => r?,
+                    None => cut_off(&rid),
+                },
+            },
+            Err(refusal) => refusal,
+        },
+        Err(_) => slow_down(&rid),
+    };
+    if !preflight && let (Some(b), Some(name)) = (&browser, &bucket) {
+        b.decorate(&rq.objects, name, &mut resp).await;
+    }
+    if form_upload {
+        crate::wire::fix_policy_refusal(&mut resp, &rid);
+    }
+    if attributes {
+        crate::wire::unquote_attributes_etag(&mut resp);
+    }
+    if encryption {
+        crate::wire::show_blocked_encryption(&mut resp);
+    }
+    crate::wire::add_request_id(&mut resp, &rid);
+    if has_body && resp.status().as_u16() >= 400 {
+        // The body may be unread (an early refusal); a client that held it back
+        // (Expect: 100-continue) must not reuse the connection.
+        resp.headers_mut().insert(
+            http::header::CONNECTION,
+            http::HeaderValue::from_static("close"),
+        );
+    }
+    let bytes = match class {
+        crate::profile::Class::Read => resp
+            .headers()
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse().ok())
+            .unwrap_or(0),
+        _ => in_bytes,
+    };
+    rq.profile.record(
+        crate::profile::Door::S3,
+        class,
+        bucket.as_deref(),
+        bytes,
+        t0.elapsed(),
+    );
+    if let Ok(v) = http::HeaderValue::from_str(&rid) {
+        resp.headers_mut().insert("x-amz-request-id", v.clone());
+        resp.headers_mut().insert("x-amz-id-2", v);
+    }
+    resp.headers_mut()
+        .insert(http::header::SERVER, http::HeaderValue::from_static("Lode"));
+    Ok(resp)
+}
+
+/// Serves one accepted connection (after its TLS handshake, bounded by the header timeout) until
+/// it closes; `permit` (its `max_connections` slot) goes with it.
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    rq: Arc<Requests>,
+    peer: SocketAddr,
+    watcher: hyper_util::server::graceful::Watcher,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    let secure = tls.is_some();
+    let (header_timeout, max_header) = (rq.header_timeout, rq.max_header);
+    let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+        handle(Arc::clone(&rq), req, peer, secure)
+    });
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(header_timeout))
+        .max_buf_size(max_header.max(64 * 1024))
+        .keep_alive(true);
+    let r = match tls {
+        None => {
+            watcher
+                .watch(http.serve_connection(TokioIo::new(stream), svc))
+                .await
+        }
+        Some(acceptor) => {
+            // The handshake counts against the header timeout (slowloris on TLS).
+            let hs =
+                tokio::time::timeout(Duration::from_secs(header_timeout), acceptor.accept(stream))
+                    .await;
+            match hs {
+                Ok(Ok(tls_stream)) => {
+                    watcher
+                        .watch(http.serve_connection(TokioIo::new(tls_stream), svc))
+                        .await
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "TLS handshake failed");
+                    Ok(())
+                }
+                Err(_) => {
+                    tracing::debug!("TLS handshake timed out");
+                    Ok(())
+                }
+            }
+        }
+    };
+    if let Err(e) = r {
+        tracing::debug!(error = %e, "connection ended with an error");
+    }
+    drop(permit);
+}
+
+/// Opens everything, binds the listener, and serves until `shutdown` resolves: the backends
+/// (one node or cluster), then the doors over the object service.
+pub async fn serve(
+    cfg: LodeConfig,
+    master_key_env: Option<String>,
+    failpoints: lode_objects::failpoint::Failpoints,
+    on_start: impl FnOnce(&Started),
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    cfg.validate()?;
+    // First: the metadata store and the devices open their files under the raised limit too.
+    let max_connections = fit_open_files(cfg.server.max_connections);
+    let service_cfg = service_config(&cfg, failpoints);
+    let given = (!cfg.auth.access_key.is_empty()).then(|| Credentials {
+        access_key: cfg.auth.access_key.clone(),
+        secret_key: cfg.auth.secret_key.clone(),
+    });
+    let clustered = cfg.cluster.backend == "ceph";
+    let Opened {
+        svc,
+        data_dir,
+        backend_name,
+        ndev,
+        creds,
+        creds_source,
+        users,
+        cluster,
+    } = if clustered {
+        open_cluster_backends(&cfg, given, master_key_env.as_deref(), service_cfg).await?
+    } else {
+        open_local_backends(&cfg, given, master_key_env.as_deref(), service_cfg).await?
+    };
+    // The IO profile both doors record into, and the scrubber's totals (served by the admin
+    // endpoint).
+    let profile = Arc::new(crate::profile::Profile::default());
+    profile.enabled.store(cfg.server.profile, Ordering::Relaxed);
+    let scrub_stats = Arc::new(lode_objects::scrub::ScrubStats::default());
+    let lifecycle_stats = Arc::new(lode_objects::lifecycle_run::LifecycleStats::default());
+    let s3 = s3_door(&cfg, &svc, &users);
 
     let tls = if cfg.server.tls_cert.as_os_str().is_empty() {
         None
@@ -801,14 +1120,14 @@ pub async fn serve(
     };
     // Cluster mode: this gateway registers in the cluster (with a lease) and publishes its
     // profile there, so any gateway can show the whole cluster's.
-    let registry = match registry_io.clone() {
-        Some(io) => {
+    let registry = match &cluster {
+        Some(c) => {
             let admin = match &admin_listener {
                 Some(l) => l.local_addr()?.to_string(),
                 None => String::new(),
             };
             let r = Arc::new(crate::cluster::profile::Registry::new(
-                io,
+                c.index.clone(),
                 addr.to_string(),
                 admin,
                 Arc::clone(&profile),
@@ -829,7 +1148,7 @@ pub async fn serve(
                 scrub: Arc::clone(&scrub_stats),
                 lifecycle: Arc::clone(&lifecycle_stats),
                 root_secret: creds.secret_key.clone(),
-                extra_metrics,
+                extra_metrics: cluster.as_ref().map(|c| Arc::clone(&c.metrics)),
                 cluster: registry,
             },
         ));
@@ -837,55 +1156,8 @@ pub async fn serve(
     } else {
         None
     };
-    let mount = if cfg.posix.mount.as_os_str().is_empty() {
-        None
-    } else {
-        Some(
-            crate::posix::mount(
-                Arc::clone(&svc),
-                Arc::clone(&profile),
-                &cfg.posix,
-                &data_dir,
-                Arc::clone(&users),
-                tokio::runtime::Handle::current(),
-                registry_io.clone().map(|io| {
-                    Arc::new(crate::cluster::feed::RadosChanges(io))
-                        as Arc<dyn lode_objects::RemoteChanges>
-                }),
-            )
-            .context("starting the POSIX door")?,
-        )
-    };
-    // Background passes that one gateway at a time runs (leases in the catalog) go by this
-    // name; it tells gateways apart, restarts of one included.
-    let holder = format!(
-        "{}:{}:{:08x}",
-        std::env::var("HOSTNAME").unwrap_or_default(),
-        std::process::id(),
-        rand::random::<u32>()
-    );
-    if cfg.scrub.enabled {
-        tokio::spawn(lode_objects::scrub::run(
-            Arc::clone(&svc),
-            Arc::clone(&scrub_stats),
-            cfg.scrub.rate.0,
-            Duration::from_secs(cfg.scrub.start_delay_secs),
-            Duration::from_secs(cfg.scrub.interval_secs),
-            clustered.then(|| holder.clone()),
-        ));
-    }
-    if cfg.lifecycle.enabled {
-        tokio::spawn(lode_objects::lifecycle_run::run(
-            Arc::clone(&svc),
-            Arc::clone(&lifecycle_stats),
-            lode_objects::lifecycle_run::RunConfig {
-                interval: Duration::from_secs(cfg.lifecycle.interval_secs),
-                day_ms: svc.config().lifecycle_day_ms,
-                max_actions_per_sec: cfg.lifecycle.max_actions_per_sec,
-                holder,
-            },
-        ));
-    }
+    let mount = posix_door(&cfg, &svc, &profile, &data_dir, &users, cluster.as_ref())?;
+    start_background(&cfg, &svc, &scrub_stats, &lifecycle_stats, clustered);
     let (free, total) = svc.space();
     on_start(&Started {
         addr,
@@ -902,16 +1174,22 @@ pub async fn serve(
     });
     tracing::info!(%addr, backend = %backend_name, "serving S3");
 
-    let domain = Arc::new(cfg.server.domain.to_ascii_lowercase());
+    let rq = Arc::new(Requests {
+        s3,
+        objects: Arc::clone(&svc),
+        profile: Arc::clone(&profile),
+        domain: cfg.server.domain.to_ascii_lowercase(),
+        watchdog: cluster.as_ref().map(|c| Arc::clone(&c.watchdog)),
+        inflight: Arc::new(tokio::sync::Semaphore::new(cfg.server.max_requests)),
+        request_wait: Duration::from_millis(cfg.server.request_wait_ms),
+        ids: AtomicU64::new(rand::random::<u32>() as u64),
+        header_timeout: cfg.server.header_timeout_secs,
+        max_header: (cfg.server.max_header_size.0 as usize).max(8192),
+    });
     let conns = Arc::new(tokio::sync::Semaphore::new(max_connections));
     // Connections past the limit get one 503 each; this many at once, the rest are closed.
     let refusing = Arc::new(tokio::sync::Semaphore::new(REFUSING_AT_ONCE));
-    let request_wait = Duration::from_millis(cfg.server.request_wait_ms);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let max_header = (cfg.server.max_header_size.0 as usize).max(8192);
-    let header_timeout = cfg.server.header_timeout_secs;
-    let inflight = Arc::new(tokio::sync::Semaphore::new(cfg.server.max_requests));
-    let ids = Arc::new(AtomicU64::new(rand::random::<u32>() as u64));
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -937,157 +1215,14 @@ pub async fn serve(
             }
             continue;
         };
-        let s3 = s3.clone();
-        let ids = Arc::clone(&ids);
-        let inflight = Arc::clone(&inflight);
-        let objects = Arc::clone(&svc);
-        let profile = Arc::clone(&profile);
-        let domain = domain.clone();
-        let watchdog = watchdog.clone();
-        let secure = tls.is_some();
-        let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
-            let s3 = s3.clone();
-            let mut req = req.map(s3s::Body::from);
-            req.extensions_mut().insert(crate::access::Peer {
-                ip: peer.ip(),
-                secure,
-            });
-            let form_upload = crate::wire::is_form_upload(&req);
-            let attributes = crate::wire::is_object_attributes(&req);
-            let encryption =
-                req.method() == http::Method::GET && crate::wire::is_bucket_encryption(req.uri());
-            let has_body = crate::wire::has_body(&req);
-            let body_limits = (
-                objects.config().max_object_size,
-                objects.config().body_idle_timeout,
-            );
-            let id = ids.fetch_add(1, Ordering::Relaxed);
-            let inflight = Arc::clone(&inflight);
-            let profile = Arc::clone(&profile);
-            let (class, bucket, in_bytes) = classify(&req, &domain);
-            // CORS: a preflight is answered from the bucket's rules; a browser's request (it
-            // carries Origin) gets the allowing rule's headers on its answer.
-            let browser = crate::cors::Browser::of(&req);
-            let objects = Arc::clone(&objects);
-            let watchdog = watchdog.clone();
-            async move {
-                let rid = format!("{id:016X}");
-                let t0 = std::time::Instant::now();
-                let preflight = crate::cors::is_preflight(req.method());
-                // A slot of max_requests, waited for in turn for up to request_wait.
-                let permit = match inflight.clone().try_acquire_owned() {
-                    Ok(p) => Ok(p),
-                    Err(_) if request_wait.is_zero() => Err(()),
-                    Err(_) => tokio::time::timeout(request_wait, inflight.acquire_owned())
-                        .await
-                        .map_err(|_| ())
-                        .and_then(|p| p.map_err(|_| ())),
-                };
-                let mut resp = match permit {
-                    Ok(_permit) if preflight => {
-                        crate::cors::preflight(&objects, bucket.as_deref(), req.headers(), &rid)
-                            .await
-                    }
-                    Ok(_permit) => match prepare(req, body_limits, &rid).await {
-                        Ok(req) => match &watchdog {
-                            None => s3.call(req).await?,
-                            Some(w) => match w.guard(s3.call(req)).await {
-                                Some(r) => r?,
-                                None => cut_off(&rid),
-                            },
-                        },
-                        Err(refusal) => refusal,
-                    },
-                    Err(_) => slow_down(&rid),
-                };
-                if !preflight && let (Some(b), Some(name)) = (&browser, &bucket) {
-                    b.decorate(&objects, name, &mut resp).await;
-                }
-                if form_upload {
-                    crate::wire::fix_policy_refusal(&mut resp, &rid);
-                }
-                if attributes {
-                    crate::wire::unquote_attributes_etag(&mut resp);
-                }
-                if encryption {
-                    crate::wire::show_blocked_encryption(&mut resp);
-                }
-                crate::wire::add_request_id(&mut resp, &rid);
-                if has_body && resp.status().as_u16() >= 400 {
-                    // The body may be unread (an early refusal); a client that held it back
-                    // (Expect: 100-continue) must not reuse the connection.
-                    resp.headers_mut().insert(
-                        http::header::CONNECTION,
-                        http::HeaderValue::from_static("close"),
-                    );
-                }
-                let bytes = match class {
-                    crate::profile::Class::Read => resp
-                        .headers()
-                        .get(http::header::CONTENT_LENGTH)
-                        .and_then(|v| v.to_str().ok()?.parse().ok())
-                        .unwrap_or(0),
-                    _ => in_bytes,
-                };
-                profile.record(
-                    crate::profile::Door::S3,
-                    class,
-                    bucket.as_deref(),
-                    bytes,
-                    t0.elapsed(),
-                );
-                if let Ok(v) = http::HeaderValue::from_str(&rid) {
-                    resp.headers_mut().insert("x-amz-request-id", v.clone());
-                    resp.headers_mut().insert("x-amz-id-2", v);
-                }
-                resp.headers_mut()
-                    .insert(http::header::SERVER, http::HeaderValue::from_static("Lode"));
-                Ok::<_, s3s::HttpError>(resp)
-            }
-        });
-        let mut http = hyper::server::conn::http1::Builder::new();
-        http.timer(TokioTimer::new())
-            .header_read_timeout(Duration::from_secs(header_timeout))
-            .max_buf_size(max_header.max(64 * 1024))
-            .keep_alive(true);
-        let watcher = graceful.watcher();
-        let tls = tls.clone();
-        tokio::spawn(async move {
-            let r = match tls {
-                None => {
-                    watcher
-                        .watch(http.serve_connection(TokioIo::new(stream), svc))
-                        .await
-                }
-                Some(acceptor) => {
-                    // The handshake counts against the header timeout (slowloris on TLS).
-                    let hs = tokio::time::timeout(
-                        Duration::from_secs(header_timeout),
-                        acceptor.accept(stream),
-                    )
-                    .await;
-                    match hs {
-                        Ok(Ok(tls_stream)) => {
-                            watcher
-                                .watch(http.serve_connection(TokioIo::new(tls_stream), svc))
-                                .await
-                        }
-                        Ok(Err(e)) => {
-                            tracing::debug!(error = %e, "TLS handshake failed");
-                            Ok(())
-                        }
-                        Err(_) => {
-                            tracing::debug!("TLS handshake timed out");
-                            Ok(())
-                        }
-                    }
-                }
-            };
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "connection ended with an error");
-            }
-            drop(permit);
-        });
+        tokio::spawn(serve_connection(
+            stream,
+            tls.clone(),
+            Arc::clone(&rq),
+            peer,
+            graceful.watcher(),
+            permit,
+        ));
     }
     drop(listener);
     tracing::info!("shutting down: finishing requests in flight");
