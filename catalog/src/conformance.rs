@@ -47,7 +47,7 @@ pub fn record(etag: &str, chunks: &[ChunkLoc]) -> ObjectRecord {
     }
 }
 
-fn bucket_rec(owner: &str) -> BucketRecord {
+pub fn bucket_rec(owner: &str) -> BucketRecord {
     BucketRecord {
         created_ms: 1,
         owner: owner.into(),

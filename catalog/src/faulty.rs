@@ -273,4 +273,24 @@ impl Catalog for FaultyCatalog {
     async fn sys_update(&self, key: &[u8], f: SysFn) -> Result<()> {
         self.commit(self.inner.sys_update(key, f)).await
     }
+    fn supports_events(&self) -> bool {
+        self.inner.supports_events()
+    }
+    async fn outbox_add(&self, dest: &str, body: Vec<u8>) -> Result<u64> {
+        self.commit(self.inner.outbox_add(dest, body)).await
+    }
+    async fn outbox_scan(
+        &self,
+        dest: &str,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<crate::events::Outboxed>> {
+        self.inner.outbox_scan(dest, after, limit).await
+    }
+    async fn outbox_remove(&self, dest: &str, seqs: &[u64]) -> Result<()> {
+        self.commit(self.inner.outbox_remove(dest, seqs)).await
+    }
+    async fn outbox_len(&self, dest: &str) -> Result<u64> {
+        self.inner.outbox_len(dest).await
+    }
 }

@@ -16,6 +16,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use lode_metadata::records::{self, AbortedUpload, ExtentRecord, Record};
 use lode_metadata::{MemMetadataStore, MetadataStore, Table, Transaction, keys};
 
+use crate::events::{self, Change, EventDraft, Outboxed, What};
 use crate::listing::{PageFold, Step};
 
 use crate::{
@@ -184,6 +185,41 @@ fn delete_obj(t: &mut dyn Transaction, k: &[u8], old: &ObjectRecord) -> Result<(
 }
 
 /// A listing page in head form (records of older formats carry their bytes in the value).
+/// The system key of `dest`'s outbox entries (`outbox \0 dest \0`, then the sequence number
+/// big-endian).
+fn outbox_prefix(dest: &str) -> Vec<u8> {
+    let mut k = b"outbox\0".to_vec();
+    k.extend_from_slice(dest.as_bytes());
+    k.push(0);
+    k
+}
+
+fn outbox_key(dest: &str, seq: u64) -> Vec<u8> {
+    let mut k = outbox_prefix(dest);
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+/// Stores the outbox entries `changes` make under the commit's draft, in its transaction.
+fn emit(
+    t: &mut dyn Transaction,
+    draft: &Option<Arc<dyn EventDraft>>,
+    changes: &[Change<'_>],
+) -> Result<()> {
+    for (dest, seq, body) in events::render(draft.as_deref(), changes) {
+        t.put(Table::System, &outbox_key(&dest, seq), &body)?;
+    }
+    Ok(())
+}
+
+fn change<'a>(bucket: &'a str, key: &'a str, what: What<'a>) -> Change<'a> {
+    Change { bucket, key, what }
+}
+
+fn written<'a>(bucket: &'a str, key: &'a str, record: &'a ObjectRecord) -> Change<'a> {
+    change(bucket, key, What::Written { record })
+}
+
 fn head_page(mut page: ListPage) -> ListPage {
     page.objects = page
         .objects
@@ -833,6 +869,7 @@ impl Catalog for KvCatalog {
         refs: Refs,
     ) -> Result<Commit> {
         let (b, k, cond) = (bucket.to_owned(), key.to_owned(), cond.clone());
+        let draft = events::current();
         self.blocking(move |m, gate| {
             let _shared = gate.read().expect("bucket gate");
             let okey = keys::object(&b, &k);
@@ -857,8 +894,10 @@ impl Catalog for KvCatalog {
                     let mut rec = rec.clone();
                     rec.version_id = version_id.clone();
                     put_obj(t, &okey, &split(&rec)?, has_payload(old.as_ref()))?;
+                    emit(t, &draft, &[written(&b, &k, &rec)])?;
                 } else {
                     put_obj(t, &okey, &value, has_payload(old.as_ref()))?;
+                    emit(t, &draft, &[written(&b, &k, &rec)])?;
                 }
                 Ok(Commit {
                     previous: old.map(ObjectRecord::into_head),
@@ -873,6 +912,7 @@ impl Catalog for KvCatalog {
 
     async fn delete(&self, bucket: &str, key: &str, cond: &Cond) -> Result<Commit> {
         let (b, k, cond) = (bucket.to_owned(), key.to_owned(), cond.clone());
+        let draft = events::current();
         self.blocking(move |m, _| {
             let okey = keys::object(&b, &k);
             Self::transact(m, |t| {
@@ -903,6 +943,13 @@ impl Catalog for KvCatalog {
                     let vkey = keys::version(&b, &k, &version_suffix(seq, version_id.as_deref()));
                     let rec = delete_marker(version_id.clone());
                     t.put(Table::Versions, &vkey, &records::encode(&rec))?;
+                    let what = What::MarkerCreated {
+                        version_id: version_id.as_deref(),
+                    };
+                    emit(t, &draft, &[change(&b, &k, what)])?;
+                } else if old.is_some() {
+                    let what = What::Removed { version_id: None };
+                    emit(t, &draft, &[change(&b, &k, what)])?;
                 }
                 Ok(Commit {
                     previous: old.map(ObjectRecord::into_head),
@@ -923,6 +970,7 @@ impl Catalog for KvCatalog {
         v: Versioning,
     ) -> Result<(ObjectRecord, Commit)> {
         let (b, k) = (bucket.to_owned(), key.to_owned());
+        let draft = events::current();
         self.blocking(move |m, gate| {
             let _shared = gate.read().expect("bucket gate");
             let okey = keys::object(&b, &k);
@@ -956,6 +1004,7 @@ impl Catalog for KvCatalog {
                     commit.version_id = id;
                 }
                 put_obj(t, &okey, &split(&new)?, has_payload(stored.as_ref()))?;
+                emit(t, &draft, &[written(&b, &k, &new)])?;
                 commit.previous = stored.map(ObjectRecord::into_head);
                 Ok((new, commit))
             })
@@ -975,6 +1024,7 @@ impl Catalog for KvCatalog {
             dst.0.to_owned(),
             dst.1.to_owned(),
         );
+        let draft = events::current();
         self.blocking(move |m, gate| {
             let _shared = gate.read().expect("bucket gate");
             let (skey, dkey) = (keys::object(&sb, &sk), keys::object(&db, &dk));
@@ -993,6 +1043,7 @@ impl Catalog for KvCatalog {
                     drop_refs(t, &old.segments, &mut released)?;
                 }
                 put_obj(t, &dkey, &value, has_payload(old.as_ref()))?;
+                emit(t, &draft, &[written(&db, &dk, &rec)])?;
                 Ok((
                     rec,
                     Commit {
@@ -1055,6 +1106,7 @@ impl Catalog for KvCatalog {
         check: Option<crate::RecordCheck>,
     ) -> Result<Commit> {
         let (b, k, id) = (bucket.to_owned(), key.to_owned(), version_id.to_owned());
+        let draft = events::current();
         self.blocking(move |m, gate| {
             let _shared = gate.read().expect("bucket gate");
             let okey = keys::object(&b, &k);
@@ -1083,6 +1135,10 @@ impl Catalog for KvCatalog {
                     },
                 };
                 promote_newest(m, t, &b, &k, &okey, &gone_key)?;
+                let what = What::Removed {
+                    version_id: Some(removed.version_id.as_deref().unwrap_or("null")),
+                };
+                emit(t, &draft, &[change(&b, &k, what)])?;
                 Ok(Commit {
                     version_id: removed.version_id.clone(),
                     delete_marker: removed.delete_marker,
@@ -1102,6 +1158,7 @@ impl Catalog for KvCatalog {
         f: RecordFn,
     ) -> Result<ObjectRecord> {
         let (b, k, id) = (bucket.to_owned(), key.to_owned(), version_id.to_owned());
+        let draft = events::current();
         self.blocking(move |m, _| {
             has_bucket(m, &b)?;
             let okey = keys::object(&b, &k);
@@ -1109,7 +1166,9 @@ impl Catalog for KvCatalog {
                 if let Some(cur) = get_obj(t, &okey)?
                     && is_version(&cur, &id)
                 {
-                    return rewrite_current(t, &okey, cur, &f);
+                    let new = rewrite_current(t, &okey, cur, &f)?;
+                    emit(t, &draft, &[written(&b, &k, &new)])?;
+                    return Ok(new);
                 }
                 let Some((vkey, rec)) = find_noncurrent(m, t, &b, &k, &id)? else {
                     return Err(CatalogError::NoSuchKey);
@@ -1124,6 +1183,7 @@ impl Catalog for KvCatalog {
                     ));
                 }
                 t.put(Table::Versions, &vkey, &records::encode(&new))?;
+                emit(t, &draft, &[written(&b, &k, &new)])?;
                 Ok(new)
             })
         })
@@ -1141,13 +1201,16 @@ impl Catalog for KvCatalog {
 
     async fn update(&self, bucket: &str, key: &str, f: RecordFn) -> Result<ObjectRecord> {
         let (b, k) = (bucket.to_owned(), key.to_owned());
+        let draft = events::current();
         self.blocking(move |m, _| {
             let okey = keys::object(&b, &k);
             Self::transact(m, |t| {
                 let Some(old) = get_obj(t, &okey)? else {
                     return Err(CatalogError::NoSuchKey);
                 };
-                rewrite_current(t, &okey, old, &f)
+                let new = rewrite_current(t, &okey, old, &f)?;
+                emit(t, &draft, &[written(&b, &k, &new)])?;
+                Ok(new)
             })
         })
         .await
@@ -1180,6 +1243,7 @@ impl Catalog for KvCatalog {
         v: Versioning,
     ) -> Result<Commit> {
         let (b, f, to) = (bucket.to_owned(), from.to_owned(), to.to_owned());
+        let draft = events::current();
         self.blocking(move |m, gate| {
             let _shared = gate.read().expect("bucket gate");
             let (fk, tk) = (keys::object(&b, &f), keys::object(&b, &to));
@@ -1207,12 +1271,30 @@ impl Catalog for KvCatalog {
                 }
                 put_obj(t, &tk, &split(&moved)?, has_payload(old.as_ref()))?;
                 delete_obj(t, &fk, &src)?;
-                if v != Versioning::Off {
+                let gone = if v != Versioning::Off {
                     // The source gets a delete marker (its current version moved away).
                     let (seq, id) = retire_current(m, t, &b, &f, &fk, None, v, &mut released)?;
                     let vkey = keys::version(&b, &f, &version_suffix(seq, id.as_deref()));
-                    t.put(Table::Versions, &vkey, &records::encode(&delete_marker(id)))?;
-                }
+                    t.put(
+                        Table::Versions,
+                        &vkey,
+                        &records::encode(&delete_marker(id.clone())),
+                    )?;
+                    Some(id)
+                } else {
+                    None
+                };
+                let removed = match &gone {
+                    Some(id) => What::MarkerCreated {
+                        version_id: id.as_deref(),
+                    },
+                    None => What::Removed { version_id: None },
+                };
+                emit(
+                    t,
+                    &draft,
+                    &[change(&b, &f, removed), written(&b, &to, &moved)],
+                )?;
                 Ok(Commit {
                     previous: old.map(ObjectRecord::into_head),
                     released,
@@ -1232,6 +1314,7 @@ impl Catalog for KvCatalog {
         max_key_len: usize,
     ) -> Result<(usize, Vec<ChunkLoc>)> {
         let (b, f, to) = (bucket.to_owned(), from.to_owned(), to.to_owned());
+        let draft = events::current();
         self.blocking(move |m, gate| {
             let _shared = gate.read().expect("bucket gate");
             let base = keys::bucket_prefix(&b).len();
@@ -1271,7 +1354,18 @@ impl Catalog for KvCatalog {
                     // The value moves as stored; its payload, if any, with it.
                     t.put(Table::Objects, &nk, &v)?;
                     t.delete(Table::Objects, k)?;
-                    if records::decode::<ObjectRecord>(&v)?.has_detached() {
+                    let rec = records::decode::<ObjectRecord>(&v)?;
+                    if draft.is_some() {
+                        let old = String::from_utf8_lossy(&k[base..]).into_owned();
+                        let new = String::from_utf8_lossy(&nk[base..]).into_owned();
+                        let gone = What::Removed { version_id: None };
+                        emit(
+                            t,
+                            &draft,
+                            &[change(&b, &old, gone), written(&b, &new, &rec)],
+                        )?;
+                    }
+                    if rec.has_detached() {
                         let Some(p) = t.get_for_update(Table::Inline, k)? else {
                             return Err(CatalogError::Corrupt(
                                 "an object record's inline payload is missing".into(),
@@ -1289,6 +1383,7 @@ impl Catalog for KvCatalog {
 
     async fn remove_dir(&self, bucket: &str, prefix: &str) -> Result<Vec<ChunkLoc>> {
         let (b, p) = (bucket.to_owned(), prefix.to_owned());
+        let draft = events::current();
         self.blocking(move |m, _| {
             let s = keys::object(&b, &p);
             let e = keys::prefix_successor(&s);
@@ -1304,6 +1399,8 @@ impl Catalog for KvCatalog {
                 if let Some(old) = get_obj(t, &s)? {
                     drop_refs(t, &old.segments, &mut released)?;
                     delete_obj(t, &s, &old)?;
+                    let what = What::Removed { version_id: None };
+                    emit(t, &draft, &[change(&b, &p, what)])?;
                 }
                 Ok(released)
             })
@@ -1515,6 +1612,7 @@ impl Catalog for KvCatalog {
             id.to_owned(),
             cond.clone(),
         );
+        let draft = events::current();
         self.blocking(move |m, gate| {
             let _shared = gate.read().expect("bucket gate");
             let uk = keys::upload(&b, &k, &id);
@@ -1570,6 +1668,7 @@ impl Catalog for KvCatalog {
                 } else {
                     put_obj(t, &okey, &value, had_payload)?;
                 }
+                emit(t, &draft, &[written(&b, &k, &record)])?;
                 Ok((
                     record,
                     Commit {
@@ -1663,6 +1762,80 @@ impl Catalog for KvCatalog {
                 }
                 Ok(())
             })
+        })
+        .await
+    }
+
+    fn supports_events(&self) -> bool {
+        true
+    }
+
+    async fn outbox_add(&self, dest: &str, body: Vec<u8>) -> Result<u64> {
+        let seq = events::next_seq();
+        let k = outbox_key(dest, seq);
+        self.blocking(move |m, _| Self::transact(m, |t| Ok(t.put(Table::System, &k, &body)?)))
+            .await?;
+        Ok(seq)
+    }
+
+    async fn outbox_scan(
+        &self,
+        dest: &str,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<Outboxed>> {
+        let p = outbox_prefix(dest);
+        let start = match after {
+            Some(a) if a < u64::MAX => outbox_key(dest, a + 1),
+            Some(_) => return Ok(vec![]),
+            None => p.clone(),
+        };
+        self.blocking(move |m, _| {
+            let end = keys::prefix_successor(&p);
+            let found = m.scan(Table::System, &start, end.as_deref(), limit)?;
+            let mut out = Vec::with_capacity(found.len());
+            for (k, body) in found {
+                let seq = k[p.len()..]
+                    .try_into()
+                    .map(u64::from_be_bytes)
+                    .map_err(|_| CatalogError::Corrupt("an outbox key".into()))?;
+                events::seq_at_least(seq);
+                out.push(Outboxed { seq, body });
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn outbox_remove(&self, dest: &str, seqs: &[u64]) -> Result<()> {
+        let ks: Vec<Vec<u8>> = seqs.iter().map(|s| outbox_key(dest, *s)).collect();
+        self.blocking(move |m, _| {
+            Self::transact(m, |t| {
+                for k in &ks {
+                    t.delete(Table::System, k)?;
+                }
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    async fn outbox_len(&self, dest: &str) -> Result<u64> {
+        let p = outbox_prefix(dest);
+        self.blocking(move |m, _| {
+            let end = keys::prefix_successor(&p);
+            let mut c = m.cursor(Table::System)?;
+            c.seek(&p);
+            let mut n = 0u64;
+            while let Some((k, _)) = c.current() {
+                if end.as_deref().is_some_and(|e| k >= e) {
+                    break;
+                }
+                n += 1;
+                c.next();
+            }
+            c.status()?;
+            Ok(n)
         })
         .await
     }

@@ -93,6 +93,7 @@ impl Brief {
 
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
+pub mod events;
 mod faulty;
 mod kv;
 mod kv_list;
@@ -927,6 +928,48 @@ pub trait Catalog: Send + Sync + 'static {
     /// Atomically replaces the value at `key` with `f(current)` (`None`: delete). `f` may
     /// refuse.
     async fn sys_update(&self, key: &[u8], f: SysFn) -> Result<()>;
+
+    // ------------------------------------------------------------------ event outbox
+
+    /// Whether this backend stores the entries an armed commit renders ([`events`]) in the
+    /// same commit. Without, an armed commit stores none, and the service refuses event
+    /// notification configurations.
+    fn supports_events(&self) -> bool {
+        false
+    }
+
+    /// Adds an entry to `dest`'s outbox on its own, in a commit of its own (a test event);
+    /// returns its sequence number.
+    async fn outbox_add(&self, dest: &str, body: Vec<u8>) -> Result<u64> {
+        let _ = (dest, body);
+        Err(CatalogError::NotSupported(
+            self.backend_name(),
+            "event notifications",
+        ))
+    }
+
+    /// Up to `limit` entries of `dest`'s outbox, oldest first, after sequence `after`.
+    async fn outbox_scan(
+        &self,
+        dest: &str,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<events::Outboxed>> {
+        let _ = (dest, after, limit);
+        Ok(vec![])
+    }
+
+    /// Removes entries of `dest`'s outbox (delivered, or dropped); absent ones are no error.
+    async fn outbox_remove(&self, dest: &str, seqs: &[u64]) -> Result<()> {
+        let _ = (dest, seqs);
+        Ok(())
+    }
+
+    /// How many entries `dest`'s outbox holds.
+    async fn outbox_len(&self, dest: &str) -> Result<u64> {
+        let _ = dest;
+        Ok(0)
+    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! the `lode` binary reads TOML, `LODE_*` variables and flags and hands the text or values here.
 //! It must never depend on any other Lode crate.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 
@@ -121,6 +122,9 @@ pub struct LodeConfig {
     pub access: AccessConfig,
     pub encryption: EncryptionConfig,
     pub cluster: ClusterConfig,
+    /// Event notification destinations, by name (`[notify.<name>]`): what buckets'
+    /// notification configurations may name (README "Pipelines and events").
+    pub notify: BTreeMap<String, NotifyTarget>,
 }
 
 impl Default for LodeConfig {
@@ -137,6 +141,7 @@ impl Default for LodeConfig {
             access: AccessConfig::default(),
             encryption: EncryptionConfig::default(),
             cluster: ClusterConfig::default(),
+            notify: BTreeMap::new(),
         }
     }
 }
@@ -249,6 +254,40 @@ impl Default for EncryptionConfig {
         EncryptionConfig {
             default: true,
             allow_sse_c_over_http: false,
+        }
+    }
+}
+
+/// One event notification destination (`[notify.<name>]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NotifyTarget {
+    /// `webhook` (an HTTP POST of each event's JSON). `nats` and `amqp` are not built yet.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The webhook's URL (`http://host:port/path`).
+    pub url: String,
+    /// A file holding a secret: each POST then carries `X-Lode-Signature: sha256=<hex>`, the
+    /// HMAC-SHA256 of its body under the secret (surrounding whitespace trimmed).
+    pub hmac_secret_file: PathBuf,
+    /// Most events waiting for this destination (it is down or slow).
+    pub max_backlog: u64,
+    /// When the backlog is full: `drop_oldest` (counted in `lode_events_dropped_total`) or
+    /// `refuse` (writes that would add an event fail with 503 SlowDown).
+    pub when_full: String,
+    /// A delivery that gets no answer in this long is retried, seconds.
+    pub timeout_secs: u64,
+}
+
+impl Default for NotifyTarget {
+    fn default() -> Self {
+        NotifyTarget {
+            kind: String::new(),
+            url: String::new(),
+            hmac_secret_file: PathBuf::new(),
+            max_backlog: 1_000_000,
+            when_full: "drop_oldest".into(),
+            timeout_secs: 10,
         }
     }
 }
@@ -727,6 +766,55 @@ impl LodeConfig {
         }
         if self.metadata.write_buffers.0 < 4 * ByteSize::MIB {
             return Err(invalid("metadata.write_buffers", "must be at least 4MiB"));
+        }
+        self.validate_notify()
+    }
+
+    fn validate_notify(&self) -> Result<(), ConfigError> {
+        for (name, t) in &self.notify {
+            let key = |k: &str| format!("notify.{name}.{k}");
+            if name.is_empty()
+                || name.len() > 64
+                || !name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            {
+                return Err(invalid(
+                    &format!("notify.{name}"),
+                    "a destination's name is 1-64 letters, digits, `-` or `_`",
+                ));
+            }
+            match t.kind.as_str() {
+                "webhook" => {
+                    if !t.url.starts_with("http://") {
+                        return Err(invalid(
+                            &key("url"),
+                            "a webhook's url is http://host[:port][/path] (https is not built yet)",
+                        ));
+                    }
+                }
+                "nats" | "amqp" | "kafka" => {
+                    return Err(invalid(
+                        &key("type"),
+                        format!("`{}` destinations are not built yet (webhook is)", t.kind),
+                    ));
+                }
+                other => {
+                    return Err(invalid(
+                        &key("type"),
+                        format!("`{other}` is not a destination type (webhook)"),
+                    ));
+                }
+            }
+            if !matches!(t.when_full.as_str(), "drop_oldest" | "refuse") {
+                return Err(invalid(&key("when_full"), "is drop_oldest or refuse"));
+            }
+            if t.max_backlog == 0 {
+                return Err(invalid(&key("max_backlog"), "must be above 0"));
+            }
+            if t.timeout_secs == 0 {
+                return Err(invalid(&key("timeout_secs"), "must be above 0"));
+            }
         }
         Ok(())
     }

@@ -134,6 +134,8 @@ pub fn action_of(op: &str, versioned: bool) -> String {
         ("DeleteBucketCors", _) => "PutBucketCORS",
         ("GetBucketCors", _) => "GetBucketCORS",
         ("PutBucketCors", _) => "PutBucketCORS",
+        ("GetBucketNotificationConfiguration", _) => "GetBucketNotification",
+        ("PutBucketNotificationConfiguration", _) => "PutBucketNotification",
         ("PutPublicAccessBlock" | "DeletePublicAccessBlock", _) => "PutBucketPublicAccessBlock",
         ("GetPublicAccessBlock", _) => "GetBucketPublicAccessBlock",
         ("GetBucketEncryption", _) => "GetEncryptionConfiguration",
@@ -577,7 +579,13 @@ impl KeyStore {
 impl s3s::auth::S3Auth for KeyStore {
     async fn get_secret_key(&self, access_key: &str) -> s3s::S3Result<s3s::auth::SecretKey> {
         match self.users.lookup_fresh(access_key).await {
-            Some((_, secret)) => Ok(s3s::auth::SecretKey::from(secret)),
+            Some((user, secret)) => {
+                // Who caused the request's changes (their events' `principalId`).
+                lode_objects::bucket_events::Origin::update(|o| {
+                    o.principal = Some(user.to_string())
+                });
+                Ok(s3s::auth::SecretKey::from(secret))
+            }
             None => Err(s3s::s3_error!(
                 InvalidAccessKeyId,
                 "The AWS Access Key Id you provided does not exist in our records."
@@ -640,6 +648,8 @@ mod tests {
             "GetBucketCors",
             "PutBucketCors",
             "DeleteBucketCors",
+            "GetBucketNotificationConfiguration",
+            "PutBucketNotificationConfiguration",
             "GetPublicAccessBlock",
             "PutPublicAccessBlock",
             "DeletePublicAccessBlock",

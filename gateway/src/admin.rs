@@ -109,6 +109,70 @@ fn metrics(svc: &ObjectService, s: &ScrubStats, profile: &Profile) -> String {
     prometheus_rows(rows) + &profile.prometheus()
 }
 
+/// Every event destination's figures (`lode admin notify status`).
+fn notify_status(svc: &ObjectService) -> String {
+    let status = svc.deliveries().map(|d| d.status()).unwrap_or_default();
+    serde_json::json!({ "destinations": status }).to_string()
+}
+
+/// One figure of a destination's status.
+type Figure = fn(&lode_objects::event_delivery::DestinationStatus) -> u64;
+
+/// The event destinations' figures (`lode_events_*{destination}`).
+fn event_metrics(svc: &ObjectService) -> String {
+    let Some(d) = svc.deliveries() else {
+        return String::new();
+    };
+    let status = d.status();
+    if status.is_empty() {
+        return String::new();
+    }
+    let series: [(&str, &str, &str, Figure); 5] = [
+        (
+            "lode_events_backlog",
+            "Events waiting for delivery.",
+            "gauge",
+            |s| s.backlog,
+        ),
+        (
+            "lode_events_delivered_total",
+            "Events delivered.",
+            "counter",
+            |s| s.delivered,
+        ),
+        (
+            "lode_events_retried_total",
+            "Events delivered after more than one attempt.",
+            "counter",
+            |s| s.retried,
+        ),
+        (
+            "lode_events_failed_total",
+            "Delivery attempts that failed.",
+            "counter",
+            |s| s.failed,
+        ),
+        (
+            "lode_events_dropped_total",
+            "Events dropped because the backlog was full.",
+            "counter",
+            |s| s.dropped,
+        ),
+    ];
+    let mut out = String::new();
+    for (name, help, kind, get) in series {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+        for s in &status {
+            out.push_str(&format!(
+                "{name}{{destination=\"{}\"}} {}\n",
+                s.name,
+                get(s)
+            ));
+        }
+    }
+    out
+}
+
 /// The lifecycle worker's counters (`lode_lifecycle_*`).
 fn lifecycle_metrics(s: &lode_objects::lifecycle_run::LifecycleStats) -> String {
     use std::sync::atomic::Ordering::Relaxed;
@@ -576,6 +640,14 @@ pub async fn serve(listener: TcpListener, admin: Admin) {
                             let (s, b) = key_api(&req, svc, root_secret).await;
                             (s, "application/json", b)
                         }
+                        (&http::Method::GET, "/api/notify") => {
+                            if authorized(&req, root_secret) {
+                                (http::StatusCode::OK, "application/json", notify_status(svc))
+                            } else {
+                                let (s, b) = unauthorized();
+                                (s, "application/json", b)
+                            }
+                        }
                         (&http::Method::GET, "/api/access") => {
                             let (s, b) = access_api(&req, svc, users, root_secret).await;
                             (s, "application/json", b)
@@ -628,6 +700,7 @@ pub async fn serve(listener: TcpListener, admin: Admin) {
                             "text/plain; version=0.0.4",
                             metrics(svc, scrub, profile)
                                 + &lifecycle_metrics(lifecycle)
+                                + &event_metrics(svc)
                                 + &extra_metrics.as_ref().map(|f| f()).unwrap_or_default(),
                         ),
                         _ => (

@@ -13,6 +13,7 @@ pub mod auth;
 pub mod cluster;
 pub mod cors;
 pub mod error;
+pub mod events;
 pub mod fsck;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -26,4 +27,5 @@ pub mod server;
 pub mod sse;
 mod timestamps;
 pub mod users;
+pub mod webhook;
 pub mod wire;

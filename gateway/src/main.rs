@@ -161,6 +161,15 @@ enum AdminCmd {
     /// version. No data is re-encrypted.
     #[command(subcommand)]
     MasterKey(MasterKeyCmd),
+    /// Event notification destinations: `status` (backlog, delivered, retried, failed and
+    /// dropped events, the last error, the ARNs configurations name).
+    #[command(subcommand)]
+    Notify(NotifyCmd),
+}
+
+#[derive(Subcommand)]
+enum NotifyCmd {
+    Status,
 }
 
 #[derive(Subcommand)]
@@ -377,6 +386,7 @@ async fn admin_call(a: &AdminArgs) -> anyhow::Result<()> {
                 e(id)
             ),
         ),
+        AdminCmd::Notify(NotifyCmd::Status) => ("GET", "/api/notify".to_owned()),
         AdminCmd::MasterKey(MasterKeyCmd::Show) => ("GET", "/api/master-key".to_owned()),
         AdminCmd::MasterKey(MasterKeyCmd::Rotate) => ("POST", "/api/master-key/rotate".to_owned()),
         AdminCmd::MasterKey(MasterKeyCmd::Reseal) => ("POST", "/api/master-key/reseal".to_owned()),

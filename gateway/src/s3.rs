@@ -2355,6 +2355,44 @@ impl S3 for LodeS3 {
     }
 
     #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn put_bucket_notification_configuration(
+        &self,
+        req: S3Request<PutBucketNotificationConfigurationInput>,
+    ) -> S3Result<S3Response<PutBucketNotificationConfigurationOutput>> {
+        let i = req.input;
+        self.svc.bucket(&i.bucket).await.s3()?;
+        let n = crate::events::from_dto(i.notification_configuration)?;
+        let rid = lode_objects::bucket_events::Origin::current()
+            .map(|o| o.request_id)
+            .unwrap_or_default();
+        self.svc
+            .set_bucket_notifications(&i.bucket, n, &rid)
+            .await
+            .s3()?;
+        Ok(S3Response::new(
+            PutBucketNotificationConfigurationOutput::default(),
+        ))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
+    async fn get_bucket_notification_configuration(
+        &self,
+        req: S3Request<GetBucketNotificationConfigurationInput>,
+    ) -> S3Result<S3Response<GetBucketNotificationConfigurationOutput>> {
+        let n = self
+            .svc
+            .bucket_notifications(&req.input.bucket)
+            .await
+            .s3()?;
+        let (queue_configurations, topic_configurations) = crate::events::to_dto(&n);
+        Ok(S3Response::new(GetBucketNotificationConfigurationOutput {
+            queue_configurations,
+            topic_configurations,
+            ..Default::default()
+        }))
+    }
+
+    #[instrument(skip_all, fields(bucket = %req.input.bucket))]
     async fn delete_bucket_cors(
         &self,
         req: S3Request<DeleteBucketCorsInput>,

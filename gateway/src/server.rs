@@ -885,6 +885,38 @@ fn start_background(
     }
 }
 
+/// The event notification destinations of `[notify.*]` (checked with the configuration).
+fn event_destinations(
+    cfg: &LodeConfig,
+) -> anyhow::Result<lode_objects::event_delivery::Deliveries> {
+    let mut dests = vec![];
+    for (name, t) in &cfg.notify {
+        let secret = if t.hmac_secret_file.as_os_str().is_empty() {
+            None
+        } else {
+            let path = cfg.resolve(&t.hmac_secret_file);
+            let s = std::fs::read_to_string(&path).with_context(|| {
+                format!("reading notify.{name}.hmac_secret_file {}", path.display())
+            })?;
+            Some(s.trim().as_bytes().to_vec())
+        };
+        let target = crate::webhook::Webhook::new(&t.url, secret.as_deref())
+            .with_context(|| format!("notify.{name}"))?;
+        dests.push(lode_objects::event_delivery::DestinationConfig {
+            name: name.clone(),
+            kind: t.kind.clone(),
+            target: Arc::new(target),
+            max_backlog: t.max_backlog,
+            refuse_when_full: t.when_full == "refuse",
+            timeout: Duration::from_secs(t.timeout_secs),
+        });
+    }
+    Ok(lode_objects::event_delivery::Deliveries::new(
+        dests,
+        &cfg.server.region,
+    ))
+}
+
 /// What every request of the S3 port shares.
 struct Requests {
     s3: s3s::service::S3Service,
@@ -929,6 +961,14 @@ async fn handle(
     // Origin) gets the allowing rule's headers on its answer.
     let browser = crate::cors::Browser::of(&req);
     let rid = format!("{id:016X}");
+    // Who the request's changes come from (their events say so).
+    let origin = lode_objects::bucket_events::Origin {
+        door: lode_objects::bucket_events::Door::S3,
+        principal: None,
+        source_ip: Some(peer.ip().to_string()),
+        request_id: rid.clone(),
+        post: form_upload,
+    };
     let t0 = std::time::Instant::now();
     let preflight = crate::cors::is_preflight(req.method());
     // A slot of max_requests, waited for in turn for up to request_wait.
@@ -946,8 +986,8 @@ async fn handle(
         }
         Ok(_permit) => match prepare(req, body_limits, &rid).await {
             Ok(req) => match &rq.watchdog {
-                None => rq.s3.call(req).await?,
-                Some(w) => match w.guard(rq.s3.call(req)).await {
+                None => origin.scope(rq.s3.call(req)).await?,
+                Some(w) => match w.guard(origin.scope(rq.s3.call(req))).await {
                     Some(r) => r?,
                     None => cut_off(&rid),
                 },
@@ -1157,6 +1197,7 @@ pub async fn serve(
         None
     };
     let mount = posix_door(&cfg, &svc, &profile, &data_dir, &users, cluster.as_ref())?;
+    svc.set_deliveries(Arc::new(event_destinations(&cfg)?));
     start_background(&cfg, &svc, &scrub_stats, &lifecycle_stats, clustered);
     let (free, total) = svc.space();
     on_start(&Started {

@@ -21,11 +21,13 @@
 //! (sealing); `notify`, `error`, `failpoint` are leaves.
 
 pub mod acl;
+pub mod bucket_events;
 pub mod checksum;
 pub mod cors;
 pub mod encryption;
 pub mod encryption_ops;
 pub mod error;
+pub mod event_delivery;
 pub mod failpoint;
 pub mod kms;
 pub mod lifecycle;

@@ -68,6 +68,13 @@ impl Pacer {
 
 /// One pass over every bucket with rules, now.
 pub async fn pass(svc: &ObjectService, cfg: &RunConfig, stats: &LifecycleStats) -> ObjResult<()> {
+    // Its removals are lifecycle expirations (`s3:LifecycleExpiration:*` events).
+    crate::bucket_events::Origin::new(crate::bucket_events::Door::Lifecycle)
+        .scope(pass_now(svc, cfg, stats))
+        .await
+}
+
+async fn pass_now(svc: &ObjectService, cfg: &RunConfig, stats: &LifecycleStats) -> ObjResult<()> {
     let mut pace = Pacer {
         per_sec: cfg.max_actions_per_sec,
         start: Instant::now(),

@@ -313,7 +313,10 @@ impl ObjectService {
                 check(src, dst)
             }) as lode_catalog::RenameCheck
         };
-        let done = self.catalog.rename(bucket, from, to, check, v).await?;
+        let rename = self.catalog.rename(bucket, from, to, check, v);
+        let done = self
+            .with_events(bucket, crate::bucket_events::How::Rename, rename)
+            .await??;
         self.release_chunks(done.released);
         Ok(())
     }
@@ -329,10 +332,10 @@ impl ObjectService {
         if self.versioning_of(bucket).await? != lode_catalog::Versioning::Off {
             return Err(ObjError::VersionedRename);
         }
+        let rename = self.catalog.rename_prefix(bucket, from, to, MAX_KEY_LEN);
         let (n, released) = self
-            .catalog
-            .rename_prefix(bucket, from, to, MAX_KEY_LEN)
-            .await?;
+            .with_events(bucket, crate::bucket_events::How::Rename, rename)
+            .await??;
         self.release_chunks(released);
         Ok(n)
     }
@@ -361,7 +364,10 @@ impl ObjectService {
     /// Removes an empty directory: fails with `DirectoryNotEmpty` if any key other than the
     /// marker `prefix` itself lies under it, `NoSuchKey` if nothing does.
     pub async fn remove_dir(&self, bucket: &str, prefix: &str) -> ObjResult<()> {
-        let released = self.catalog.remove_dir(bucket, prefix).await?;
+        let remove = self.catalog.remove_dir(bucket, prefix);
+        let released = self
+            .with_events(bucket, crate::bucket_events::How::Delete, remove)
+            .await??;
         self.release_chunks(released);
         Ok(())
     }

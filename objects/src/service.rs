@@ -28,6 +28,7 @@ use lode_catalog::{
 use md5::{Digest, Md5};
 use md5_many::Md5State;
 
+use crate::bucket_events::How;
 use crate::checksum::{Algo, ChecksumSet};
 use crate::error::{ObjError, ObjResult, refused};
 use crate::now_ms;
@@ -86,6 +87,8 @@ pub struct ObjectService {
     /// Encryption at rest (unset: objects are written in clear, and encrypted ones do not
     /// open).
     pub(crate) enc: std::sync::OnceLock<Arc<crate::encryption::Encryption>>,
+    /// Event notification destinations (unset: none configured).
+    deliveries: std::sync::OnceLock<Arc<crate::event_delivery::Deliveries>>,
 }
 
 /// Buckets' versioning states as this gateway read them lately. In cluster mode the other
@@ -129,6 +132,8 @@ pub(crate) struct BucketSettings {
     pub ownership: Option<crate::acl::Ownership>,
     /// Its default encryption (`None`: not set).
     pub encryption: Option<Arc<crate::encryption::BucketEncryption>>,
+    /// Its event notification configuration (`None`: none).
+    pub notify: Option<Arc<crate::bucket_events::Notifications>>,
 }
 
 impl SettingsCache {
@@ -596,6 +601,7 @@ impl ObjectService {
             versioning: Default::default(),
             announcer: Default::default(),
             enc: Default::default(),
+            deliveries: Default::default(),
         })
     }
 
@@ -818,6 +824,115 @@ impl ObjectService {
         Ok(self.settings_of(bucket).await?.cors)
     }
 
+    /// Wires the event notification destinations and starts their delivery workers (once, at
+    /// start, on the runtime).
+    pub fn set_deliveries(&self, d: Arc<crate::event_delivery::Deliveries>) {
+        if self.deliveries.set(Arc::clone(&d)).is_ok() {
+            d.start(Arc::clone(&self.catalog));
+        }
+    }
+
+    /// The event notification destinations (`None`: none configured).
+    pub fn deliveries(&self) -> Option<&Arc<crate::event_delivery::Deliveries>> {
+        self.deliveries.get()
+    }
+
+    /// GetBucketNotificationConfiguration (empty: none).
+    pub async fn bucket_notifications(
+        &self,
+        name: &str,
+    ) -> ObjResult<crate::bucket_events::Notifications> {
+        let b = self.bucket(name).await?;
+        Ok(name_setting(&b, crate::bucket_events::SETTING)
+            .map(crate::bucket_events::Notifications::decode)
+            .transpose()
+            .map_err(|e| {
+                ObjError::Internal(format!(
+                    "stored notification configuration does not decode: {e}"
+                ))
+            })?
+            .unwrap_or_default())
+    }
+
+    /// PutBucketNotificationConfiguration: checks it as AWS does (its destinations must be
+    /// configured), stores it (empty: removes it; every gateway follows it before this
+    /// returns) and sends each destination AWS's `s3:TestEvent`.
+    pub async fn set_bucket_notifications(
+        &self,
+        name: &str,
+        n: crate::bucket_events::Notifications,
+        request_id: &str,
+    ) -> ObjResult<()> {
+        if !n.rules.is_empty() && !self.catalog.supports_events() {
+            return Err(ObjError::NotImplemented(format!(
+                "Event notifications on the {} catalog",
+                self.catalog.backend_name()
+            )));
+        }
+        let known = |d: &str| self.deliveries.get().is_some_and(|x| x.known(d));
+        n.validate(&known).map_err(|e| match e.code {
+            "MalformedXML" => ObjError::BadRequest(e.message),
+            _ => ObjError::InvalidArgument(e.message),
+        })?;
+        self.bucket(name).await?;
+        let value = (!n.rules.is_empty()).then(|| n.encode());
+        self.set_setting(name, crate::bucket_events::SETTING, value)
+            .await?;
+        if let Some(del) = self.deliveries.get() {
+            let dests = n.destinations();
+            for d in &dests {
+                let body = crate::bucket_events::test_event(name, request_id);
+                self.catalog.outbox_add(d, body).await?;
+            }
+            del.committed(&dests);
+        }
+        Ok(())
+    }
+
+    /// Runs the commit `fut` of a change to `bucket` armed with the bucket's event rules, so
+    /// that the events it makes are stored in the same commit (`lode_catalog::events`), and
+    /// wakes their destinations' workers after it. Without rules, `fut` runs as it is. A
+    /// destination whose backlog is full and refuses writes then refuses this one (503 SlowDown)
+    /// before anything is done. The outer error is that refusal; the inner is `fut`'s.
+    pub(crate) async fn with_events<T, E>(
+        &self,
+        bucket: &str,
+        how: How,
+        fut: impl Future<Output = Result<T, E>>,
+    ) -> ObjResult<Result<T, E>> {
+        use crate::bucket_events::{Door, Draft, Origin};
+        let Some(del) = self.deliveries.get() else {
+            return Ok(fut.await);
+        };
+        let settings = self.settings_of(bucket).await?;
+        let Some(rules) = settings.notify.clone() else {
+            return Ok(fut.await);
+        };
+        if let Some(d) = del.refusing(rules.rules.iter().map(|r| r.dest.as_str())) {
+            return Err(ObjError::Unavailable(format!(
+                "the event backlog of destination {d} is full"
+            )));
+        }
+        let origin = Origin::current().unwrap_or_else(|| Origin::new(Door::Admin));
+        let how = match (origin.door, how) {
+            (Door::Lifecycle, How::Delete) => How::Expiration,
+            (_, h) => h,
+        };
+        let draft = Arc::new(Draft {
+            rules,
+            origin,
+            how,
+            region: del.region.clone(),
+            owner: settings.owner.clone().unwrap_or_default(),
+            hit: Default::default(),
+        });
+        let armed: Arc<dyn lode_catalog::events::EventDraft> = draft.clone();
+        let r = lode_catalog::events::armed(armed, fut).await;
+        let hit = std::mem::take(&mut *draft.hit.lock().expect("hit"));
+        del.committed(&hit);
+        Ok(r)
+    }
+
     /// The bucket's own Block Public Access (GetPublicAccessBlock): `None` when it has none.
     pub async fn bucket_public_access_block(
         &self,
@@ -946,8 +1061,8 @@ impl ObjectService {
         version_id: Option<&str>,
         acl: Option<Vec<(String, String)>>,
     ) -> ObjResult<()> {
-        self.update_object_meta(bucket, key, version_id, move |m| m.acl = acl.clone())
-            .await
+        let update = self.update_object_meta(bucket, key, version_id, move |m| m.acl = acl.clone());
+        self.with_events(bucket, How::AclPut, update).await?
     }
 
     /// Sets (or, with `None`, removes) one bucket setting, in one commit of the bucket's
@@ -1026,6 +1141,10 @@ impl ObjectService {
                     .and_then(crate::acl::Ownership::parse),
                 encryption: name_setting(&b, crate::encryption::SETTING)
                     .and_then(crate::encryption::BucketEncryption::decode)
+                    .map(Arc::new),
+                notify: name_setting(&b, crate::bucket_events::SETTING)
+                    .and_then(|j| crate::bucket_events::Notifications::decode(j).ok())
+                    .filter(|n| !n.rules.is_empty())
                     .map(Arc::new),
             },
             None => BucketSettings::default(),
@@ -1354,7 +1473,7 @@ impl ObjectService {
             sse: record.meta.sse.clone(),
         };
         result.version_id = self
-            .commit_object(bucket, key, record, ing.alloc, cond, true)
+            .commit_object(bucket, key, record, ing.alloc, cond, How::Put)
             .await?;
         self.cfg.failpoints.hit("put.after_commit");
         Ok(result)
@@ -1525,7 +1644,8 @@ impl ObjectService {
                 delete_marker: false,
             })
         });
-        let (rec, done) = match self.catalog.append(bucket, key, f, v).await {
+        let append = self.catalog.append(bucket, key, f, v);
+        let (rec, done) = match self.with_events(bucket, How::Put, append).await? {
             Ok(r) => r,
             Err(e) => return Err(keep_if_maybe_applied(e, ing.alloc)),
         };
@@ -1543,9 +1663,9 @@ impl ObjectService {
         })
     }
 
-    /// Commits `record` at `bucket/key` in one catalog commit: chunk references (`fresh`: its
-    /// chunks are new), release of the replaced version, preconditions. Keeps `alloc` only on
-    /// success.
+    /// Commits `record` at `bucket/key` in one catalog commit: chunk references (its chunks are
+    /// new), release of the replaced version, preconditions, its events (`how` the operation
+    /// is). Keeps `alloc` only on success.
     async fn commit_object(
         &self,
         bucket: &str,
@@ -1553,9 +1673,9 @@ impl ObjectService {
         record: ObjectRecord,
         alloc: Option<Box<dyn PendingBlobs>>,
         mut cond: WriteCond,
-        fresh: bool,
+        how: How,
     ) -> ObjResult<Option<String>> {
-        let refs = if fresh { Refs::Fresh } else { Refs::Shared };
+        let refs = Refs::Fresh;
         // Nothing was committed if this fails: the new chunks go with `alloc`.
         let settings = self.settings_of(bucket).await?;
         cond.versioning = self.versioning_in(&settings);
@@ -1565,7 +1685,8 @@ impl ObjectService {
             std::mem::take(&mut record.meta.lock),
             now_ms(),
         )?;
-        let done = match self.catalog.put(bucket, key, record, &cond, refs).await {
+        let put = self.catalog.put(bucket, key, record, &cond, refs);
+        let done = match self.with_events(bucket, how, put).await? {
             Ok(d) => d,
             Err(e) => return Err(keep_if_maybe_applied(e, alloc)),
         };
@@ -1699,7 +1820,8 @@ impl ObjectService {
         check_key(key)?;
         let mut cond = cond.clone();
         cond.versioning = self.versioning_of(bucket).await?;
-        let done = self.catalog.delete(bucket, key, &cond).await?;
+        let delete = self.catalog.delete(bucket, key, &cond);
+        let done = self.with_events(bucket, How::Delete, delete).await??;
         self.release_chunks(done.released);
         Ok(Deleted {
             version_id: done.version_id,
@@ -1749,10 +1871,10 @@ impl ObjectService {
                 lock(rec)
             })
         };
-        let done = self
+        let delete = self
             .catalog
-            .delete_version(bucket, key, version_id, Some(check))
-            .await?;
+            .delete_version(bucket, key, version_id, Some(check));
+        let done = self.with_events(bucket, How::Delete, delete).await??;
         if done.previous.is_none() && cond.if_match.is_some() {
             // Nothing had that id when the commit looked: If-Match needs an object.
             return Err(ObjError::NoSuchKey);
@@ -1868,9 +1990,15 @@ impl ObjectService {
         tags: TagSet,
     ) -> ObjResult<()> {
         let tags = crate::tags::check(tags, crate::tags::Owner::Object)?;
+        let how = if tags.is_empty() {
+            How::TaggingDelete
+        } else {
+            How::TaggingPut
+        };
         // Tags may change on a locked version (S3): not `update_meta`'s lock check.
-        self.update_object_meta(bucket, key, version_id, move |m| m.tags = tags.clone())
-            .await
+        let update =
+            self.update_object_meta(bucket, key, version_id, move |m| m.tags = tags.clone());
+        self.with_events(bucket, how, update).await?
     }
 
     /// Changes the metadata of an object or of one of its versions in place (tags, ACL):
@@ -1982,7 +2110,8 @@ impl ObjectService {
             rec.meta.sse = sse.clone();
             Ok(rec)
         });
-        let (rec, done) = self.catalog.copy(src, dst, make).await?;
+        let copy = self.catalog.copy(src, dst, make);
+        let (rec, done) = self.with_events(dst.0, How::Copy, copy).await??;
         self.release_chunks(done.released);
         Ok(rec)
     }
@@ -2041,7 +2170,14 @@ impl ObjectService {
         };
         let mut out = record.clone();
         out.version_id = self
-            .commit_object(dst.0, dst.1, record, ing.alloc, WriteCond::default(), true)
+            .commit_object(
+                dst.0,
+                dst.1,
+                record,
+                ing.alloc,
+                WriteCond::default(),
+                How::Copy,
+            )
             .await?;
         Ok(out)
     }
@@ -2318,11 +2454,8 @@ impl ObjectService {
                 build_completion(&s, &asked, &whole, &id, masters.as_deref()).map_err(refused)
             })
         };
-        match self
-            .catalog
-            .complete(bucket, key, upload_id, &cond, f)
-            .await
-        {
+        let complete = self.catalog.complete(bucket, key, upload_id, &cond, f);
+        match self.with_events(bucket, How::Complete, complete).await? {
             Ok((rec, done)) => {
                 self.release_chunks(done.released);
                 Ok(rec)

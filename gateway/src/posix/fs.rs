@@ -17,6 +17,7 @@ use fuser::{
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
     Request, TimeOrNow,
 };
+use lode_objects::bucket_events::{self, Origin};
 use lode_objects::{Integrity, ObjectMeta, ObjectRecord, ObjectService, SegmentCache, WriteCond};
 
 use super::inodes::{Inodes, Kind, NodePath, ROOT};
@@ -86,12 +87,29 @@ struct Listed {
 /// Directories whose listing [`LodeFs::listed`] remembers at most (then it starts over).
 const LISTED_MAX: usize = 4096;
 
+/// The runtime the door runs its service calls on: each is a request of the POSIX door, as
+/// the mount's user (the events of its changes say so).
+struct Rt {
+    h: tokio::runtime::Handle,
+    origin: Origin,
+}
+
+impl Rt {
+    fn block_on<F: Future>(&self, f: F) -> F::Output {
+        self.h.block_on(self.origin.clone().scope(f))
+    }
+
+    fn spawn<F: Future<Output = ()> + Send + 'static>(&self, f: F) {
+        self.h.spawn(self.origin.clone().scope(f));
+    }
+}
+
 pub struct LodeFs {
     svc: Arc<ObjectService>,
     /// The IO profile this door records into.
     profile: Arc<crate::profile::Profile>,
     users: Arc<crate::users::Users>,
-    rt: tokio::runtime::Handle,
+    rt: Rt,
     inodes: Arc<Inodes>,
     cfg: FsConfig,
     /// Bumped by every S3-side change; a reply computed across a bump is not cached.
@@ -145,11 +163,13 @@ impl LodeFs {
         seq: Arc<AtomicU64>,
         cfg: FsConfig,
     ) -> Self {
+        let mut origin = Origin::new(bucket_events::Door::Posix);
+        origin.principal = Some(cfg.user.clone());
         LodeFs {
             svc,
             profile,
             users,
-            rt,
+            rt: Rt { h: rt, origin },
             inodes,
             cfg,
             seq,

@@ -1,0 +1,54 @@
+"""A webhook event receiver, run as its own process by the event tests (and usable by hand):
+each POST body is appended as one JSON line to OUT, with the request's signature header and
+whether it verifies against SECRET_FILE's secret. It listens on 127.0.0.1:PORT (0: any free
+port, written to OUT + ".port" once listening).
+
+    python3 webhook_receiver.py OUT PORT [SECRET_FILE]
+"""
+
+import hashlib
+import hmac
+import json
+import os
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def main():
+    out, port = sys.argv[1], int(sys.argv[2])
+    secret = None
+    if len(sys.argv) > 3:
+        with open(sys.argv[3], "rb") as f:
+            secret = f.read().strip()
+    lock_path = out
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            sig = self.headers.get("X-Lode-Signature")
+            verified = None
+            if secret is not None:
+                want = "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+                verified = sig is not None and hmac.compare_digest(sig, want)
+            line = json.dumps({"body": json.loads(body), "signature": sig, "verified": verified})
+            with open(lock_path, "a") as f:
+                f.write(line + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    with open(out + ".port", "w") as f:
+        f.write(str(srv.server_address[1]))
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

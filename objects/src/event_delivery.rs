@@ -1,0 +1,401 @@
+//! Delivery of bucket events: one worker per destination reads its outbox (written in the same
+//! commits as the changes, `lode_catalog::events`) oldest first, sends each entry through the
+//! destination's [`EventTarget`] one at a time (so the events of a key arrive in order), retries
+//! a failed send with backoff (0.1 s doubling to 30 s) without skipping it, and removes what
+//! was delivered. An entry is removed only after its send succeeded: a crash in between sends
+//! it again (at least once). A destination that stays down builds a backlog up to its
+//! `max_backlog`; past it, the oldest entries are dropped (and counted) or, per destination,
+//! writes that would add one are refused ([`Deliveries::refusing`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use lode_catalog::Catalog;
+
+/// Where a destination's events go (an HTTP webhook; the binary provides it).
+#[async_trait::async_trait]
+pub trait EventTarget: Send + Sync {
+    /// Sends one event message; an error (its reason, for the log and status) is retried.
+    async fn send(&self, body: &[u8]) -> Result<(), String>;
+}
+
+/// How one destination behaves.
+pub struct DestinationConfig {
+    pub name: String,
+    /// `webhook`, for the status.
+    pub kind: String,
+    pub target: Arc<dyn EventTarget>,
+    pub max_backlog: u64,
+    /// When full: refuse writes (`true`) or drop the oldest entries.
+    pub refuse_when_full: bool,
+    /// A send that takes longer failed.
+    pub timeout: Duration,
+}
+
+/// Running totals of one destination (metrics, `lode admin notify status`).
+#[derive(Default)]
+pub struct DestinationStats {
+    /// Entries waiting (as last counted: exact when the worker is idle or failing).
+    pub backlog: AtomicU64,
+    pub delivered: AtomicU64,
+    /// Entries that needed more than one attempt.
+    pub retried: AtomicU64,
+    /// Failed attempts.
+    pub failed: AtomicU64,
+    /// Entries dropped because the backlog was full.
+    pub dropped: AtomicU64,
+    pub last_error: std::sync::Mutex<String>,
+}
+
+/// One destination and its worker's state.
+pub struct Destination {
+    pub cfg: DestinationConfig,
+    pub stats: DestinationStats,
+    wake: tokio::sync::Notify,
+}
+
+/// A destination's figures as `lode admin notify status` shows them.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DestinationStatus {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub queue_arn: String,
+    pub topic_arn: String,
+    pub backlog: u64,
+    pub max_backlog: u64,
+    pub when_full: &'static str,
+    pub delivered: u64,
+    pub retried: u64,
+    pub failed: u64,
+    pub dropped: u64,
+    pub last_error: String,
+}
+
+/// Every configured destination.
+#[derive(Default)]
+pub struct Deliveries {
+    dests: BTreeMap<String, Arc<Destination>>,
+    /// The region events name (`awsRegion`).
+    pub region: String,
+}
+
+impl Deliveries {
+    pub fn new(cfgs: Vec<DestinationConfig>, region: &str) -> Self {
+        let dests = cfgs
+            .into_iter()
+            .map(|cfg| {
+                let d = Destination {
+                    cfg,
+                    stats: DestinationStats::default(),
+                    wake: tokio::sync::Notify::new(),
+                };
+                (d.cfg.name.clone(), Arc::new(d))
+            })
+            .collect();
+        Deliveries {
+            dests,
+            region: region.to_owned(),
+        }
+    }
+
+    /// Whether `name` is a configured destination.
+    pub fn known(&self, name: &str) -> bool {
+        self.dests.contains_key(name)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.dests.is_empty()
+    }
+
+    /// New entries were committed for these destinations (one name per entry).
+    pub fn committed(&self, names: &[String]) {
+        for n in names {
+            if let Some(d) = self.dests.get(n) {
+                d.stats.backlog.fetch_add(1, Ordering::Relaxed);
+                d.wake.notify_one();
+            }
+        }
+    }
+
+    /// The first of `names` whose backlog is full and which refuses writes then.
+    pub fn refusing<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+        names.into_iter().find(|n| {
+            self.dests.get(*n).is_some_and(|d| {
+                d.cfg.refuse_when_full
+                    && d.stats.backlog.load(Ordering::Relaxed) >= d.cfg.max_backlog
+            })
+        })
+    }
+
+    pub fn status(&self) -> Vec<DestinationStatus> {
+        use crate::bucket_events::{RuleKind, arn_of};
+        self.dests
+            .values()
+            .map(|d| {
+                let s = &d.stats;
+                DestinationStatus {
+                    name: d.cfg.name.clone(),
+                    kind: d.cfg.kind.clone(),
+                    queue_arn: arn_of(&d.cfg.name, RuleKind::Queue),
+                    topic_arn: arn_of(&d.cfg.name, RuleKind::Topic),
+                    backlog: s.backlog.load(Ordering::Relaxed),
+                    max_backlog: d.cfg.max_backlog,
+                    when_full: if d.cfg.refuse_when_full {
+                        "refuse"
+                    } else {
+                        "drop_oldest"
+                    },
+                    delivered: s.delivered.load(Ordering::Relaxed),
+                    retried: s.retried.load(Ordering::Relaxed),
+                    failed: s.failed.load(Ordering::Relaxed),
+                    dropped: s.dropped.load(Ordering::Relaxed),
+                    last_error: s.last_error.lock().expect("last error").clone(),
+                }
+            })
+            .collect()
+    }
+
+    /// Starts one worker per destination over `catalog`'s outbox (on the current runtime).
+    pub fn start(&self, catalog: Arc<dyn Catalog>) {
+        for d in self.dests.values() {
+            tokio::spawn(run(Arc::clone(d), Arc::clone(&catalog)));
+        }
+    }
+}
+
+/// Entries read from the outbox at once.
+const BATCH: usize = 64;
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// An idle worker looks at its outbox this often even unwoken (entries another process, or a
+/// commit whose wake-up was lost, added).
+const IDLE_POLL: Duration = Duration::from_secs(1);
+
+async fn run(d: Arc<Destination>, catalog: Arc<dyn Catalog>) {
+    let name = d.cfg.name.clone();
+    if let Ok(n) = catalog.outbox_len(&name).await {
+        d.stats.backlog.store(n, Ordering::Relaxed);
+    }
+    loop {
+        if let Err(e) = deliver_some(&d, &*catalog).await {
+            tracing::warn!(destination = %name, error = %e, "event outbox unreadable; retrying");
+            tokio::time::sleep(IDLE_POLL).await;
+        }
+    }
+}
+
+/// Reads one batch and delivers it (waits when there is none).
+async fn deliver_some(d: &Destination, catalog: &dyn Catalog) -> lode_catalog::Result<()> {
+    let name = &d.cfg.name;
+    let batch = catalog.outbox_scan(name, None, BATCH).await?;
+    if batch.is_empty() {
+        d.stats.backlog.store(0, Ordering::Relaxed);
+        let _ = tokio::time::timeout(IDLE_POLL, d.wake.notified()).await;
+        return Ok(());
+    }
+    let mut done = vec![];
+    for e in batch {
+        let mut attempt = 0u32;
+        loop {
+            let r = match tokio::time::timeout(d.cfg.timeout, d.cfg.target.send(&e.body)).await {
+                Ok(r) => r,
+                Err(_) => Err(format!("no answer in {:?}", d.cfg.timeout)),
+            };
+            match r {
+                Ok(()) => {
+                    d.stats.delivered.fetch_add(1, Ordering::Relaxed);
+                    if attempt > 0 {
+                        d.stats.retried.fetch_add(1, Ordering::Relaxed);
+                    }
+                    done.push(e.seq);
+                    break;
+                }
+                Err(why) => {
+                    d.stats.failed.fetch_add(1, Ordering::Relaxed);
+                    if attempt == 0 {
+                        tracing::warn!(destination = %name, error = %why, "event delivery failed; retrying");
+                    }
+                    *d.stats.last_error.lock().expect("last error") = why;
+                    // What was delivered goes now: a long outage must not resend it.
+                    remove(d, catalog, &mut done).await?;
+                    let backlog = catalog.outbox_len(name).await?;
+                    d.stats.backlog.store(backlog, Ordering::Relaxed);
+                    if !d.cfg.refuse_when_full && backlog > d.cfg.max_backlog {
+                        let dropped = drop_oldest(d, catalog, backlog - d.cfg.max_backlog).await?;
+                        if dropped.contains(&e.seq) {
+                            // This one went with them: read the outbox again.
+                            return Ok(());
+                        }
+                    }
+                    let backoff = Duration::from_millis(100u64 << attempt.min(9)).min(MAX_BACKOFF);
+                    attempt += 1;
+                    tokio::time::sleep(backoff).await;
+                }
+            }
+        }
+    }
+    remove(d, catalog, &mut done).await
+}
+
+async fn remove(
+    d: &Destination,
+    catalog: &dyn Catalog,
+    done: &mut Vec<u64>,
+) -> lode_catalog::Result<()> {
+    if done.is_empty() {
+        return Ok(());
+    }
+    catalog.outbox_remove(&d.cfg.name, done).await?;
+    let n = done.len() as u64;
+    let _ = d
+        .stats
+        .backlog
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+            Some(b.saturating_sub(n))
+        });
+    done.clear();
+    Ok(())
+}
+
+/// Drops the `n` oldest entries of the destination's outbox; returns their sequence numbers.
+async fn drop_oldest(
+    d: &Destination,
+    catalog: &dyn Catalog,
+    n: u64,
+) -> lode_catalog::Result<Vec<u64>> {
+    let name = &d.cfg.name;
+    let mut gone = vec![];
+    while (gone.len() as u64) < n {
+        let want = ((n - gone.len() as u64) as usize).min(1024);
+        let page = catalog
+            .outbox_scan(name, gone.last().copied(), want)
+            .await?;
+        if page.is_empty() {
+            break;
+        }
+        let seqs: Vec<u64> = page.iter().map(|e| e.seq).collect();
+        catalog.outbox_remove(name, &seqs).await?;
+        gone.extend(seqs);
+    }
+    d.stats
+        .dropped
+        .fetch_add(gone.len() as u64, Ordering::Relaxed);
+    let _ = d
+        .stats
+        .backlog
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+            Some(b.saturating_sub(gone.len() as u64))
+        });
+    tracing::warn!(destination = %name, dropped = gone.len(), "event backlog full: oldest events dropped");
+    Ok(gone)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// Fails while `down`, records what it got.
+    struct Recorder {
+        down: std::sync::atomic::AtomicBool,
+        got: Mutex<Vec<Vec<u8>>>,
+    }
+
+    #[async_trait::async_trait]
+    impl EventTarget for Recorder {
+        async fn send(&self, body: &[u8]) -> Result<(), String> {
+            if self.down.load(Ordering::Relaxed) {
+                return Err("down".into());
+            }
+            self.got.lock().unwrap().push(body.to_vec());
+            Ok(())
+        }
+    }
+
+    fn setup(max: u64, refuse: bool) -> (Arc<Recorder>, Deliveries, Arc<dyn Catalog>) {
+        let r = Arc::new(Recorder {
+            down: true.into(),
+            got: Mutex::new(vec![]),
+        });
+        let d = Deliveries::new(
+            vec![DestinationConfig {
+                name: "d".into(),
+                kind: "test".into(),
+                target: r.clone(),
+                max_backlog: max,
+                refuse_when_full: refuse,
+                timeout: Duration::from_secs(5),
+            }],
+            "r",
+        );
+        (r, d, Arc::new(lode_catalog::mem_catalog()))
+    }
+
+    async fn until(f: impl Fn() -> bool) {
+        for _ in 0..500 {
+            if f() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("condition not reached in 5 s");
+    }
+
+    #[tokio::test]
+    async fn a_down_destination_gets_every_event_in_order_once_back() {
+        let (r, d, cat) = setup(100, false);
+        for i in 0..5 {
+            cat.outbox_add("d", format!("e{i}").into_bytes())
+                .await
+                .unwrap();
+        }
+        d.start(cat.clone());
+        let s = &d.dests["d"].stats;
+        until(|| s.failed.load(Ordering::Relaxed) >= 2).await;
+        assert!(r.got.lock().unwrap().is_empty());
+        r.down.store(false, Ordering::Relaxed);
+        until(|| r.got.lock().unwrap().len() == 5).await;
+        let got: Vec<String> = r
+            .got
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|b| String::from_utf8(b.clone()).unwrap())
+            .collect();
+        assert_eq!(got, ["e0", "e1", "e2", "e3", "e4"]);
+        until(|| s.backlog.load(Ordering::Relaxed) == 0).await;
+        assert_eq!(cat.outbox_len("d").await.unwrap(), 0);
+        assert_eq!(s.delivered.load(Ordering::Relaxed), 5);
+        assert_eq!(s.retried.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn a_full_backlog_drops_its_oldest_or_refuses() {
+        let (r, d, cat) = setup(3, false);
+        for i in 0..6 {
+            cat.outbox_add("d", format!("e{i}").into_bytes())
+                .await
+                .unwrap();
+        }
+        d.start(cat.clone());
+        let s = &d.dests["d"].stats;
+        until(|| s.dropped.load(Ordering::Relaxed) == 3).await;
+        r.down.store(false, Ordering::Relaxed);
+        until(|| r.got.lock().unwrap().len() == 3).await;
+        let got: Vec<String> = r
+            .got
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|b| String::from_utf8(b.clone()).unwrap())
+            .collect();
+        assert_eq!(got, ["e3", "e4", "e5"]);
+
+        let (_r, d, _cat) = setup(2, true);
+        assert_eq!(d.refusing(["d"]), None);
+        d.committed(&["d".into(), "d".into()]);
+        assert_eq!(d.refusing(["d", "other"]), Some("d"));
+    }
+}
