@@ -53,7 +53,7 @@ if [ $# -eq 0 ]; then
     LODE_COMPAT_MODE=cluster "$VENV/bin/pytest" -q -p no:cacheprovider \
         test_objects.py test_tagging.py test_lifecycle.py test_versioning.py test_list.py test_multipart.py test_buckets.py test_aws_parity.py \
         test_semantics.py test_bad_input.py test_auth.py test_cli.py test_users.py test_policy.py test_acl.py test_cors.py test_connections.py test_sse.py \
-        test_posix.py test_training.py test_bench.py test_soak.py \
+        test_posix.py test_training.py test_bench.py test_soak.py test_events.py \
         || compat_rc=$?
 fi
 exit "$compat_rc"

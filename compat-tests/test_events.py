@@ -18,7 +18,7 @@ import pytest
 import requests
 from botocore.exceptions import ClientError
 
-from conftest import CLUSTER_MODE, SECRET_KEY, Lode, lode_bin, make_client
+from conftest import ACCESS_KEY, CLUSTER_MODE, SECRET_KEY, Lode, lode_bin, make_client
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 local = pytest.mark.skipif(CLUSTER_MODE, reason="events need the outbox, which cluster mode lacks yet")
@@ -494,3 +494,43 @@ def test_a_slow_receiver_does_not_hold_writes(tmp_path, receiver):
         receiver.wait(lambda: len(receiver.records("slow")) >= 40, timeout=60)
     finally:
         srv.remove()
+
+
+@local
+def test_the_readme_pipeline_sync_then_a_job_per_new_object(tmp_path):
+    """README "Pipelines and events", as written: examples/on_new_object.py runs a job per new
+    object; `aws s3 sync` ingests a directory; every file's job runs once, with its key."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = tmp_path / "jobs.txt"
+    consumer = subprocess.Popen([sys.executable, os.path.join(HERE, "..", "examples", "on_new_object.py"),
+                                 "--port", str(port), "--", "sh", "-c", f'echo "{{bucket}} {{key}}" >> {done}'],
+                                stdout=subprocess.PIPE)
+    assert b"listening" in consumer.stdout.readline()
+    srv = Lode(str(tmp_path / "data"), extra_toml=notify_toml(port, name="jobs")).start()
+    try:
+        s3 = make_client(srv.endpoint)
+        s3.create_bucket(Bucket="ingest")
+        configure(s3, "ingest", events=["s3:ObjectCreated:*"], arn="arn:lode:sqs:::jobs", prefix="raw/")
+        src = tmp_path / "dataset"
+        names_ = [f"shard {i:02d}.bin" for i in range(20)] + ["sub/dir/x+y.txt"]
+        for n in names_:
+            p = src / n
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(os.urandom(100 + len(n)))
+        env = dict(os.environ, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY,
+                   AWS_DEFAULT_REGION="us-east-1", AWS_ENDPOINT_URL=srv.endpoint,
+                   AWS_CONFIG_FILE=str(tmp_path / "none"), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"))
+        aws = os.path.join(os.path.dirname(sys.executable), "aws")
+        subprocess.run([aws, "s3", "sync", str(src), "s3://ingest/raw/"], env=env, check=True, capture_output=True)
+        want = sorted(f"ingest raw/{n}" for n in names_)
+        deadline = time.time() + 30
+        while time.time() < deadline and (not done.exists() or len(done.read_text().splitlines()) < len(want)):
+            time.sleep(0.1)
+        time.sleep(0.5)
+        assert sorted(done.read_text().splitlines()) == want
+    finally:
+        srv.remove()
+        consumer.kill()
