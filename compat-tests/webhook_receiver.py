@@ -9,8 +9,8 @@ port, written to OUT + ".port" once listening).
 import hashlib
 import hmac
 import json
-import os
 import sys
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -32,11 +32,12 @@ def main():
             if secret is not None:
                 want = "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
                 verified = sig is not None and hmac.compare_digest(sig, want)
-            line = json.dumps({"body": json.loads(body), "signature": sig, "verified": verified})
+            line = json.dumps({"body": json.loads(body), "signature": sig, "verified": verified,
+                               "arrived": time.time()})
+            # Written before the answer: what was answered is on record (a kill of this
+            # process keeps what write() handed to the kernel).
             with open(lock_path, "a") as f:
                 f.write(line + "\n")
-                f.flush()
-                os.fsync(f.fileno())
             self.send_response(200)
             self.send_header("Content-Length", "0")
             self.end_headers()

@@ -3,6 +3,7 @@
 //! the AWS event record the service renders into the outbox in the same commit as the change
 //! (`lode_catalog::events`). Delivery is `event_delivery`'s.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use lode_catalog::events::{Change, EventDraft, What};
@@ -312,7 +313,7 @@ pub(crate) struct Draft {
     pub region: String,
     pub owner: String,
     /// Which destinations got an entry (their workers are woken after the commit).
-    pub hit: std::sync::Mutex<Vec<String>>,
+    pub hit: std::sync::Mutex<Vec<(String, u64)>>,
 }
 
 impl Draft {
@@ -346,88 +347,259 @@ impl EventDraft for Draft {
         };
         let mut out = vec![];
         for rule in self.rules.rules.iter().filter(|r| r.wants(name, c.key)) {
-            let record = record(self, rule, c, name, seq);
-            let body = serde_json::json!({ "Records": [record] }).to_string();
-            self.hit.lock().expect("hit").push(rule.dest.clone());
-            out.push((rule.dest.clone(), body.into_bytes()));
+            let body = stored(self, rule, c, name, seq);
+            self.hit.lock().expect("hit").push((rule.dest.clone(), seq));
+            out.push((rule.dest.clone(), body));
         }
         out
     }
 }
 
-/// AWS's event record for `c` under `rule`.
-fn record(d: &Draft, rule: &EventRule, c: &Change<'_>, name: &str, seq: u64) -> serde_json::Value {
-    let mut object = serde_json::json!({
-        "key": url_encode_key(c.key),
-        "sequencer": format!("{seq:016X}"),
-    });
-    let version = match c.what {
-        What::Written { record } => {
-            object["size"] = record.size.into();
-            object["eTag"] = record.etag.clone().into();
-            record.version_id.clone()
-        }
-        What::Removed { version_id } | What::MarkerCreated { version_id } => {
-            version_id.map(str::to_owned)
-        }
-    };
-    if let Some(v) = version {
-        object["versionId"] = v.into();
-    }
-    let version = if name.starts_with("ObjectCreated") || name.starts_with("ObjectRemoved") {
-        "2.1"
-    } else {
-        "2.3"
-    };
-    let principal = d
-        .origin
-        .principal
-        .clone()
-        .unwrap_or_else(|| "anonymous".into());
-    let mut lode = serde_json::json!({ "door": d.origin.door.as_str() });
-    if d.how == How::Rename {
-        lode["rename"] = true.into();
-    }
-    serde_json::json!({
-        "eventVersion": version,
-        "eventSource": "lode:s3",
-        "awsRegion": d.region,
-        "eventTime": iso8601_ms(crate::now_ms()),
-        "eventName": name,
-        "userIdentity": { "principalId": principal },
-        "requestParameters": {
-            "sourceIPAddress": d.origin.source_ip.clone().unwrap_or_default()
-        },
-        "responseElements": {
-            "x-amz-request-id": d.origin.request_id,
-            "x-amz-id-2": d.origin.request_id,
-        },
-        "s3": {
-            "s3SchemaVersion": "1.0",
-            "configurationId": rule.id,
-            "bucket": {
-                "name": c.bucket,
-                "ownerIdentity": { "principalId": d.owner },
-                "arn": format!("arn:aws:s3:::{}", c.bucket),
-            },
-            "object": object,
-        },
-        "lode": lode,
-    })
+/// AWS's event record (one of `Records`), serialized as it is: field names are AWS's.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Record<'a> {
+    event_version: &'a str,
+    event_source: &'a str,
+    aws_region: &'a str,
+    event_time: String,
+    event_name: &'a str,
+    user_identity: Principal<'a>,
+    request_parameters: RequestParameters<'a>,
+    response_elements: ResponseElements<'a>,
+    s3: S3Entity<'a>,
+    lode: LodeFields,
 }
 
-/// AWS's `s3:TestEvent` message, sent to each destination when a configuration is set.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Principal<'a> {
+    principal_id: &'a str,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RequestParameters<'a> {
+    #[serde(rename = "sourceIPAddress")]
+    source_ip_address: &'a str,
+}
+
+#[derive(Serialize)]
+struct ResponseElements<'a> {
+    #[serde(rename = "x-amz-request-id")]
+    request_id: &'a str,
+    #[serde(rename = "x-amz-id-2")]
+    id_2: &'a str,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct S3Entity<'a> {
+    s3_schema_version: &'a str,
+    configuration_id: &'a str,
+    bucket: BucketEntity<'a>,
+    object: ObjectEntity<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct BucketEntity<'a> {
+    name: &'a str,
+    owner_identity: Principal<'a>,
+    arn: String,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ObjectEntity<'a> {
+    key: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    size: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    e_tag: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    version_id: Option<&'a str>,
+    sequencer: String,
+}
+
+#[derive(Serialize)]
+struct LodeFields {
+    door: &'static str,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    rename: bool,
+}
+
+/// An event as the outbox keeps it: what its message needs that is not constant, under short
+/// names (a third of the message's size: the outbox entry is written with every change, in
+/// the same commit). [`expand`] makes the message from it at delivery.
+#[derive(Serialize, Deserialize)]
+struct Stored<'a> {
+    /// The event name (`ObjectCreated:Put`; `s3:TestEvent` for a test event).
+    #[serde(rename = "n", borrow)]
+    name: Cow<'a, str>,
+    #[serde(rename = "b", borrow)]
+    bucket: Cow<'a, str>,
+    #[serde(rename = "k", borrow, default)]
+    key: Cow<'a, str>,
+    #[serde(rename = "s", default, skip_serializing_if = "Option::is_none")]
+    size: Option<u64>,
+    #[serde(rename = "e", borrow, default, skip_serializing_if = "Option::is_none")]
+    etag: Option<Cow<'a, str>>,
+    #[serde(rename = "v", borrow, default, skip_serializing_if = "Option::is_none")]
+    version_id: Option<Cow<'a, str>>,
+    #[serde(rename = "q", default)]
+    seq: u64,
+    /// When the change was committed (ms since the epoch).
+    #[serde(rename = "t")]
+    time_ms: i64,
+    #[serde(rename = "p", borrow, default)]
+    principal: Cow<'a, str>,
+    #[serde(rename = "i", borrow, default)]
+    source_ip: Cow<'a, str>,
+    #[serde(rename = "r", borrow, default)]
+    request_id: Cow<'a, str>,
+    #[serde(rename = "c", borrow, default)]
+    config_id: Cow<'a, str>,
+    #[serde(rename = "o", borrow, default)]
+    owner: Cow<'a, str>,
+    #[serde(rename = "g", borrow, default)]
+    region: Cow<'a, str>,
+    #[serde(rename = "d", borrow, default)]
+    door: Cow<'a, str>,
+    #[serde(rename = "m", default, skip_serializing_if = "std::ops::Not::not")]
+    rename: bool,
+}
+
+/// The outbox entry for `c` under `rule`.
+fn stored(d: &Draft, rule: &EventRule, c: &Change<'_>, name: &str, seq: u64) -> Vec<u8> {
+    let (size, etag, version_id) = match c.what {
+        What::Written { record } => (
+            Some(record.size),
+            Some(record.etag.as_str()),
+            record.version_id.as_deref(),
+        ),
+        What::Removed { version_id } | What::MarkerCreated { version_id } => {
+            (None, None, version_id)
+        }
+    };
+    let e = Stored {
+        name: Cow::Borrowed(name),
+        bucket: Cow::Borrowed(c.bucket),
+        key: Cow::Borrowed(c.key),
+        size,
+        etag: etag.map(Cow::Borrowed),
+        version_id: version_id.map(Cow::Borrowed),
+        seq,
+        time_ms: crate::now_ms(),
+        principal: Cow::Borrowed(d.origin.principal.as_deref().unwrap_or("anonymous")),
+        source_ip: Cow::Borrowed(d.origin.source_ip.as_deref().unwrap_or_default()),
+        request_id: Cow::Borrowed(&d.origin.request_id),
+        config_id: Cow::Borrowed(&rule.id),
+        owner: Cow::Borrowed(&d.owner),
+        region: Cow::Borrowed(&d.region),
+        door: Cow::Borrowed(d.origin.door.as_str()),
+        rename: d.how == How::Rename,
+    };
+    serde_json::to_vec(&e).expect("an event encodes")
+}
+
+/// The message an outbox entry stands for: AWS's `{"Records": [record]}`, or its
+/// `s3:TestEvent` message. An entry that does not decode is sent as it is (never dropped).
+pub fn expand(entry: &[u8]) -> Vec<u8> {
+    let Ok(e) = serde_json::from_slice::<Stored<'_>>(entry) else {
+        return entry.to_vec();
+    };
+    let time = iso8601_ms(e.time_ms);
+    if e.name == "s3:TestEvent" {
+        return serde_json::to_vec(&serde_json::json!({
+            "Service": "Amazon S3",
+            "Event": "s3:TestEvent",
+            "Time": time,
+            "Bucket": e.bucket,
+            "RequestId": e.request_id,
+            "HostId": e.request_id,
+        }))
+        .expect("a test event encodes");
+    }
+    let created_or_removed =
+        e.name.starts_with("ObjectCreated") || e.name.starts_with("ObjectRemoved");
+    let record = Record {
+        event_version: if created_or_removed { "2.1" } else { "2.3" },
+        event_source: "lode:s3",
+        aws_region: &e.region,
+        event_time: time,
+        event_name: &e.name,
+        user_identity: Principal {
+            principal_id: &e.principal,
+        },
+        request_parameters: RequestParameters {
+            source_ip_address: &e.source_ip,
+        },
+        response_elements: ResponseElements {
+            request_id: &e.request_id,
+            id_2: &e.request_id,
+        },
+        s3: S3Entity {
+            s3_schema_version: "1.0",
+            configuration_id: &e.config_id,
+            bucket: BucketEntity {
+                name: &e.bucket,
+                owner_identity: Principal {
+                    principal_id: &e.owner,
+                },
+                arn: format!("arn:aws:s3:::{}", e.bucket),
+            },
+            object: ObjectEntity {
+                key: url_encode_key(&e.key),
+                size: e.size,
+                e_tag: e.etag.as_deref(),
+                version_id: e.version_id.as_deref(),
+                sequencer: format!("{:016X}", e.seq),
+            },
+        },
+        lode: LodeFields {
+            door: door_name(&e.door),
+            rename: e.rename,
+        },
+    };
+    #[derive(Serialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct Message<'a> {
+        records: [Record<'a>; 1],
+    }
+    serde_json::to_vec(&Message { records: [record] }).expect("an event record encodes")
+}
+
+fn door_name(d: &str) -> &'static str {
+    [Door::S3, Door::Posix, Door::Lifecycle, Door::Admin]
+        .into_iter()
+        .map(Door::as_str)
+        .find(|n| *n == d)
+        .unwrap_or("admin")
+}
+
+/// AWS's `s3:TestEvent`, as an outbox entry, sent to each destination when a configuration is
+/// set.
 pub fn test_event(bucket: &str, request_id: &str) -> Vec<u8> {
-    serde_json::json!({
-        "Service": "Amazon S3",
-        "Event": "s3:TestEvent",
-        "Time": iso8601_ms(crate::now_ms()),
-        "Bucket": bucket,
-        "RequestId": request_id,
-        "HostId": request_id,
-    })
-    .to_string()
-    .into_bytes()
+    let e = Stored {
+        name: Cow::Borrowed("s3:TestEvent"),
+        bucket: Cow::Borrowed(bucket),
+        key: Cow::Borrowed(""),
+        size: None,
+        etag: None,
+        version_id: None,
+        seq: 0,
+        time_ms: crate::now_ms(),
+        principal: Cow::Borrowed(""),
+        source_ip: Cow::Borrowed(""),
+        request_id: Cow::Borrowed(request_id),
+        config_id: Cow::Borrowed(""),
+        owner: Cow::Borrowed(""),
+        region: Cow::Borrowed(""),
+        door: Cow::Borrowed(""),
+        rename: false,
+    };
+    serde_json::to_vec(&e).expect("a test event encodes")
 }
 
 /// A key as AWS puts it in an event: form-URL-encoded (a space is `+`, `/` is `%2F`; letters,
@@ -551,5 +723,58 @@ mod tests {
         assert_eq!(url_encode_key("é"), "%C3%A9");
         assert_eq!(iso8601_ms(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(iso8601_ms(1_795_000_000_123), "2026-11-18T11:06:40.123Z");
+    }
+
+    #[test]
+    fn an_outbox_entry_expands_to_awss_record() {
+        let rules = Arc::new(Notifications {
+            rules: vec![rule("cfg", &["s3:ObjectCreated:*"], "", "")],
+        });
+        let mut origin = Origin::new(Door::Posix);
+        origin.principal = Some("alice".into());
+        origin.request_id = "RID".into();
+        let d = Draft {
+            rules,
+            origin,
+            how: How::Rename,
+            region: "eu-1".into(),
+            owner: "bob".into(),
+            hit: Default::default(),
+        };
+        let mut rec = lode_catalog::delete_marker(None);
+        rec.delete_marker = false;
+        rec.size = 7;
+        rec.etag = "abc".into();
+        let c = Change {
+            bucket: "bk",
+            key: "d/\"x\" é",
+            what: What::Written { record: &rec },
+        };
+        let out = d.render(&c, 0x1234);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].0, "q");
+        let m: serde_json::Value = serde_json::from_slice(&expand(&out[0].1)).unwrap();
+        let r = &m["Records"][0];
+        assert_eq!(r["eventName"], "ObjectCreated:Put");
+        assert_eq!(r["eventVersion"], "2.1");
+        assert_eq!(r["awsRegion"], "eu-1");
+        assert_eq!(r["userIdentity"]["principalId"], "alice");
+        assert_eq!(r["responseElements"]["x-amz-request-id"], "RID");
+        assert_eq!(r["s3"]["configurationId"], "cfg");
+        assert_eq!(r["s3"]["bucket"]["ownerIdentity"]["principalId"], "bob");
+        assert_eq!(r["s3"]["object"]["key"], "d%2F%22x%22+%C3%A9");
+        assert_eq!(r["s3"]["object"]["size"], 7);
+        assert_eq!(r["s3"]["object"]["eTag"], "abc");
+        assert_eq!(r["s3"]["object"]["sequencer"], "0000000000001234");
+        assert!(r["s3"]["object"].get("versionId").is_none());
+        assert_eq!(r["lode"]["door"], "posix");
+        assert_eq!(r["lode"]["rename"], true);
+        // The entry is much smaller than the message.
+        assert!(out[0].1.len() * 2 < expand(&out[0].1).len());
+        let t: serde_json::Value = serde_json::from_slice(&expand(&test_event("bk", "R"))).unwrap();
+        assert_eq!(t["Event"], "s3:TestEvent");
+        assert_eq!(t["Bucket"], "bk");
+        // Not an entry of ours: sent as it is.
+        assert_eq!(expand(b"raw"), b"raw");
     }
 }

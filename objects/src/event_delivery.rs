@@ -54,6 +54,15 @@ pub struct Destination {
     pub cfg: DestinationConfig,
     pub stats: DestinationStats,
     wake: tokio::sync::Notify,
+    /// The lowest sequence number committed since the worker last read the outbox
+    /// (`u64::MAX`: none). Sequence numbers are taken inside commits, so one can commit after
+    /// a higher one was delivered: the worker reads from here then, not only past the last
+    /// one it delivered. (It reads from past its last delivery otherwise: a queue read from
+    /// its start would step over every delivered entry's tombstone, as RocksDB keeps them
+    /// until compaction.)
+    floor: AtomicU64,
+    /// Makes the message to send from an outbox entry.
+    expand: fn(&[u8]) -> Vec<u8>,
 }
 
 /// A destination's figures as `lode admin notify status` shows them.
@@ -91,6 +100,8 @@ impl Deliveries {
                     cfg,
                     stats: DestinationStats::default(),
                     wake: tokio::sync::Notify::new(),
+                    floor: AtomicU64::new(u64::MAX),
+                    expand: crate::bucket_events::expand,
                 };
                 (d.cfg.name.clone(), Arc::new(d))
             })
@@ -110,11 +121,12 @@ impl Deliveries {
         self.dests.is_empty()
     }
 
-    /// New entries were committed for these destinations (one name per entry).
-    pub fn committed(&self, names: &[String]) {
-        for n in names {
+    /// New entries were committed: (destination, sequence number) each.
+    pub fn committed(&self, entries: &[(String, u64)]) {
+        for (n, seq) in entries {
             if let Some(d) = self.dests.get(n) {
                 d.stats.backlog.fetch_add(1, Ordering::Relaxed);
+                d.floor.fetch_min(*seq, Ordering::Relaxed);
                 d.wake.notify_one();
             }
         }
@@ -178,8 +190,11 @@ async fn run(d: Arc<Destination>, catalog: Arc<dyn Catalog>) {
     if let Ok(n) = catalog.outbox_len(&name).await {
         d.stats.backlog.store(n, Ordering::Relaxed);
     }
+    // The last sequence number delivered (`None`: read from the start: at start, entries of
+    // an earlier run wait).
+    let mut cursor = None;
     loop {
-        if let Err(e) = deliver_some(&d, &*catalog).await {
+        if let Err(e) = deliver_some(&d, &*catalog, &mut cursor).await {
             tracing::warn!(destination = %name, error = %e, "event outbox unreadable; retrying");
             tokio::time::sleep(IDLE_POLL).await;
         }
@@ -187,19 +202,44 @@ async fn run(d: Arc<Destination>, catalog: Arc<dyn Catalog>) {
 }
 
 /// Reads one batch and delivers it (waits when there is none).
-async fn deliver_some(d: &Destination, catalog: &dyn Catalog) -> lode_catalog::Result<()> {
+async fn deliver_some(
+    d: &Destination,
+    catalog: &dyn Catalog,
+    cursor: &mut Option<u64>,
+) -> lode_catalog::Result<()> {
     let name = &d.cfg.name;
-    let batch = catalog.outbox_scan(name, None, BATCH).await?;
+    let floor = d.floor.swap(u64::MAX, Ordering::Relaxed);
+    let after = match *cursor {
+        Some(c) if floor <= c => floor.checked_sub(1),
+        c => c,
+    };
+    let batch = match catalog.outbox_scan(name, after, BATCH).await {
+        Ok(b) => b,
+        Err(e) => {
+            d.floor.fetch_min(floor, Ordering::Relaxed);
+            return Err(e);
+        }
+    };
     if batch.is_empty() {
-        d.stats.backlog.store(0, Ordering::Relaxed);
-        let _ = tokio::time::timeout(IDLE_POLL, d.wake.notified()).await;
+        if after.is_none() {
+            d.stats.backlog.store(0, Ordering::Relaxed);
+        }
+        let woken = tokio::time::timeout(IDLE_POLL, d.wake.notified())
+            .await
+            .is_ok();
+        if !woken && rand::random::<u32>().is_multiple_of(30) {
+            // Now and then, idle: read the whole outbox again (a safety net: every commit
+            // that stores entries names their sequence numbers, see `floor`).
+            *cursor = None;
+        }
         return Ok(());
     }
     let mut done = vec![];
     for e in batch {
+        let message = (d.expand)(&e.body);
         let mut attempt = 0u32;
         loop {
-            let r = match tokio::time::timeout(d.cfg.timeout, d.cfg.target.send(&e.body)).await {
+            let r = match tokio::time::timeout(d.cfg.timeout, d.cfg.target.send(&message)).await {
                 Ok(r) => r,
                 Err(_) => Err(format!("no answer in {:?}", d.cfg.timeout)),
             };
@@ -210,6 +250,7 @@ async fn deliver_some(d: &Destination, catalog: &dyn Catalog) -> lode_catalog::R
                         d.stats.retried.fetch_add(1, Ordering::Relaxed);
                     }
                     done.push(e.seq);
+                    *cursor = Some(cursor.map_or(e.seq, |c| c.max(e.seq)));
                     break;
                 }
                 Err(why) => {
@@ -395,7 +436,7 @@ mod tests {
 
         let (_r, d, _cat) = setup(2, true);
         assert_eq!(d.refusing(["d"]), None);
-        d.committed(&["d".into(), "d".into()]);
+        d.committed(&[("d".into(), 1), ("d".into(), 2)]);
         assert_eq!(d.refusing(["d", "other"]), Some("d"));
     }
 }

@@ -879,12 +879,11 @@ impl ObjectService {
         self.set_setting(name, crate::bucket_events::SETTING, value)
             .await?;
         if let Some(del) = self.deliveries.get() {
-            let dests = n.destinations();
-            for d in &dests {
+            for d in n.destinations() {
                 let body = crate::bucket_events::test_event(name, request_id);
-                self.catalog.outbox_add(d, body).await?;
+                let seq = self.catalog.outbox_add(&d, body).await?;
+                del.committed(&[(d, seq)]);
             }
-            del.committed(&dests);
         }
         Ok(())
     }
