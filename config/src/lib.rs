@@ -262,11 +262,18 @@ impl Default for EncryptionConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct NotifyTarget {
-    /// `webhook` (an HTTP POST of each event's JSON). `nats` and `amqp` are not built yet.
+    /// `webhook` (an HTTP POST of each event's JSON) or `nats` (a publish on `subject`).
+    /// `amqp` is not built yet.
     #[serde(rename = "type")]
     pub kind: String,
-    /// The webhook's URL (`http://host:port/path`).
+    /// The webhook's URL (`http://host:port/path`), or the NATS server's
+    /// (`nats://[user:password@]host:port`).
     pub url: String,
+    /// NATS: the subject events are published on.
+    pub subject: String,
+    /// NATS: publish to JetStream and count a delivery once a stream stored it (its ack);
+    /// without, once the server took it (core NATS keeps nothing for an absent subscriber).
+    pub jetstream: bool,
     /// A file holding a secret: each POST then carries `X-Lode-Signature: sha256=<hex>`, the
     /// HMAC-SHA256 of its body under the secret (surrounding whitespace trimmed).
     pub hmac_secret_file: PathBuf,
@@ -284,6 +291,8 @@ impl Default for NotifyTarget {
         NotifyTarget {
             kind: String::new(),
             url: String::new(),
+            subject: String::new(),
+            jetstream: false,
             hmac_secret_file: PathBuf::new(),
             max_backlog: 1_000_000,
             when_full: "drop_oldest".into(),
@@ -793,16 +802,33 @@ impl LodeConfig {
                         ));
                     }
                 }
-                "nats" | "amqp" | "kafka" => {
+                "nats" => {
+                    if !t.url.starts_with("nats://") {
+                        return Err(invalid(
+                            &key("url"),
+                            "a NATS url is nats://[user:password@]host:port",
+                        ));
+                    }
+                    if t.subject.is_empty() || t.subject.contains([' ', '*', '>']) {
+                        return Err(invalid(
+                            &key("subject"),
+                            "a NATS subject to publish on (no spaces or wildcards)",
+                        ));
+                    }
+                }
+                "amqp" | "kafka" => {
                     return Err(invalid(
                         &key("type"),
-                        format!("`{}` destinations are not built yet (webhook is)", t.kind),
+                        format!(
+                            "`{}` destinations are not built yet (webhook and nats are)",
+                            t.kind
+                        ),
                     ));
                 }
                 other => {
                     return Err(invalid(
                         &key("type"),
-                        format!("`{other}` is not a destination type (webhook)"),
+                        format!("`{other}` is not a destination type (webhook, nats)"),
                     ));
                 }
             }

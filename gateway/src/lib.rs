@@ -19,6 +19,7 @@ pub mod fsck;
 pub mod fuzzing;
 pub mod host;
 pub mod lifecycle;
+pub mod nats;
 pub mod posix;
 pub mod profile;
 pub mod rename;

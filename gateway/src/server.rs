@@ -900,12 +900,17 @@ fn event_destinations(
             })?;
             Some(s.trim().as_bytes().to_vec())
         };
-        let target = crate::webhook::Webhook::new(&t.url, secret.as_deref())
-            .with_context(|| format!("notify.{name}"))?;
+        let target: Arc<dyn lode_objects::event_delivery::EventTarget> = match t.kind.as_str() {
+            "nats" => Arc::new(crate::nats::Nats::new(&t.url, &t.subject, t.jetstream)),
+            _ => Arc::new(
+                crate::webhook::Webhook::new(&t.url, secret.as_deref())
+                    .with_context(|| format!("notify.{name}"))?,
+            ),
+        };
         dests.push(lode_objects::event_delivery::DestinationConfig {
             name: name.clone(),
             kind: t.kind.clone(),
-            target: Arc::new(target),
+            target,
             max_backlog: t.max_backlog,
             refuse_when_full: t.when_full == "refuse",
             timeout: Duration::from_secs(t.timeout_secs),
