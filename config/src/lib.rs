@@ -262,13 +262,19 @@ impl Default for EncryptionConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct NotifyTarget {
-    /// `webhook` (an HTTP POST of each event's JSON) or `nats` (a publish on `subject`).
-    /// `amqp` is not built yet.
+    /// `webhook` (an HTTP POST of each event's JSON), `nats` (a publish on `subject`) or
+    /// `amqp` (a persistent publish to `exchange` with `routing_key`, broker-confirmed).
     #[serde(rename = "type")]
     pub kind: String,
-    /// The webhook's URL (`http://host:port/path`), or the NATS server's
-    /// (`nats://[user:password@]host:port`).
+    /// The webhook's URL (`http://host:port/path`), the NATS server's
+    /// (`nats://[user:password@]host:port`) or the AMQP broker's
+    /// (`amqp://[user:password@]host[:port][/vhost]`).
     pub url: String,
+    /// AMQP: the exchange (`""`: the default exchange, which routes to the queue named by the
+    /// routing key).
+    pub exchange: String,
+    /// AMQP: the routing key of every event.
+    pub routing_key: String,
     /// NATS: the subject events are published on.
     pub subject: String,
     /// NATS: publish to JetStream and count a delivery once a stream stored it (its ack);
@@ -293,6 +299,8 @@ impl Default for NotifyTarget {
             url: String::new(),
             subject: String::new(),
             jetstream: false,
+            exchange: String::new(),
+            routing_key: String::new(),
             hmac_secret_file: PathBuf::new(),
             max_backlog: 1_000_000,
             when_full: "drop_oldest".into(),
@@ -816,11 +824,25 @@ impl LodeConfig {
                         ));
                     }
                 }
-                "amqp" | "kafka" => {
+                "amqp" => {
+                    if !t.url.starts_with("amqp://") {
+                        return Err(invalid(
+                            &key("url"),
+                            "an AMQP url is amqp://[user:password@]host[:port][/vhost] (amqps is not built yet)",
+                        ));
+                    }
+                    if t.routing_key.is_empty() {
+                        return Err(invalid(
+                            &key("routing_key"),
+                            "an AMQP destination needs a routing key",
+                        ));
+                    }
+                }
+                "kafka" => {
                     return Err(invalid(
                         &key("type"),
                         format!(
-                            "`{}` destinations are not built yet (webhook and nats are)",
+                            "`{}` destinations are not built yet (webhook, nats and amqp are)",
                             t.kind
                         ),
                     ));
@@ -828,7 +850,7 @@ impl LodeConfig {
                 other => {
                     return Err(invalid(
                         &key("type"),
-                        format!("`{other}` is not a destination type (webhook, nats)"),
+                        format!("`{other}` is not a destination type (webhook, nats, amqp)"),
                     ));
                 }
             }

@@ -9,6 +9,7 @@
 pub mod access;
 pub mod acl;
 pub mod admin;
+pub mod amqp;
 pub mod auth;
 pub mod cluster;
 pub mod cors;

@@ -902,6 +902,10 @@ fn event_destinations(
         };
         let target: Arc<dyn lode_objects::event_delivery::EventTarget> = match t.kind.as_str() {
             "nats" => Arc::new(crate::nats::Nats::new(&t.url, &t.subject, t.jetstream)),
+            "amqp" => Arc::new(
+                crate::amqp::Amqp::new(&t.url, &t.exchange, &t.routing_key)
+                    .map_err(|e| anyhow::anyhow!("notify.{name}: {e}"))?,
+            ),
             _ => Arc::new(
                 crate::webhook::Webhook::new(&t.url, secret.as_deref())
                     .with_context(|| format!("notify.{name}"))?,
