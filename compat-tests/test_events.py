@@ -799,3 +799,41 @@ def test_amqp_queue_gets_every_event_across_a_broker_outage(tmp_path):
     finally:
         srv.remove()
         mq.stop()
+
+
+from test_dashboard import CHROMIUM, chromium  # noqa: E402,F401 (the fixture)
+
+
+@local
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (setup.sh installs it)")
+def test_the_dashboard_shows_the_destinations(tmp_path, receiver, chromium):  # noqa: F811
+    srv = Lode(str(tmp_path / "data"), extra_toml=notify_toml(receiver.port)).start()
+    try:
+        s3 = make_client(srv.endpoint)
+        s3.create_bucket(Bucket="dash")
+        configure(s3, "dash")
+        receiver.wait(lambda: receiver.messages(), what="the test event")
+        receiver.stop()
+        for i in range(7):
+            s3.put_object(Bucket="dash", Key=f"k{i}", Body=b"x")
+        deadline = time.time() + 10
+        while metric(srv, "lode_events_failed_total") < 1 and time.time() < deadline:
+            time.sleep(0.2)
+        dt = chromium
+        for domain in ("Runtime", "Log", "Network", "Page"):
+            dt.call(domain + ".enable")
+        dt.call("Page.navigate", url=srv.admin + "/dashboard")
+        deadline = time.time() + 30
+        while (dt.evaluate("Number(document.body && document.body.dataset.rendered || 0)") or 0) < 1:
+            assert time.time() < deadline, dt.problems() or dt.evaluate("document.body.innerText")
+            time.sleep(0.2)
+        row = dt.evaluate("""(() => {
+          const r = document.querySelector('#events tr[data-destination=hook]');
+          return r && !document.getElementById('events-table').hidden ? [...r.cells].map(c => c.textContent) : null;
+        })()""")
+        assert row is not None, dt.evaluate("document.body.innerText")
+        assert row[0] == "hook" and row[1] == "webhook"
+        assert int(row[2]) >= 7 and int(row[3]) == 1 and int(row[5]) >= 1 and row[7]
+        assert dt.problems() == []
+    finally:
+        srv.remove()
