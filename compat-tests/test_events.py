@@ -799,6 +799,8 @@ def test_amqp_queue_gets_every_event_across_a_broker_outage(tmp_path):
     finally:
         srv.remove()
         mq.stop()
+        # The Erlang port mapper the node started (it outlives its nodes).
+        subprocess.run(["epmd", "-kill"], capture_output=True)
 
 
 from test_dashboard import CHROMIUM, chromium  # noqa: E402,F401 (the fixture)
