@@ -355,6 +355,15 @@ mod tests {
         }
     }
 
+    impl Recorder {
+        fn bodies(&self) -> Vec<String> {
+            let got = self.got.lock().unwrap();
+            got.iter()
+                .map(|b| String::from_utf8(b.clone()).unwrap())
+                .collect()
+        }
+    }
+
     fn setup(max: u64, refuse: bool) -> (Arc<Recorder>, Deliveries, Arc<dyn Catalog>) {
         let r = Arc::new(Recorder {
             down: true.into(),
@@ -398,13 +407,7 @@ mod tests {
         assert!(r.got.lock().unwrap().is_empty());
         r.down.store(false, Ordering::Relaxed);
         until(|| r.got.lock().unwrap().len() == 5).await;
-        let got: Vec<String> = r
-            .got
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|b| String::from_utf8(b.clone()).unwrap())
-            .collect();
+        let got = r.bodies();
         assert_eq!(got, ["e0", "e1", "e2", "e3", "e4"]);
         until(|| s.backlog.load(Ordering::Relaxed) == 0).await;
         assert_eq!(cat.outbox_len("d").await.unwrap(), 0);
@@ -425,13 +428,7 @@ mod tests {
         until(|| s.dropped.load(Ordering::Relaxed) == 3).await;
         r.down.store(false, Ordering::Relaxed);
         until(|| r.got.lock().unwrap().len() == 3).await;
-        let got: Vec<String> = r
-            .got
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|b| String::from_utf8(b.clone()).unwrap())
-            .collect();
+        let got = r.bodies();
         assert_eq!(got, ["e3", "e4", "e5"]);
 
         let (_r, d, _cat) = setup(2, true);
