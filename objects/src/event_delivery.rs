@@ -184,6 +184,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// An idle worker looks at its outbox this often even unwoken (entries another process, or a
 /// commit whose wake-up was lost, added).
 const IDLE_POLL: Duration = Duration::from_secs(1);
+/// The worker reads its whole outbox (not only past its last delivery) at least this often.
+const WHOLE_READ_EVERY: Duration = Duration::from_secs(30);
 
 async fn run(d: Arc<Destination>, catalog: Arc<dyn Catalog>) {
     let name = d.cfg.name.clone();
@@ -193,7 +195,15 @@ async fn run(d: Arc<Destination>, catalog: Arc<dyn Catalog>) {
     // The last sequence number delivered (`None`: read from the start: at start, entries of
     // an earlier run wait).
     let mut cursor = None;
+    let mut whole_read = tokio::time::Instant::now();
     loop {
+        if whole_read.elapsed() >= WHOLE_READ_EVERY {
+            // A safety net beside `floor`: a commit whose request was dropped (its client went
+            // away) while the commit went on never names its entries' sequence numbers, and one
+            // below the cursor would wait for a restart.
+            cursor = None;
+            whole_read = tokio::time::Instant::now();
+        }
         if let Err(e) = deliver_some(&d, &*catalog, &mut cursor).await {
             tracing::warn!(destination = %name, error = %e, "event outbox unreadable; retrying");
             tokio::time::sleep(IDLE_POLL).await;
@@ -224,14 +234,7 @@ async fn deliver_some(
         if after.is_none() {
             d.stats.backlog.store(0, Ordering::Relaxed);
         }
-        let woken = tokio::time::timeout(IDLE_POLL, d.wake.notified())
-            .await
-            .is_ok();
-        if !woken && rand::random::<u32>().is_multiple_of(30) {
-            // Now and then, idle: read the whole outbox again (a safety net: every commit
-            // that stores entries names their sequence numbers, see `floor`).
-            *cursor = None;
-        }
+        let _ = tokio::time::timeout(IDLE_POLL, d.wake.notified()).await;
         return Ok(());
     }
     let mut done = vec![];
