@@ -58,6 +58,7 @@
 //! answers `EXDEV`, and `mv` copies).
 
 mod batch;
+mod outbox;
 mod partition;
 mod versions;
 
@@ -67,6 +68,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use lode_catalog::events::{Change, What};
 use lode_catalog::listing::{PageFold, Step};
 use lode_catalog::{
     Aborted, AppendFn, BucketFn, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit, CompleteFn,
@@ -290,6 +292,8 @@ pub struct Inner {
     routes: partition::Routes,
     /// Blind commits waiting per partition (group commit).
     batches: batch::Batches,
+    /// Event entries of armed commits, and this run's registry of where they are.
+    outbox: outbox::Outbox,
     /// Itself, for the background splits it starts.
     me: std::sync::Weak<Inner>,
 }
@@ -336,11 +340,13 @@ impl RadosCatalog {
                 .await
                 .map_err(err)?;
         }
+        let outbox = outbox::Outbox::new(io.clone());
         let inner = Arc::new_cyclic(|me| Inner {
             io,
             cfg,
             routes: partition::Routes::default(),
             batches: batch::Batches::default(),
+            outbox,
             observer: Default::default(),
             me: me.clone(),
         });
@@ -463,7 +469,28 @@ impl RadosCatalog {
     }
 }
 
+/// A change of `key`, for the event draft.
+pub(crate) fn change<'a>(bucket: &'a str, key: &'a str, what: What<'a>) -> Change<'a> {
+    Change { bucket, key, what }
+}
+
+pub(crate) fn written<'a>(bucket: &'a str, key: &'a str, record: &'a ObjectRecord) -> Change<'a> {
+    change(bucket, key, What::Written { record })
+}
+
+pub(crate) const REMOVED: What<'static> = What::Removed { version_id: None };
+
 impl Inner {
+    /// The outbox entries of `changes` for a commit to partition `oid` (none unless the
+    /// current task is armed), to add to its op ([`outbox::Entries::stamp`]).
+    pub(crate) async fn events(
+        &self,
+        oid: &str,
+        changes: &[Change<'_>],
+    ) -> Result<outbox::Entries> {
+        self.outbox.entries(&self.me, oid, changes).await
+    }
+
     fn committed(&self, bucket: &str, key: &str, deleted: bool) {
         if let Some(o) = self.observer.get() {
             o.object(bucket, key, deleted);
@@ -658,7 +685,12 @@ impl Inner {
                 None => return Ok((None, None)),
             };
             let op = op.omap_cmp(&k, CmpOp::Eq, cur_raw.as_deref().unwrap_or(b""));
-            if self.try_write(&s, op).await? {
+            let ev = match &new {
+                Some(r) => self.events(&s.oid, &[written(bucket, key, r)]).await?,
+                None => self.events(&s.oid, &[change(bucket, key, REMOVED)]).await?,
+            };
+            if self.try_write(&s, ev.stamp(op)).await? {
+                self.outbox.stored(&s.oid, &ev);
                 if cur.is_none() {
                     self.note_insert(bucket, &s.oid, &pos(key));
                 }
@@ -701,6 +733,8 @@ impl Inner {
         if let Some(pl) = payload {
             set.push((d, pl));
         }
+        let ev = self.events(&oid, &[written(bucket, key, &new)]).await?;
+        set.extend(ev.omap());
         let blind = batch::Blind {
             key: k,
             set,
@@ -711,6 +745,7 @@ impl Inner {
         if !hit {
             return Ok(None);
         }
+        self.outbox.stored(&oid, &ev);
         self.note_insert(bucket, &oid, &p);
         self.committed(bucket, key, false);
         Ok(Some((None, Some(new))))
@@ -1100,7 +1135,10 @@ impl Catalog for RadosCatalog {
             let op = Inner::guarded(&s, &set, &rm)
                 .omap_cmp(&fk, CmpOp::Eq, &src)
                 .omap_cmp(&tk, CmpOp::Eq, dst.as_deref().unwrap_or(b""));
-            if self.try_write(&s, op).await? {
+            let changes = [change(bucket, from, REMOVED), written(bucket, to, &source)];
+            let ev = self.events(&s.oid, &changes).await?;
+            if self.try_write(&s, ev.stamp(op)).await? {
+                self.outbox.stored(&s.oid, &ev);
                 if dst.is_none() {
                     self.note_insert(bucket, &s.oid, &pos(to));
                 }
@@ -1172,9 +1210,25 @@ impl Catalog for RadosCatalog {
                 rm.push(k.clone());
             }
             rm.retain(|k| !set.iter().any(|(n, _)| n == k));
+            let ev = if lode_catalog::events::current().is_some() {
+                let mut names = vec![];
+                for (k, v) in &moved {
+                    let old = key_of(k)?;
+                    let new = format!("{to}{}", &old[from.len()..]);
+                    names.push((old, new, decode::<ObjectRecord>(v)?));
+                }
+                let changes: Vec<Change<'_>> = names
+                    .iter()
+                    .flat_map(|(o, n, r)| [change(bucket, o, REMOVED), written(bucket, n, r)])
+                    .collect();
+                self.events(&s.oid, &changes).await?
+            } else {
+                Default::default()
+            };
             // Removals first, then the new keys (one transaction).
-            let op = Inner::whole(&s, &set, &rm);
+            let op = ev.stamp(Inner::whole(&s, &set, &rm));
             if self.try_write(&s, op).await? {
+                self.outbox.stored(&s.oid, &ev);
                 let dir = |p: &str| {
                     if p.ends_with('/') {
                         p.to_owned()
@@ -1241,10 +1295,12 @@ impl Catalog for RadosCatalog {
             } else {
                 vec![p.clone()]
             };
-            if self
-                .try_write(&s, Inner::whole(&s, &[] as &[(&[u8], &[u8])], &rm))
-                .await?
-            {
+            let ev = self
+                .events(&s.oid, &[change(bucket, prefix, REMOVED)])
+                .await?;
+            let op = ev.stamp(Inner::whole(&s, &[] as &[(&[u8], &[u8])], &rm));
+            if self.try_write(&s, op).await? {
+                self.outbox.stored(&s.oid, &ev);
                 self.committed(bucket, prefix, true);
                 return Ok(released);
             }
@@ -1533,8 +1589,12 @@ impl Catalog for RadosCatalog {
                 None => {}
             }
             rm.retain(|k| !set.iter().any(|(x, _)| x == k));
-            let op = Inner::whole(&s, &set, &rm);
+            let ev = self
+                .events(&s.oid, &[written(bucket, key, &done.record)])
+                .await?;
+            let op = ev.stamp(Inner::whole(&s, &set, &rm));
             if self.try_write(&s, op).await? {
+                self.outbox.stored(&s.oid, &ev);
                 if current.is_none() {
                     self.note_insert(bucket, &s.oid, &pos(key));
                 }
@@ -1551,6 +1611,31 @@ impl Catalog for RadosCatalog {
             }
         }
         Err(CatalogError::Contended)
+    }
+
+    fn supports_events(&self) -> bool {
+        true
+    }
+
+    async fn outbox_add(&self, dest: &str, body: Vec<u8>) -> Result<u64> {
+        self.outbox.add(&self.me, dest, body).await
+    }
+
+    async fn outbox_scan(
+        &self,
+        dest: &str,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<lode_catalog::events::Outboxed>> {
+        self.outbox.scan(&self.me, dest, after, limit).await
+    }
+
+    async fn outbox_remove(&self, dest: &str, seqs: &[u64]) -> Result<()> {
+        self.outbox.remove(dest, seqs).await
+    }
+
+    async fn outbox_len(&self, dest: &str) -> Result<u64> {
+        self.outbox.len(&self.me, dest).await
     }
 
     async fn sys_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {

@@ -747,6 +747,12 @@ impl Inner {
                 }
                 continue;
             }
+            // Event entries of the bucket's last changes outlive it, in this run's registry.
+            let left: Vec<(Vec<u8>, Bytes)> = parts
+                .iter()
+                .flat_map(|(_, _, _, vals)| vals.iter().cloned())
+                .collect();
+            self.outbox.rescue(&self.me, &left).await?;
             self.io
                 .operate_write(
                     crate::BUCKETS,

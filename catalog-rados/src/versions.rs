@@ -23,6 +23,7 @@
 //! key so marked, as source or target ([`CatalogError::SharedVersions`]).
 
 use super::*;
+use lode_catalog::events::What;
 use lode_catalog::{
     VersionEntry, VersionPage, VersionQuery, Versioning, delete_marker, is_version, retirement,
     version_suffix,
@@ -470,7 +471,16 @@ impl Inner {
             if let Some((nk, nv)) = &null {
                 op = op.omap_cmp(nk, CmpOp::Eq, nv);
             }
-            if self.try_write(&s, op).await? {
+            let ev = match &new {
+                Some(rec) => self.events(&s.oid, &[written(bucket, key, rec)]).await?,
+                None => {
+                    let version_id = r.version_id.as_deref();
+                    let what = What::MarkerCreated { version_id };
+                    self.events(&s.oid, &[change(bucket, key, what)]).await?
+                }
+            };
+            if self.try_write(&s, ev.stamp(op)).await? {
+                self.outbox.stored(&s.oid, &ev);
                 // Every new version counts toward the partition's split.
                 self.note_insert(bucket, &s.oid, &pos(key));
                 self.committed(bucket, key, new.is_none());
@@ -573,7 +583,13 @@ impl Inner {
             for (nk, nv) in fnull.iter().chain(tnull.iter()) {
                 op = op.omap_cmp(nk, CmpOp::Eq, nv);
             }
-            if self.try_write(&s, op).await? {
+            let marker = What::MarkerCreated {
+                version_id: rf.version_id.as_deref(),
+            };
+            let changes = [change(bucket, from, marker), written(bucket, to, &moved)];
+            let ev = self.events(&s.oid, &changes).await?;
+            if self.try_write(&s, ev.stamp(op)).await? {
+                self.outbox.stored(&s.oid, &ev);
                 self.note_insert(bucket, &s.oid, &pos(to));
                 self.committed(bucket, from, true);
                 self.committed(bucket, to, false);
@@ -826,7 +842,12 @@ impl Inner {
             for (ck, cv) in &cmps {
                 op = op.omap_cmp(ck, CmpOp::Eq, cv);
             }
-            if self.try_write(&s, op).await? {
+            let what = What::Removed {
+                version_id: Some(removed.version_id.as_deref().unwrap_or("null")),
+            };
+            let ev = self.events(&s.oid, &[change(bucket, key, what)]).await?;
+            if self.try_write(&s, ev.stamp(op)).await? {
+                self.outbox.stored(&s.oid, &ev);
                 let current_gone = gone_entry.is_none();
                 if promoted && cur.is_none() {
                     self.note_insert(bucket, &s.oid, &pos(key));
@@ -875,7 +896,9 @@ impl Inner {
                     }
                     let none: [&[u8]; 0] = [];
                     let op = Self::guarded(&s, &set, &none).omap_cmp(&k, CmpOp::Eq, &raw);
-                    if self.try_write(&s, op).await? {
+                    let ev = self.events(&s.oid, &[written(bucket, key, &new)]).await?;
+                    if self.try_write(&s, ev.stamp(op)).await? {
+                        self.outbox.stored(&s.oid, &ev);
                         self.committed(bucket, key, false);
                         return Ok(new);
                     }
@@ -901,7 +924,9 @@ impl Inner {
                 CmpOp::Eq,
                 &raw,
             );
-            if self.try_write(&s, op).await? {
+            let ev = self.events(&s.oid, &[written(bucket, key, &new)]).await?;
+            if self.try_write(&s, ev.stamp(op)).await? {
+                self.outbox.stored(&s.oid, &ev);
                 return Ok(new);
             }
         }

@@ -103,6 +103,84 @@ async fn two_gateways_share_one_namespace() {
     }
 }
 
+/// Renders every change as its key, for destination "d".
+struct KeyDraft;
+
+impl lode_catalog::events::EventDraft for KeyDraft {
+    fn render(&self, c: &lode_catalog::events::Change<'_>, _: u64) -> Vec<(String, Vec<u8>)> {
+        vec![("d".into(), c.key.as_bytes().to_vec())]
+    }
+}
+
+/// The event outbox across gateways: the entries of a gateway that went away (its lease ran
+/// out) are adopted by another one, which reads them in order and, once they are removed,
+/// removes the dead gateway's registry. A live gateway's entries are never adopted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_gone_gateways_event_outbox_is_adopted() {
+    use lode_catalog::events::{EventDraft, armed};
+    let Some(c) = cluster().await else { return };
+    c.create_pool(POOL, &PoolSpec::replicated(3)).await.unwrap();
+    let ns = namespace("adopt");
+    let a: Arc<dyn Catalog> = Arc::new(RadosCatalog::open(&c, POOL, &ns).await.unwrap());
+    let b: Arc<dyn Catalog> = Arc::new(RadosCatalog::open(&c, POOL, &ns).await.unwrap());
+    a.create_bucket("ev", conformance::bucket_rec("o"))
+        .await
+        .unwrap();
+    let d: Arc<dyn EventDraft> = Arc::new(KeyDraft);
+    for k in ["k1", "k2", "k3"] {
+        let rec = conformance::record(k, &[]);
+        armed(
+            d.clone(),
+            a.put("ev", k, rec, &Cond::default(), Refs::Fresh),
+        )
+        .await
+        .unwrap();
+    }
+    let mine = a.outbox_scan("d", None, 10).await.unwrap();
+    assert_eq!(mine.len(), 3);
+    // B sees none of a live gateway's entries, however long it looks.
+    assert!(b.outbox_scan("d", None, 10).await.unwrap().is_empty());
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(b.outbox_scan("d", None, 10).await.unwrap().is_empty());
+    // A goes away (its lease is no longer renewed): B adopts its entries.
+    drop(a);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let got = loop {
+        let got = b.outbox_scan("d", None, 10).await.unwrap();
+        if !got.is_empty() || std::time::Instant::now() > deadline {
+            break got;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let keys: Vec<&[u8]> = got.iter().map(|o| &o.body[..]).collect();
+    assert_eq!(keys, [b"k1", b"k2", b"k3"]);
+    assert_eq!(got, mine);
+    assert_eq!(b.outbox_len("d").await.unwrap(), 3);
+    let seqs: Vec<u64> = got.iter().map(|o| o.seq).collect();
+    b.outbox_remove("d", &seqs).await.unwrap();
+    assert_eq!(b.outbox_len("d").await.unwrap(), 0);
+    // Emptied, the adopted registry goes (B's own stays).
+    let io = c
+        .ioctx(POOL)
+        .await
+        .unwrap()
+        .with_namespace(&ns)
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = io.omap_get_all("lode.events").await.unwrap().len();
+        if left == 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{left} registries left"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 /// An erasure-coded pool cannot hold an index: a clear error, and nothing is written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_erasure_coded_index_pool_is_refused() {

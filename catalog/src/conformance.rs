@@ -2551,8 +2551,228 @@ pub async fn appends(c: Arc<dyn Catalog>) {
     c.delete_bucket("app").await.unwrap();
 }
 
+/// Renders every change as "<key> <what>" for destination "d" (and, for keys under `both/`,
+/// for "d2" too).
+struct Keys;
+
+impl crate::events::EventDraft for Keys {
+    fn render(&self, c: &crate::events::Change<'_>, _: u64) -> Vec<(String, Vec<u8>)> {
+        use crate::events::What;
+        let what = match c.what {
+            What::Written { record } => format!("put {}", record.etag),
+            What::Removed { version_id: None } => "removed".into(),
+            What::Removed {
+                version_id: Some(_),
+            } => "version removed".into(),
+            What::MarkerCreated { .. } => "marker".into(),
+        };
+        let body = format!("{} {what}", c.key).into_bytes();
+        let mut out = vec![("d".to_owned(), body.clone())];
+        if c.key.starts_with("both/") {
+            out.push(("d2".to_owned(), body));
+        }
+        out
+    }
+}
+
+/// The event outbox ([`crate::events`]), on a backend that has one: an armed commit stores its
+/// entries with it and only then (not refused, not unarmed, not a no-op), in order, for every
+/// kind of commit; scans page, removals remove, a deleted bucket's entries stay.
+pub async fn events(c: Arc<dyn Catalog>) {
+    use crate::events::{EventDraft, armed};
+    if !c.supports_events() {
+        return;
+    }
+    new_bucket(&*c, "evt").await;
+    let d: Arc<dyn EventDraft> = Arc::new(Keys);
+    let put = |key: &'static str, etag: &'static str, cond: Cond| {
+        let (c, d) = (Arc::clone(&c), Arc::clone(&d));
+        async move {
+            let r = record(etag, &[]);
+            armed(
+                d,
+                async move { c.put("evt", key, r, &cond, Refs::Fresh).await },
+            )
+            .await
+        }
+    };
+    put("k", "e1", Cond::default()).await.unwrap();
+    // Refused by its condition: nothing stored, no event.
+    assert!(put("k", "e2", Cond::absent()).await.is_err());
+    // Not armed: no event.
+    c.put("evt", "k", record("e3", &[]), &Cond::default(), Refs::Fresh)
+        .await
+        .unwrap();
+    let tag: crate::RecordFn = Arc::new(|r: &ObjectRecord| {
+        let mut n = r.clone();
+        n.etag = "tagged".into();
+        Ok(n)
+    });
+    armed(Arc::clone(&d), c.update("evt", "k", tag))
+        .await
+        .unwrap();
+    let make: crate::RecordFn = Arc::new(|r: &ObjectRecord| {
+        let mut n = r.clone();
+        n.etag = "copied".into();
+        Ok(n)
+    });
+    armed(
+        Arc::clone(&d),
+        c.copy(("evt", "k"), ("evt", "both/c"), make),
+    )
+    .await
+    .unwrap();
+    armed(Arc::clone(&d), c.delete("evt", "k", &Cond::default()))
+        .await
+        .unwrap();
+    // Deleting what is not there changes nothing and tells nothing.
+    armed(Arc::clone(&d), c.delete("evt", "k", &Cond::default()))
+        .await
+        .unwrap();
+    put("dir/", "marker", Cond::default()).await.unwrap();
+    put("dir/a", "a", Cond::default()).await.unwrap();
+    armed(
+        Arc::clone(&d),
+        c.rename(
+            "evt",
+            "dir/a",
+            "dir/b",
+            replace_check(false),
+            Versioning::Off,
+        ),
+    )
+    .await
+    .unwrap();
+    armed(
+        Arc::clone(&d),
+        c.rename_prefix("evt", "dir/", "moved/", 1024),
+    )
+    .await
+    .unwrap();
+    armed(Arc::clone(&d), c.delete("evt", "moved/b", &Cond::default()))
+        .await
+        .unwrap();
+    armed(Arc::clone(&d), c.remove_dir("evt", "moved/"))
+        .await
+        .unwrap();
+    let bodies = |got: &[crate::events::Outboxed]| -> Vec<String> {
+        got.iter()
+            .map(|o| String::from_utf8(o.body.clone()).unwrap())
+            .collect()
+    };
+    let mut want = vec![
+        "k put e1",
+        "k put tagged",
+        "both/c put copied",
+        "k removed",
+        "dir/ put marker",
+        "dir/a put a",
+        "dir/a removed",
+        "dir/b put a",
+    ];
+    let got = c.outbox_scan("d", None, 100).await.unwrap();
+    // A directory rename moves every key under it: each is a removal and a write, in an order
+    // of the backend's.
+    let all = bodies(&got);
+    assert_eq!(all[..want.len()], want[..]);
+    let moved = &all[want.len()..];
+    let mut moved_sorted = moved[..4].to_vec();
+    moved_sorted.sort();
+    assert_eq!(
+        moved_sorted,
+        [
+            "dir/ removed",
+            "dir/b removed",
+            "moved/ put marker",
+            "moved/b put a"
+        ]
+    );
+    assert_eq!(moved[4..], ["moved/b removed", "moved/ removed"]);
+    assert!(got.windows(2).all(|w| w[0].seq < w[1].seq));
+    assert_eq!(c.outbox_len("d").await.unwrap(), 14);
+    assert_eq!(
+        bodies(&c.outbox_scan("d2", None, 10).await.unwrap()),
+        ["both/c put copied"]
+    );
+    assert_eq!(c.outbox_len("other").await.unwrap(), 0);
+    // Pages follow the sequence.
+    let first = c.outbox_scan("d", None, 3).await.unwrap();
+    assert_eq!(first[..], got[..3]);
+    let next = c.outbox_scan("d", Some(first[2].seq), 3).await.unwrap();
+    assert_eq!(next[..], got[3..6]);
+    c.outbox_remove("d", &[got[0].seq, got[1].seq])
+        .await
+        .unwrap();
+    assert_eq!(c.outbox_scan("d", None, 100).await.unwrap()[..], got[2..]);
+    let t = c.outbox_add("d", b"test".to_vec()).await.unwrap();
+    assert!(t > got.last().unwrap().seq);
+    assert_eq!(c.outbox_len("d").await.unwrap(), 13);
+    // A versioned bucket: each version's write, its marker, a version removed by id.
+    let v = Cond {
+        versioning: Versioning::Enabled,
+        ..Default::default()
+    };
+    put("both/v", "v1", v.clone()).await.unwrap();
+    let del = armed(Arc::clone(&d), c.delete("evt", "both/v", &v))
+        .await
+        .unwrap();
+    assert!(del.delete_marker);
+    let marker = del.version_id.unwrap();
+    armed(
+        Arc::clone(&d),
+        c.delete_version("evt", "both/v", &marker, None),
+    )
+    .await
+    .unwrap();
+    let ids = c
+        .list_versions(
+            "evt",
+            &VersionQuery {
+                max: 10,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    for e in ids.entries {
+        if let Some(id) = e.record.version_id.clone() {
+            armed(Arc::clone(&d), c.delete_version("evt", &e.key, &id, None))
+                .await
+                .unwrap();
+        }
+    }
+    want = vec![
+        "both/v put v1",
+        "both/v marker",
+        "both/v version removed",
+        "both/v version removed",
+    ];
+    let got2 = bodies(&c.outbox_scan("d2", Some(got[2].seq), 100).await.unwrap());
+    assert_eq!(got2, want);
+    // The bucket goes; its last changes' entries stay until delivered.
+    c.delete("evt", "both/c", &Cond::default()).await.unwrap();
+    c.delete_bucket("evt").await.unwrap();
+    let left = c.outbox_scan("d", None, 100).await.unwrap();
+    assert_eq!(left.len(), 13 + 4);
+    let seqs: Vec<u64> = left.iter().map(|o| o.seq).collect();
+    c.outbox_remove("d", &seqs).await.unwrap();
+    let d2: Vec<u64> = c
+        .outbox_scan("d2", None, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|o| o.seq)
+        .collect();
+    assert_eq!(d2.len(), 5);
+    c.outbox_remove("d2", &d2).await.unwrap();
+    assert_eq!(c.outbox_len("d").await.unwrap(), 0);
+    assert_eq!(c.outbox_len("d2").await.unwrap(), 0);
+    assert!(c.outbox_scan("d", None, 10).await.unwrap().is_empty());
+}
+
 /// Every test above, in sequence, on one catalog.
 pub async fn run_all(c: Arc<dyn Catalog>) {
+    events(Arc::clone(&c)).await;
     inline_payloads(Arc::clone(&c), "inl").await;
     empty_and_delete_bucket(&*c, "inl").await;
     renames(&*c).await;
