@@ -1,7 +1,8 @@
 """A webhook event receiver, run as its own process by the event tests (and usable by hand):
 each POST body is appended as one JSON line to OUT, with the request's signature header and
 whether it verifies against SECRET_FILE's secret. It listens on 127.0.0.1:PORT (0: any free
-port, written to OUT + ".port" once listening).
+port, written to OUT + ".port" once listening). With LODE_RECEIVER_TLS=CERT:KEY (PEM files) it
+speaks HTTPS.
 
     python3 webhook_receiver.py OUT PORT [SECRET_FILE]
 """
@@ -9,6 +10,8 @@ port, written to OUT + ".port" once listening).
 import hashlib
 import hmac
 import json
+import os
+import ssl
 import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -46,6 +49,11 @@ def main():
             pass
 
     srv = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    if os.environ.get("LODE_RECEIVER_TLS"):
+        cert, key = os.environ["LODE_RECEIVER_TLS"].split(":")
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(cert, key)
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     with open(out + ".port", "w") as f:
         f.write(str(srv.server_address[1]))
     srv.serve_forever()

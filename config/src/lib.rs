@@ -290,6 +290,18 @@ pub struct NotifyTarget {
     pub when_full: String,
     /// A delivery that gets no answer in this long is retried, seconds.
     pub timeout_secs: u64,
+    /// TLS (`https://`, `tls://`, `amqps://` urls): the PEM file of the CA certificates that
+    /// the destination's certificate must chain to (empty: the system's trust store).
+    pub ca_file: PathBuf,
+}
+
+impl NotifyTarget {
+    /// Whether the url asks for TLS.
+    pub fn uses_tls(&self) -> bool {
+        ["https://", "tls://", "amqps://"]
+            .iter()
+            .any(|s| self.url.starts_with(s))
+    }
 }
 
 impl Default for NotifyTarget {
@@ -305,6 +317,7 @@ impl Default for NotifyTarget {
             max_backlog: 1_000_000,
             when_full: "drop_oldest".into(),
             timeout_secs: 10,
+            ca_file: PathBuf::new(),
         }
     }
 }
@@ -803,18 +816,18 @@ impl LodeConfig {
             }
             match t.kind.as_str() {
                 "webhook" => {
-                    if !t.url.starts_with("http://") {
+                    if !t.url.starts_with("http://") && !t.url.starts_with("https://") {
                         return Err(invalid(
                             &key("url"),
-                            "a webhook's url is http://host[:port][/path] (https is not built yet)",
+                            "a webhook's url is http[s]://host[:port][/path]",
                         ));
                     }
                 }
                 "nats" => {
-                    if !t.url.starts_with("nats://") {
+                    if !t.url.starts_with("nats://") && !t.url.starts_with("tls://") {
                         return Err(invalid(
                             &key("url"),
-                            "a NATS url is nats://[user:password@]host:port",
+                            "a NATS url is nats://[user:password@]host:port (tls:// for TLS)",
                         ));
                     }
                     if t.subject.is_empty() || t.subject.contains([' ', '*', '>']) {
@@ -825,10 +838,10 @@ impl LodeConfig {
                     }
                 }
                 "amqp" => {
-                    if !t.url.starts_with("amqp://") {
+                    if !t.url.starts_with("amqp://") && !t.url.starts_with("amqps://") {
                         return Err(invalid(
                             &key("url"),
-                            "an AMQP url is amqp://[user:password@]host[:port][/vhost] (amqps is not built yet)",
+                            "an AMQP url is amqp[s]://[user:password@]host[:port][/vhost]",
                         ));
                     }
                     if t.routing_key.is_empty() {
@@ -853,6 +866,12 @@ impl LodeConfig {
                         format!("`{other}` is not a destination type (webhook, nats, amqp)"),
                     ));
                 }
+            }
+            if !t.ca_file.as_os_str().is_empty() && !t.uses_tls() {
+                return Err(invalid(
+                    &key("ca_file"),
+                    "is for a TLS url (https://, tls://, amqps://)",
+                ));
             }
             if !matches!(t.when_full.as_str(), "drop_oldest" | "refuse") {
                 return Err(invalid(&key("when_full"), "is drop_oldest or refuse"));

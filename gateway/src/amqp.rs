@@ -66,11 +66,17 @@ impl ChannelCallback for Confirms {
     async fn publish_return(&mut self, _: &Channel, _: Return, _: BasicProperties, _: Vec<u8>) {}
 }
 
-/// `amqp://[user:password@]host[:port][/vhost]` (guest/guest and `/` when not given).
-pub fn parse_url(url: &str) -> Result<(OpenConnectionArguments, String), String> {
-    let rest = url
-        .strip_prefix("amqp://")
-        .ok_or("an AMQP url is amqp://[user:password@]host[:port][/vhost]")?;
+/// `amqp[s]://[user:password@]host[:port][/vhost]` (guest/guest and `/` when not given; port
+/// 5672, or 5671 for amqps); `tls` is the TLS configuration an `amqps://` URL needs.
+pub fn parse_url(
+    url: &str,
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+) -> Result<(OpenConnectionArguments, String), String> {
+    let (rest, default_port) = match (url.strip_prefix("amqp://"), url.strip_prefix("amqps://")) {
+        (Some(r), _) => (r, 5672),
+        (_, Some(r)) => (r, 5671),
+        _ => return Err("an AMQP url is amqp[s]://[user:password@]host[:port][/vhost]".into()),
+    };
     let (auth, rest) = match rest.rsplit_once('@') {
         Some((a, r)) => (Some(a), r),
         None => (None, rest),
@@ -91,7 +97,7 @@ pub fn parse_url(url: &str) -> Result<(OpenConnectionArguments, String), String>
             p.parse::<u16>()
                 .map_err(|_| format!("bad port in {hostport}"))?,
         ),
-        None => (hostport, 5672),
+        None => (hostport, default_port),
     };
     if host.is_empty() {
         return Err("an AMQP url names a host".into());
@@ -110,12 +116,22 @@ pub fn parse_url(url: &str) -> Result<(OpenConnectionArguments, String), String>
     };
     let mut args = OpenConnectionArguments::new(host, port, &user, &pass);
     args.virtual_host(&vhost);
+    if default_port == 5671 {
+        let tls = tls.ok_or("an amqps url needs a TLS configuration")?;
+        let connector = tokio_rustls::TlsConnector::from(tls);
+        args.tls_adaptor(amqprs::tls::TlsAdaptor::new(connector, host.to_owned()));
+    }
     Ok((args, format!("{host}:{port}")))
 }
 
 impl Amqp {
-    pub fn new(url: &str, exchange: &str, routing_key: &str) -> Result<Self, String> {
-        let (args, at) = parse_url(url)?;
+    pub fn new(
+        url: &str,
+        exchange: &str,
+        routing_key: &str,
+        tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    ) -> Result<Self, String> {
+        let (args, at) = parse_url(url, tls)?;
         Ok(Amqp {
             args,
             at,
@@ -199,11 +215,11 @@ mod tests {
 
     #[test]
     fn urls_give_host_port_vhost_and_credentials() {
-        let (_, at) = parse_url("amqp://u:p%40ss@rabbit:5673/%2Fprod").unwrap();
+        let (_, at) = parse_url("amqp://u:p%40ss@rabbit:5673/%2Fprod", None).unwrap();
         assert_eq!(at, "rabbit:5673");
-        let (_, at) = parse_url("amqp://localhost").unwrap();
+        let (_, at) = parse_url("amqp://localhost", None).unwrap();
         assert_eq!(at, "localhost:5672");
-        assert!(parse_url("http://x").is_err());
-        assert!(parse_url("amqp://:5672").is_err());
+        assert!(parse_url("http://x", None).is_err());
+        assert!(parse_url("amqp://:5672", None).is_err());
     }
 }

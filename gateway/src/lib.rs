@@ -28,6 +28,7 @@ pub mod s3;
 pub mod server;
 pub mod sse;
 mod timestamps;
+pub mod tls_client;
 pub mod users;
 pub mod webhook;
 pub mod wire;

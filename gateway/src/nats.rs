@@ -11,15 +11,23 @@ pub struct Nats {
     url: String,
     subject: String,
     jetstream: bool,
+    /// For a `tls://` URL.
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     conn: tokio::sync::Mutex<Option<async_nats::Client>>,
 }
 
 impl Nats {
-    pub fn new(url: &str, subject: &str, jetstream: bool) -> Self {
+    pub fn new(
+        url: &str,
+        subject: &str,
+        jetstream: bool,
+        tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    ) -> Self {
         Nats {
             url: url.to_owned(),
             subject: subject.to_owned(),
             jetstream,
+            tls,
             conn: tokio::sync::Mutex::new(None),
         }
     }
@@ -30,8 +38,11 @@ impl Nats {
         if let Some(c) = &*c {
             return Ok(c.clone());
         }
-        let client = async_nats::ConnectOptions::new()
-            .name("lode-events")
+        let mut opts = async_nats::ConnectOptions::new().name("lode-events");
+        if let Some(tls) = &self.tls {
+            opts = opts.tls_client_config((**tls).clone()).require_tls(true);
+        }
+        let client = opts
             .connect(self.url.as_str())
             .await
             .map_err(|e| format!("connecting to {}: {e}", redact(&self.url)))?;

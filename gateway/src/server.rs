@@ -900,14 +900,24 @@ fn event_destinations(
             })?;
             Some(s.trim().as_bytes().to_vec())
         };
+        let tls = if t.uses_tls() {
+            let ca = if t.ca_file.as_os_str().is_empty() {
+                t.ca_file.clone()
+            } else {
+                cfg.resolve(&t.ca_file)
+            };
+            Some(crate::tls_client::client_config(&ca).with_context(|| format!("notify.{name}"))?)
+        } else {
+            None
+        };
         let target: Arc<dyn lode_objects::event_delivery::EventTarget> = match t.kind.as_str() {
-            "nats" => Arc::new(crate::nats::Nats::new(&t.url, &t.subject, t.jetstream)),
+            "nats" => Arc::new(crate::nats::Nats::new(&t.url, &t.subject, t.jetstream, tls)),
             "amqp" => Arc::new(
-                crate::amqp::Amqp::new(&t.url, &t.exchange, &t.routing_key)
+                crate::amqp::Amqp::new(&t.url, &t.exchange, &t.routing_key, tls)
                     .map_err(|e| anyhow::anyhow!("notify.{name}: {e}"))?,
             ),
             _ => Arc::new(
-                crate::webhook::Webhook::new(&t.url, secret.as_deref())
+                crate::webhook::Webhook::new(&t.url, secret.as_deref(), tls)
                     .with_context(|| format!("notify.{name}"))?,
             ),
         };

@@ -1,7 +1,8 @@
 //! The webhook event destination: an HTTP POST of each event message (AWS's JSON) to the
 //! configured URL over a pooled keep-alive connection, optionally signed with HMAC-SHA256
 //! (`X-Lode-Signature: sha256=<hex>`). Any 2xx answer is a delivery; anything else (another
-//! status, a refused or broken connection) is retried by the delivery worker.
+//! status, a refused or broken connection) is retried by the delivery worker. An `https://` URL
+//! goes over TLS, checked against the destination's CA certificates (`tls_client`).
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -15,21 +16,45 @@ pub const SIGNATURE_HEADER: &str = "x-lode-signature";
 pub struct Webhook {
     url: http::Uri,
     key: Option<ring::hmac::Key>,
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
 }
 
 impl Webhook {
-    /// `secret`: the HMAC key (`None`: unsigned). The URL was checked with the configuration.
-    pub fn new(url: &str, secret: Option<&[u8]>) -> anyhow::Result<Self> {
+    /// `secret`: the HMAC key (`None`: unsigned); `tls`: for an `https://` URL. The URL was
+    /// checked with the configuration.
+    pub fn new(
+        url: &str,
+        secret: Option<&[u8]>,
+        tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    ) -> anyhow::Result<Self> {
         let url: http::Uri = url
             .parse()
             .map_err(|e| anyhow::anyhow!("webhook url `{url}`: {e}"))?;
+        let tls = match tls {
+            Some(c) => (*c).clone(),
+            None if url.scheme_str() == Some("https") => {
+                anyhow::bail!("an https webhook needs a TLS configuration")
+            }
+            // Never used: an http:// URL makes no TLS connection.
+            None => rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth(),
+        };
         let mut http = HttpConnector::new();
         http.set_nodelay(true);
+        http.enforce_http(false);
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
         Ok(Webhook {
             url,
             key: secret.map(|s| ring::hmac::Key::new(ring::hmac::HMAC_SHA256, s)),
-            client: Client::builder(TokioExecutor::new()).build(http),
+            client: Client::builder(TokioExecutor::new()).build(connector),
         })
     }
 }
