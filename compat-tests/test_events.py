@@ -3,9 +3,9 @@ real webhook receiver (`webhook_receiver.py`, its own process) gets for every ki
 through the S3 door, the mount and the lifecycle worker; delivery across a kill -9 of the
 server under load and across the receiver being down; the full-backlog policies; signatures.
 
-In cluster mode (./test.sh's second pass) only the configuration calls run: events need the
-cluster outbox, which is not built yet (PutBucketNotificationConfiguration answers
-NotImplemented there, as the README says)."""
+In cluster mode (./test.sh's second pass) every test runs against cluster-mode gateways over
+the Ceph cluster, each on a fresh RADOS namespace; one more test there kills a gateway right
+after its writes were acknowledged and checks that another one delivers their events."""
 
 import json
 import os
@@ -18,10 +18,9 @@ import pytest
 import requests
 from botocore.exceptions import ClientError
 
-from conftest import ACCESS_KEY, CLUSTER_MODE, SECRET_KEY, Lode, lode_bin, make_client
+from conftest import ACCESS_KEY, CLUSTER_MODE, SECRET_KEY, Lode, cluster_gateways, lode_bin, make_client
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-local = pytest.mark.skipif(CLUSTER_MODE, reason="events need the outbox, which cluster mode lacks yet")
 needs_fuse = pytest.mark.skipif(
     os.geteuid() != 0 or not os.path.exists("/dev/fuse"), reason="FUSE mounts need root and /dev/fuse here"
 )
@@ -30,9 +29,10 @@ needs_fuse = pytest.mark.skipif(
 class Receiver:
     """The webhook receiver process; `stop()` and `start()` again keep its port."""
 
-    def __init__(self, directory, secret_file=None):
-        self.out = os.path.join(directory, "events.jsonl")
+    def __init__(self, directory, secret_file=None, tls=None, name="events"):
+        self.out = os.path.join(directory, f"{name}.jsonl")
         self.secret_file = secret_file
+        self.tls = tls
         self.port = 0
         self.proc = None
 
@@ -42,7 +42,10 @@ class Receiver:
         args = [sys.executable, os.path.join(HERE, "webhook_receiver.py"), self.out, str(self.port)]
         if self.secret_file:
             args.append(self.secret_file)
-        self.proc = subprocess.Popen(args)
+        env = dict(os.environ)
+        if self.tls:
+            env["LODE_RECEIVER_TLS"] = ":".join(self.tls)
+        self.proc = subprocess.Popen(args, env=env)
         for _ in range(200):
             if os.path.exists(self.out + ".port") and open(self.out + ".port").read():
                 self.port = int(open(self.out + ".port").read())
@@ -80,6 +83,31 @@ class Receiver:
         raise AssertionError(f"timed out waiting for {what}; got {[(r['eventName'], r['s3']['object']['key']) for r in self.records()]}")
 
 
+class _Dirs:
+    """Directories under one test's tmp_path, as `cluster_gateways` asks them of a factory."""
+
+    def __init__(self, base):
+        self.base, self.n = base, 0
+
+    def mktemp(self, name):
+        self.n += 1
+        p = self.base / f"{name}{self.n}"
+        p.mkdir()
+        return p
+
+
+def start_server(tmp_path, extra_toml, extra_args=(), gateways=1):
+    """One local server; in cluster mode, `gateways` cluster-mode gateways on a fresh namespace
+    of the cluster (the first one gets `extra_args`). Returns the first; all are in `.peers`."""
+    if CLUSTER_MODE:
+        gws = cluster_gateways(_Dirs(tmp_path), n=gateways, first_args=extra_args, extra_toml=extra_toml)
+        gws[0].peers = gws
+        return gws[0]
+    srv = Lode(str(tmp_path / "data"), extra_args=list(extra_args), extra_toml=extra_toml).start()
+    srv.peers = [srv]
+    return srv
+
+
 def notify_toml(port, name="hook", **settings):
     lines = [f"[notify.{name}]", 'type = "webhook"', f'url = "http://127.0.0.1:{port}/events"']
     for k, v in settings.items():
@@ -96,7 +124,7 @@ def receiver(tmp_path):
 
 @pytest.fixture
 def server(tmp_path, receiver):
-    srv = Lode(str(tmp_path / "data"), extra_toml=notify_toml(receiver.port)).start()
+    srv = start_server(tmp_path, notify_toml(receiver.port))
     yield srv
     srv.remove()
 
@@ -122,18 +150,17 @@ def code(e):
     return e.value.response["Error"]["Code"]
 
 
-def test_cluster_mode_refuses_event_configurations(s3, bucket):
-    """Where events are not built (cluster mode), a configuration is refused with
-    NotImplemented; an empty one (removing it) is fine. Locally: the destination is unknown."""
+def test_an_unknown_destination_is_refused_and_an_empty_configuration_removes(s3, bucket):
+    """The session's servers declare no destination: a configuration naming one is refused;
+    an empty one (removing it) is fine."""
     with pytest.raises(ClientError) as e:
         configure(s3, bucket, arn="arn:lode:sqs:::nowhere")
-    assert code(e) == ("NotImplemented" if CLUSTER_MODE else "InvalidArgument")
+    assert code(e) == "InvalidArgument"
     s3.put_bucket_notification_configuration(Bucket=bucket, NotificationConfiguration={})
     got = s3.get_bucket_notification_configuration(Bucket=bucket)
     assert "QueueConfigurations" not in got and "TopicConfigurations" not in got
 
 
-@local
 def test_configuration_calls_and_aws_errors(server, receiver):
     s3 = make_client(server.endpoint)
     s3.create_bucket(Bucket="cfg")
@@ -182,7 +209,6 @@ def test_configuration_calls_and_aws_errors(server, receiver):
     assert code(e) == "NoSuchBucket"
 
 
-@local
 def test_every_s3_change_makes_exactly_its_event(server, receiver):
     s3 = make_client(server.endpoint)
     s3.create_bucket(Bucket="evs")
@@ -257,7 +283,6 @@ def test_every_s3_change_makes_exactly_its_event(server, receiver):
     assert not any(r["s3"]["object"]["key"] == "in%2Fafter" for r in receiver.records("evs"))
 
 
-@local
 def test_versioned_deletes_name_their_versions(server, receiver):
     s3 = make_client(server.endpoint)
     s3.create_bucket(Bucket="ver")
@@ -273,7 +298,6 @@ def test_versioned_deletes_name_their_versions(server, receiver):
     assert [r["s3"]["object"].get("versionId") for r in recs] == [v1, v2, marker, v1]
 
 
-@local
 def test_lifecycle_expiry_is_its_own_event(server, receiver):
     s3 = make_client(server.endpoint)
     s3.create_bucket(Bucket="life")
@@ -286,11 +310,10 @@ def test_lifecycle_expiry_is_its_own_event(server, receiver):
     assert recs[0]["lode"]["door"] == "lifecycle" and recs[0]["eventVersion"] == "2.3"
 
 
-@local
 @needs_fuse
 def test_mount_changes_make_the_same_events(tmp_path, receiver):
     mnt = str(tmp_path / "mnt")
-    srv = Lode(str(tmp_path / "data"), extra_args=["--mount", mnt], extra_toml=notify_toml(receiver.port)).start()
+    srv = start_server(tmp_path, notify_toml(receiver.port), ["--mount", mnt])
     try:
         s3 = make_client(srv.endpoint)
         s3.create_bucket(Bucket="fsev")
@@ -332,7 +355,6 @@ def writers(endpoint, bucket, prefix, n_threads, stop, acked):
     return ts
 
 
-@local
 def test_kill_9_under_load_loses_no_acknowledged_event(server, receiver):
     s3 = make_client(server.endpoint)
     s3.create_bucket(Bucket="crash")
@@ -358,6 +380,38 @@ def test_kill_9_under_load_loses_no_acknowledged_event(server, receiver):
     assert got <= listed
 
 
+@pytest.mark.skipif(not CLUSTER_MODE, reason="two gateways over one cluster")
+def test_a_gateway_killed_after_acknowledging_has_its_events_delivered_by_another(tmp_path, receiver):
+    """Gateway A acknowledges writes while the receiver is down (so it cannot have delivered
+    them), then is killed -9. Gateway B adopts A's outbox once A's lease has run out and
+    delivers every event, each key's in order."""
+    a = start_server(tmp_path, notify_toml(receiver.port), gateways=2)
+    b = a.peers[1]
+    try:
+        s3a = make_client(a.endpoint)
+        s3a.create_bucket(Bucket="adopt")
+        configure(s3a, "adopt")
+        receiver.wait(lambda: receiver.messages(), what="the test event")
+        receiver.stop()
+        keys = [f"k{i:03d}" for i in range(40)]
+        for k in keys:
+            s3a.put_object(Bucket="adopt", Key=k, Body=b"x")
+        s3a.delete_object(Bucket="adopt", Key="k000")
+        a.proc.kill()  # kill -9 right after the last acknowledgement
+        a.proc.wait()
+        receiver.start()
+        recs = receiver.wait(lambda: (r := receiver.records("adopt")) and len(r) >= 41 and r, timeout=90,
+                             what="the dead gateway's 41 events")
+        want = [("ObjectCreated:Put", k) for k in keys] + [("ObjectRemoved:Delete", "k000")]
+        assert sorted(set(names(recs))) == sorted(want)
+        k0 = [r["eventName"] for r in recs if r["s3"]["object"]["key"] == "k000"]
+        assert k0.index("ObjectRemoved:Delete") > k0.index("ObjectCreated:Put")
+        assert metric(b, "lode_events_delivered_total") >= 41
+    finally:
+        for g in a.peers:
+            g.remove()
+
+
 def admin_status(srv):
     r = requests.get(srv.admin + "/api/notify", headers={"Authorization": f"Bearer {SECRET_KEY}"}, timeout=10)
     r.raise_for_status()
@@ -371,7 +425,6 @@ def metric(srv, name, dest="hook"):
     raise AssertionError(f"no {name} for {dest}")
 
 
-@local
 def test_a_receiver_down_for_30_s_gets_the_backlog_in_order_after(server, receiver):
     s3 = make_client(server.endpoint)
     s3.create_bucket(Bucket="down")
@@ -404,10 +457,9 @@ def test_a_receiver_down_for_30_s_gets_the_backlog_in_order_after(server, receiv
     assert metric(server, "lode_events_dropped_total") == 0
 
 
-@local
 def test_a_full_backlog_drops_the_oldest_or_refuses_writes(tmp_path, receiver):
     toml = notify_toml(receiver.port, "drop", max_backlog=5) + notify_toml(receiver.port, "refuse", max_backlog=5, when_full="refuse")
-    srv = Lode(str(tmp_path / "data"), extra_toml=toml).start()
+    srv = start_server(tmp_path, toml)
     try:
         s3 = make_client(srv.endpoint)
         receiver.stop()
@@ -442,13 +494,12 @@ def test_a_full_backlog_drops_the_oldest_or_refuses_writes(tmp_path, receiver):
         srv.remove()
 
 
-@local
 def test_signed_deliveries_and_the_secret_stays_secret(tmp_path):
     secret = "evt-hmac-" + os.urandom(8).hex()
     sf = tmp_path / "hook.secret"
     sf.write_text(secret + "\n")
     rec = Receiver(str(tmp_path), secret_file=str(sf)).start()
-    srv = Lode(str(tmp_path / "data"), extra_toml=notify_toml(rec.port, hmac_secret_file=str(sf))).start()
+    srv = start_server(tmp_path, notify_toml(rec.port, hmac_secret_file=str(sf)))
     try:
         s3 = make_client(srv.endpoint)
         s3.create_bucket(Bucket="sig")
@@ -467,12 +518,11 @@ def test_signed_deliveries_and_the_secret_stays_secret(tmp_path):
         rec.stop()
 
 
-@local
 def test_a_slow_receiver_does_not_hold_writes(tmp_path, receiver):
     """Delivery is apart from the write path: with the receiver stopped (every send fails after
     its timeout) a burst of PUTs is acknowledged as fast as without events; bound: the 40 PUTs
     finish within one delivery timeout (3 s)."""
-    srv = Lode(str(tmp_path / "data"), extra_toml=notify_toml(receiver.port, timeout_secs=3)).start()
+    srv = start_server(tmp_path, notify_toml(receiver.port, timeout_secs=3))
     try:
         s3 = make_client(srv.endpoint)
         s3.create_bucket(Bucket="slow")
@@ -496,7 +546,6 @@ def test_a_slow_receiver_does_not_hold_writes(tmp_path, receiver):
         srv.remove()
 
 
-@local
 def test_the_readme_pipeline_sync_then_a_job_per_new_object(tmp_path):
     """README "Pipelines and events", as written: examples/on_new_object.py runs a job per new
     object; `aws s3 sync` ingests a directory; every file's job runs once, with its key."""
@@ -509,7 +558,7 @@ def test_the_readme_pipeline_sync_then_a_job_per_new_object(tmp_path):
                                  "--port", str(port), "--", "sh", "-c", f'echo "{{bucket}} {{key}}" >> {done}'],
                                 stdout=subprocess.PIPE)
     assert b"listening" in consumer.stdout.readline()
-    srv = Lode(str(tmp_path / "data"), extra_toml=notify_toml(port, name="jobs")).start()
+    srv = start_server(tmp_path, notify_toml(port, name="jobs"))
     try:
         s3 = make_client(srv.endpoint)
         s3.create_bucket(Bucket="ingest")
@@ -540,19 +589,22 @@ class NatsServer:
     """Debian's nats-server, with JetStream, as its own process; `stop()`/`start()` keep its
     port and its store."""
 
-    def __init__(self, directory):
+    def __init__(self, directory, tls=None):
         import socket
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.store = os.path.join(directory, "nats-store")
+        self.tls = tls  # (cert, key) PEM files: TLS only
         self.proc = None
 
     def start(self):
         import socket
         exe = "/usr/sbin/nats-server" if os.path.exists("/usr/sbin/nats-server") else "nats-server"
-        self.proc = subprocess.Popen([exe, "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", self.store],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        args = [exe, "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", self.store]
+        if self.tls:
+            args += ["--tls", "--tlscert", self.tls[0], "--tlskey", self.tls[1]]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(100):
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
@@ -568,7 +620,7 @@ class NatsServer:
 
     @property
     def url(self):
-        return f"nats://127.0.0.1:{self.port}"
+        return f"{'tls' if self.tls else 'nats'}://127.0.0.1:{self.port}"
 
 
 def nats_run(coro):
@@ -576,18 +628,18 @@ def nats_run(coro):
     return asyncio.run(coro)
 
 
-async def nats_stream(url, name, subject):
+async def nats_stream(url, name, subject, tls=None):
     import nats
-    nc = await nats.connect(url)
+    nc = await nats.connect(url, tls=tls)
     js = nc.jetstream()
     await js.add_stream(name=name, subjects=[subject])
     await nc.close()
 
 
-async def nats_stored(url, name):
+async def nats_stored(url, name, tls=None):
     """Every message of stream `name`, in order, as parsed JSON."""
     import nats
-    nc = await nats.connect(url)
+    nc = await nats.connect(url, tls=tls)
     js = nc.jetstream()
     info = await js.stream_info(name)
     out = []
@@ -625,13 +677,12 @@ needs_nats = pytest.mark.skipif(
     reason="nats-server is not installed (./test.sh installs it)")
 
 
-@local
 @needs_nats
 def test_nats_jetstream_gets_every_event_across_a_broker_outage(tmp_path):
     ns = NatsServer(str(tmp_path)).start()
     toml = ('[notify.stream]\ntype = "nats"\nurl = "%s"\nsubject = "lode.events"\njetstream = true\n'
             'timeout_secs = 2\n' % ns.url)
-    srv = Lode(str(tmp_path / "data"), extra_toml=toml).start()
+    srv = start_server(tmp_path, toml)
     try:
         nats_run(nats_stream(ns.url, "LODE", "lode.events"))
         s3 = make_client(srv.endpoint)
@@ -657,13 +708,12 @@ def test_nats_jetstream_gets_every_event_across_a_broker_outage(tmp_path):
         ns.stop()
 
 
-@local
 @needs_nats
 def test_core_nats_subscribers_get_events(tmp_path):
     import asyncio
     ns = NatsServer(str(tmp_path)).start()
     toml = '[notify.core]\ntype = "nats"\nurl = "%s"\nsubject = "lode.core"\n' % ns.url
-    srv = Lode(str(tmp_path / "data"), extra_toml=toml).start()
+    srv = start_server(tmp_path, toml)
     try:
         async def run():
             import nats
@@ -692,16 +742,26 @@ class RabbitServer:
     """Debian's rabbitmq-server as its own node (own port, data and logs under `directory`);
     `stop()`/`start()` keep its data, so durable queues and persistent messages stay."""
 
-    def __init__(self, directory):
+    def __init__(self, directory, tls=None):
         import socket
-        with socket.socket() as s, socket.socket() as d:
+        with socket.socket() as s, socket.socket() as d, socket.socket() as t:
             s.bind(("127.0.0.1", 0))
             d.bind(("127.0.0.1", 0))
+            t.bind(("127.0.0.1", 0))
             self.port, self.dist_port = s.getsockname()[1], d.getsockname()[1]
+            self.tls_port = t.getsockname()[1]
         self.dir = os.path.join(directory, "rabbit")
         os.makedirs(self.dir, exist_ok=True)
         with open(os.path.join(self.dir, "enabled_plugins"), "w") as f:
             f.write("[].\n")
+        # tls: (ca, cert, key) PEM files; the broker then also listens for amqps on tls_port.
+        self.config = os.path.join(self.dir, "rabbitmq.conf")
+        with open(self.config, "w") as f:
+            if tls:
+                f.write(f"listeners.ssl.default = 127.0.0.1:{self.tls_port}\n"
+                        f"ssl_options.cacertfile = {tls[0]}\nssl_options.certfile = {tls[1]}\n"
+                        f"ssl_options.keyfile = {tls[2]}\nssl_options.verify = verify_none\n"
+                        "ssl_options.fail_if_no_peer_cert = false\n")
         self.proc = None
 
     def start(self):
@@ -710,7 +770,7 @@ class RabbitServer:
                    RABBITMQ_NODE_PORT=str(self.port), RABBITMQ_DIST_PORT=str(self.dist_port),
                    RABBITMQ_MNESIA_BASE=os.path.join(self.dir, "mnesia"), RABBITMQ_LOG_BASE=os.path.join(self.dir, "log"),
                    RABBITMQ_ENABLED_PLUGINS_FILE=os.path.join(self.dir, "enabled_plugins"),
-                   RABBITMQ_CONFIG_FILE=os.path.join(self.dir, "none"))
+                   RABBITMQ_CONFIG_FILE=self.config)
         self.proc = subprocess.Popen(["/usr/lib/rabbitmq/bin/rabbitmq-server"], env=env, start_new_session=True,
                                      stdout=open(os.path.join(self.dir, "out.log"), "ab"), stderr=subprocess.STDOUT)
         import pika
@@ -756,12 +816,11 @@ needs_rabbit = pytest.mark.skipif(not os.path.exists("/usr/lib/rabbitmq/bin/rabb
                                   reason="rabbitmq-server is not installed (./test.sh installs it)")
 
 
-@local
 @needs_rabbit
 def test_amqp_queue_gets_every_event_across_a_broker_outage(tmp_path):
     mq = RabbitServer(str(tmp_path)).start()
     toml = ('[notify.mq]\ntype = "amqp"\nurl = "%s"\nrouting_key = "lode-events"\ntimeout_secs = 3\n' % mq.url)
-    srv = Lode(str(tmp_path / "data"), extra_toml=toml).start()
+    srv = start_server(tmp_path, toml)
     try:
         conn, ch = mq.channel()
         ch.queue_declare("lode-events", durable=True)
@@ -803,10 +862,93 @@ def test_amqp_queue_gets_every_event_across_a_broker_outage(tmp_path):
 from test_dashboard import CHROMIUM, chromium  # noqa: E402,F401 (the fixture)
 
 
-@local
+def make_certs(d):
+    """A CA, a server certificate it signed for 127.0.0.1 and localhost, and a second CA that
+    signed nothing here: PEM files under `d`, made with openssl."""
+    def run(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+    for ca in ("ca", "other-ca"):
+        run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN=lode test {ca}",
+            "-keyout", str(d / f"{ca}.key"), "-out", str(d / f"{ca}.pem"))
+    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
+        "-keyout", str(d / "server.key"), "-out", str(d / "server.csr"))
+    (d / "san.ext").write_text("subjectAltName = IP:127.0.0.1, DNS:localhost\n")
+    run("x509", "-req", "-in", str(d / "server.csr"), "-CA", str(d / "ca.pem"), "-CAkey", str(d / "ca.key"),
+        "-CAcreateserial", "-days", "2", "-extfile", str(d / "san.ext"), "-out", str(d / "server.pem"))
+    return str(d / "ca.pem"), str(d / "other-ca.pem"), str(d / "server.pem"), str(d / "server.key")
+
+
+@needs_rabbit
+def test_tls_destinations_deliver_and_check_the_certificate(tmp_path):
+    """An https webhook, NATS over TLS and amqps, each trusting the CA of its `ca_file`, get
+    their events; an https webhook whose ca_file is another CA gets none (the certificate is
+    refused, and the error says so)."""
+    import ssl
+    ca, other_ca, cert, key = make_certs(tmp_path)
+    hook = Receiver(str(tmp_path), tls=(cert, key), name="https").start()
+    nats_srv = NatsServer(str(tmp_path), tls=(cert, key)).start()
+    rabbit = RabbitServer(str(tmp_path), tls=(ca, cert, key)).start()
+    ctx = ssl.create_default_context(cafile=ca)
+    srv = None
+    try:
+        nats_run(nats_stream(nats_srv.url, "TLSEV", "tlsev", tls=ctx))
+        conn, ch = rabbit.channel()
+        ch.queue_declare(queue="tls-events", durable=True)
+        conn.close()
+        toml = (notify_toml(hook.port, "hook", ca_file=ca).replace("http://", "https://")
+                + notify_toml(hook.port, "wrong", ca_file=other_ca).replace("http://", "https://")
+                + f'[notify.nq]\ntype = "nats"\nurl = "{nats_srv.url}"\nsubject = "tlsev"\njetstream = true\n'
+                + f'ca_file = "{ca}"\n'
+                + f'[notify.rq]\ntype = "amqp"\nurl = "amqps://guest:guest@127.0.0.1:{rabbit.tls_port}/"\n'
+                + f'routing_key = "tls-events"\nca_file = "{ca}"\n')
+        srv = start_server(tmp_path, toml)
+        s3 = make_client(srv.endpoint)
+        s3.create_bucket(Bucket="tls")
+        s3.put_bucket_notification_configuration(Bucket="tls", NotificationConfiguration={"QueueConfigurations": [
+            {"Id": dest, "QueueArn": f"arn:lode:sqs:::{dest}", "Events": ["s3:ObjectCreated:*"],
+             "Filter": {"Key": {"FilterRules": [{"Name": "prefix", "Value": f"{dest}/"}]}}}
+            for dest in ("hook", "wrong", "nq", "rq")]})
+        for dest in ("hook", "wrong", "nq", "rq"):
+            s3.put_object(Bucket="tls", Key=f"{dest}/obj", Body=b"x")
+        hook.wait(lambda: [r for r in hook.records("tls") if r["s3"]["object"]["key"] == "hook%2Fobj"],
+                  what="the https event")
+        deadline = time.time() + 30
+        got = []
+        while time.time() < deadline and not any(r["s3"]["object"]["key"] == "nq%2Fobj" for r in got):
+            got = [r for m in nats_run(nats_stored(nats_srv.url, "TLSEV", tls=ctx)) for r in m.get("Records", [])]
+            time.sleep(0.2)
+        assert [r["s3"]["object"]["key"] for r in got] == ["nq%2Fobj"]
+        conn, ch = rabbit.channel()
+        amqp_keys = []
+        deadline = time.time() + 30
+        while not amqp_keys and time.time() < deadline:
+            _, _, body = ch.basic_get("tls-events", auto_ack=True)
+            if body is None:
+                time.sleep(0.2)
+                continue
+            amqp_keys += [r["s3"]["object"]["key"] for r in json.loads(body).get("Records", [])]
+        conn.close()
+        assert amqp_keys == ["rq%2Fobj"]
+        # The wrong CA: never delivered, and the error names the certificate.
+        deadline = time.time() + 20
+        while metric(srv, "lode_events_failed_total", "wrong") < 1 and time.time() < deadline:
+            time.sleep(0.2)
+        st = admin_status(srv)["wrong"]
+        assert st["failed"] >= 1 and "certificate" in st["last_error"].lower(), st
+        assert not [r for r in hook.records("tls") if r["s3"]["object"]["key"] == "wrong%2Fobj"]
+        assert metric(srv, "lode_events_delivered_total", "wrong") == 0
+    finally:
+        if srv:
+            srv.remove()
+        hook.stop()
+        nats_srv.stop()
+        rabbit.stop()
+        subprocess.run(["epmd", "-kill"], capture_output=True)
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (setup.sh installs it)")
 def test_the_dashboard_shows_the_destinations(tmp_path, receiver, chromium):  # noqa: F811
-    srv = Lode(str(tmp_path / "data"), extra_toml=notify_toml(receiver.port)).start()
+    srv = start_server(tmp_path, notify_toml(receiver.port))
     try:
         s3 = make_client(srv.endpoint)
         s3.create_bucket(Bucket="dash")
