@@ -900,13 +900,23 @@ impl ObjectService {
         fut: impl Future<Output = Result<T, E>>,
     ) -> ObjResult<Result<T, E>> {
         use crate::bucket_events::{Door, Draft, Origin};
-        let Some(del) = self.deliveries.get() else {
+        let Some(del) = self.deliveries.get().filter(|d| !d.is_empty()) else {
             return Ok(fut.await);
         };
         let settings = self.settings_of(bucket).await?;
-        let Some(rules) = settings.notify.clone() else {
+        let Some(mut rules) = settings.notify.clone() else {
             return Ok(fut.await);
         };
+        // A rule naming a destination no longer declared (removed from lode.toml since) makes
+        // no events: nothing would ever deliver them.
+        if !rules.rules.iter().all(|r| del.known(&r.dest)) {
+            let mut kept = (*rules).clone();
+            kept.rules.retain(|r| del.known(&r.dest));
+            if kept.rules.is_empty() {
+                return Ok(fut.await);
+            }
+            rules = Arc::new(kept);
+        }
         if let Some(d) = del.refusing(rules.rules.iter().map(|r| r.dest.as_str())) {
             return Err(ObjError::Unavailable(format!(
                 "the event backlog of destination {d} is full"
