@@ -412,6 +412,93 @@ def test_a_gateway_killed_after_acknowledging_has_its_events_delivered_by_anothe
             g.remove()
 
 
+def sns_client(endpoint):
+    import boto3
+    from botocore.config import Config
+    return boto3.client("sns", endpoint_url=endpoint, aws_access_key_id=ACCESS_KEY,
+                        aws_secret_access_key=SECRET_KEY, region_name="us-east-1",
+                        config=Config(retries={"max_attempts": 1}))
+
+
+def test_rgw_style_topics_through_boto3s_sns_client(tmp_path, receiver):
+    """RGW's topic API: boto3's `sns` client makes a topic with a push-endpoint (no [notify] in
+    the configuration), lists it, reads and changes its attributes (a password never shown),
+    and a bucket's TopicConfiguration names it; its events arrive. In cluster mode the topic is
+    made through one gateway and used through the other. Bad topics get SNS's errors."""
+    srv = start_server(tmp_path, "", gateways=2)
+    other = srv.peers[-1]
+    try:
+        sns = sns_client(srv.endpoint)
+        url = f"http://127.0.0.1:{receiver.port}/events"
+        arn = sns.create_topic(Name="jobs", Attributes={"push-endpoint": url, "OpaqueData": "od"})["TopicArn"]
+        assert arn == "arn:aws:sns:us-east-1::jobs"
+        assert [t["TopicArn"] for t in sns.list_topics()["Topics"]] == [arn]
+        attrs = sns.get_topic_attributes(TopicArn=arn)["Attributes"]
+        assert attrs["push-endpoint"] == url and attrs["OpaqueData"] == "od" and attrs["TopicArn"] == arn
+        sns.set_topic_attributes(TopicArn=arn, AttributeName="OpaqueData", AttributeValue="od2")
+        assert sns.get_topic_attributes(TopicArn=arn)["Attributes"]["OpaqueData"] == "od2"
+        # A password in an endpoint is kept, never shown.
+        amqp = sns.create_topic(Name="mq", Attributes={"push-endpoint": "amqp://lode:s3cr3t-pw@127.0.0.1:5672/",
+                                                       "amqp-exchange": "ex"})["TopicArn"]
+        shown = sns.get_topic_attributes(TopicArn=amqp)["Attributes"]["push-endpoint"]
+        assert "s3cr3t-pw" not in shown and shown.startswith("amqp://lode:")
+        sns.delete_topic(TopicArn=amqp)
+        for bad, code_ in [({"Name": "bad.name"}, "InvalidParameter"),
+                           ({"Name": "k", "Attributes": {"push-endpoint": "kafka://127.0.0.1:9092"}}, "InvalidParameter"),
+                           ({"Name": "v", "Attributes": {"push-endpoint": url, "verify-ssl": "false"}}, "InvalidParameter")]:
+            with pytest.raises(ClientError) as e:
+                sns.create_topic(**bad)
+            assert code(e) == code_ and e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400, bad
+        with pytest.raises(ClientError) as e:
+            sns.get_topic_attributes(TopicArn="arn:aws:sns:us-east-1::nope")
+        assert code(e) == "NotFound"
+        # A wrong signature, and a user who is not root, are refused.
+        import boto3
+        forged = boto3.client("sns", endpoint_url=srv.endpoint, aws_access_key_id=ACCESS_KEY,
+                              aws_secret_access_key="not-the-secret", region_name="us-east-1")
+        with pytest.raises(ClientError) as e:
+            forged.list_topics()
+        assert code(e) == "SignatureDoesNotMatch" and e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+        p = subprocess.run([lode_bin(), "admin", "--admin-url", srv.admin, "user", "add", "dana"], capture_output=True,
+                           env=dict(os.environ, LODE_SECRET_KEY=SECRET_KEY), timeout=30, check=True)
+        dana = json.loads(p.stdout)
+        as_dana = boto3.client("sns", endpoint_url=srv.endpoint, aws_access_key_id=dana["access_key"],
+                               aws_secret_access_key=dana["secret_key"], region_name="us-east-1")
+        assert [t["TopicArn"] for t in as_dana.list_topics()["Topics"]] == [arn]
+        with pytest.raises(ClientError) as e:
+            as_dana.create_topic(Name="mine", Attributes={"push-endpoint": url})
+        assert code(e) == "AuthorizationError" and e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+        with pytest.raises(ClientError) as e:
+            as_dana.delete_topic(TopicArn=arn)
+        assert code(e) == "AuthorizationError"
+        # The bucket is configured through the other gateway, which learns the topic by itself.
+        s3o = make_client(other.endpoint)
+        s3o.create_bucket(Bucket="topics")
+        deadline = time.time() + 15
+        while True:
+            try:
+                s3o.put_bucket_notification_configuration(Bucket="topics", NotificationConfiguration={
+                    "TopicConfigurations": [{"Id": "t", "TopicArn": arn, "Events": ["s3:ObjectCreated:*"]}]})
+                break
+            except ClientError as e:
+                assert e.response["Error"]["Code"] == "InvalidArgument" and time.time() < deadline, e
+                time.sleep(0.5)
+        s3o.put_object(Bucket="topics", Key="a", Body=b"x")
+        recs = receiver.wait(lambda: receiver.records("topics"), what="the topic's event")
+        assert names(recs) == [("ObjectCreated:Put", "a")] and recs[0]["s3"]["configurationId"] == "t"
+        # Gone: no more topic, and a configuration naming it is refused.
+        sns.delete_topic(TopicArn=arn)
+        assert sns.list_topics()["Topics"] == []
+        with pytest.raises(ClientError) as e:
+            make_client(srv.endpoint).put_bucket_notification_configuration(
+                Bucket="topics", NotificationConfiguration={
+                    "TopicConfigurations": [{"TopicArn": arn, "Events": ["s3:ObjectCreated:*"]}]})
+        assert code(e) == "InvalidArgument"
+    finally:
+        for g in srv.peers:
+            g.remove()
+
+
 def admin_status(srv):
     r = requests.get(srv.admin + "/api/notify", headers={"Authorization": f"Bearer {SECRET_KEY}"}, timeout=10)
     r.raise_for_status()

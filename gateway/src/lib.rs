@@ -26,6 +26,7 @@ pub mod profile;
 pub mod rename;
 pub mod s3;
 pub mod server;
+pub mod sns;
 pub mod sse;
 mod timestamps;
 pub mod tls_client;

@@ -936,10 +936,65 @@ fn event_destinations(
     ))
 }
 
+/// A topic's destination (SNS-compatible API), from RGW's attributes: `push-endpoint`
+/// (`http[s]://` a webhook; `amqp[s]://` an AMQP broker, with `amqp-exchange` and the topic's
+/// name as routing key; `nats://`/`tls://` a NATS subject named as the topic), `ca-location`
+/// (the CA certificates for TLS, else the system's), `verify-ssl` (only `true`).
+fn topic_destination(
+    t: &lode_objects::topics::Topic,
+) -> Result<lode_objects::event_delivery::DestinationConfig, String> {
+    let url = t.endpoint();
+    let attr = |k: &str| t.attributes.get(k).map_or("", String::as_str);
+    if attr("verify-ssl") == "false" {
+        return Err("verify-ssl=false is not supported: name the CA with ca-location".into());
+    }
+    let tls = if ["https://", "tls://", "amqps://"]
+        .iter()
+        .any(|s| url.starts_with(s))
+    {
+        Some(
+            crate::tls_client::client_config(std::path::Path::new(attr("ca-location")))
+                .map_err(|e| format!("{e:#}"))?,
+        )
+    } else {
+        None
+    };
+    let (kind, target): (&str, Arc<dyn lode_objects::event_delivery::EventTarget>) =
+        if url.starts_with("http://") || url.starts_with("https://") {
+            let w = crate::webhook::Webhook::new(url, None, tls).map_err(|e| format!("{e:#}"))?;
+            ("webhook", Arc::new(w))
+        } else if url.starts_with("amqp://") || url.starts_with("amqps://") {
+            let exchange = attr("amqp-exchange");
+            let a = crate::amqp::Amqp::new(url, exchange, &t.name, tls)?;
+            ("amqp", Arc::new(a))
+        } else if url.starts_with("nats://") || url.starts_with("tls://") {
+            (
+                "nats",
+                Arc::new(crate::nats::Nats::new(url, &t.name, false, tls)),
+            )
+        } else if url.starts_with("kafka://") {
+            return Err("kafka endpoints are not built (webhook, AMQP and NATS are)".into());
+        } else {
+            return Err(
+                "push-endpoint must be an http(s)://, amqp(s)://, nats:// or tls:// URL".into(),
+            );
+        };
+    Ok(lode_objects::event_delivery::DestinationConfig {
+        name: t.name.clone(),
+        kind: kind.into(),
+        target,
+        max_backlog: lode_config::NotifyTarget::default().max_backlog,
+        refuse_when_full: false,
+        timeout: Duration::from_secs(lode_config::NotifyTarget::default().timeout_secs),
+    })
+}
+
 /// What every request of the S3 port shares.
 struct Requests {
     s3: s3s::service::S3Service,
     objects: Arc<ObjectService>,
+    /// Keys for the topic API's signatures (s3s checks only S3's and STS's).
+    users: Arc<crate::users::Users>,
     profile: Arc<crate::profile::Profile>,
     domain: String,
     watchdog: Option<Arc<Watchdog>>,
@@ -1002,6 +1057,9 @@ async fn handle(
     let mut resp = match permit {
         Ok(_permit) if preflight => {
             crate::cors::preflight(&rq.objects, bucket.as_deref(), req.headers(), &rid).await
+        }
+        Ok(_permit) if crate::sns::is_sns(req.method(), req.uri(), req.headers()) => {
+            crate::sns::serve(&rq.objects, &rq.users, req, &rid).await
         }
         Ok(_permit) => match prepare(req, body_limits, &rid).await {
             Ok(req) => match &rq.watchdog {
@@ -1216,7 +1274,9 @@ pub async fn serve(
         None
     };
     let mount = posix_door(&cfg, &svc, &profile, &data_dir, &users, cluster.as_ref())?;
-    svc.set_deliveries(Arc::new(event_destinations(&cfg)?));
+    let deliveries = Arc::new(event_destinations(&cfg)?);
+    deliveries.set_topic_targets(Box::new(topic_destination));
+    svc.set_deliveries(deliveries);
     start_background(&cfg, &svc, &scrub_stats, &lifecycle_stats, clustered);
     let (free, total) = svc.space();
     on_start(&Started {
@@ -1237,6 +1297,7 @@ pub async fn serve(
     let rq = Arc::new(Requests {
         s3,
         objects: Arc::clone(&svc),
+        users: Arc::clone(&users),
         profile: Arc::clone(&profile),
         domain: cfg.server.domain.to_ascii_lowercase(),
         watchdog: cluster.as_ref().map(|c| Arc::clone(&c.watchdog)),

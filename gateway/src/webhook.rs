@@ -29,7 +29,10 @@ impl Webhook {
     ) -> anyhow::Result<Self> {
         let url: http::Uri = url
             .parse()
-            .map_err(|e| anyhow::anyhow!("webhook url `{url}`: {e}"))?;
+            .map_err(|e| {
+                let shown = lode_objects::topics::redact(url);
+                anyhow::anyhow!("webhook url `{shown}`: {e}")
+            })?;
         let tls = match tls {
             Some(c) => (*c).clone(),
             None if url.scheme_str() == Some("https") => {

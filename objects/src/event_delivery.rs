@@ -6,10 +6,15 @@
 //! it again (at least once). A destination that stays down builds a backlog up to its
 //! `max_backlog`; past it, the oldest entries are dropped (and counted) or, per destination,
 //! writes that would add one are refused ([`Deliveries::refusing`]).
+//!
+//! Destinations are the operator's (`lode.toml`, fixed for the process) and the topics made
+//! through the SNS-compatible API ([`crate::topics`]): [`Deliveries::sync_topics`] starts a
+//! worker for each new topic and stops the worker of each topic removed (its undelivered
+//! entries are dropped: nothing can deliver them any more).
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use lode_catalog::Catalog;
@@ -63,7 +68,29 @@ pub struct Destination {
     floor: AtomicU64,
     /// Makes the message to send from an outbox entry.
     expand: fn(&[u8]) -> Vec<u8>,
+    /// The topic it was made from (`None`: a `lode.toml` destination).
+    topic: Option<crate::topics::Topic>,
+    /// A removed topic's worker stops.
+    stopped: AtomicBool,
 }
+
+impl Destination {
+    fn new(cfg: DestinationConfig, topic: Option<crate::topics::Topic>) -> Self {
+        Destination {
+            cfg,
+            stats: DestinationStats::default(),
+            wake: tokio::sync::Notify::new(),
+            floor: AtomicU64::new(u64::MAX),
+            expand: crate::bucket_events::expand,
+            topic,
+            stopped: AtomicBool::new(false),
+        }
+    }
+}
+
+/// Makes a topic's destination (its `push-endpoint` and attributes), or says why not.
+pub type TopicTargets =
+    Box<dyn Fn(&crate::topics::Topic) -> Result<DestinationConfig, String> + Send + Sync>;
 
 /// A destination's figures as `lode admin notify status` shows them.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -83,48 +110,116 @@ pub struct DestinationStatus {
     pub last_error: String,
 }
 
-/// Every configured destination.
+/// Every destination: the configured ones and the topics.
 #[derive(Default)]
 pub struct Deliveries {
-    dests: BTreeMap<String, Arc<Destination>>,
+    dests: RwLock<BTreeMap<String, Arc<Destination>>>,
+    /// The names of `lode.toml`'s destinations (a topic may not take one).
+    fixed: BTreeSet<String>,
+    /// The outbox the workers read, once started.
+    catalog: OnceLock<Arc<dyn Catalog>>,
+    /// How a topic becomes a destination (the binary knows the targets).
+    topic_targets: OnceLock<TopicTargets>,
     /// The region events name (`awsRegion`).
     pub region: String,
 }
 
 impl Deliveries {
     pub fn new(cfgs: Vec<DestinationConfig>, region: &str) -> Self {
+        let fixed = cfgs.iter().map(|c| c.name.clone()).collect();
         let dests = cfgs
             .into_iter()
-            .map(|cfg| {
-                let d = Destination {
-                    cfg,
-                    stats: DestinationStats::default(),
-                    wake: tokio::sync::Notify::new(),
-                    floor: AtomicU64::new(u64::MAX),
-                    expand: crate::bucket_events::expand,
-                };
-                (d.cfg.name.clone(), Arc::new(d))
-            })
+            .map(|cfg| (cfg.name.clone(), Arc::new(Destination::new(cfg, None))))
             .collect();
         Deliveries {
-            dests,
+            dests: RwLock::new(dests),
+            fixed,
+            catalog: OnceLock::new(),
+            topic_targets: OnceLock::new(),
             region: region.to_owned(),
         }
     }
 
-    /// Whether `name` is a configured destination.
+    fn dests(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Arc<Destination>>> {
+        self.dests.read().expect("destinations")
+    }
+
+    /// Whether `name` is a destination (configured, or a topic).
     pub fn known(&self, name: &str) -> bool {
-        self.dests.contains_key(name)
+        self.dests().contains_key(name)
+    }
+
+    /// Whether `name` is one of `lode.toml`'s destinations.
+    pub fn is_fixed(&self, name: &str) -> bool {
+        self.fixed.contains(name)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.dests.is_empty()
+        self.dests().is_empty()
+    }
+
+    /// Sets how topics become destinations (once).
+    pub fn set_topic_targets(&self, f: TopicTargets) {
+        let _ = self.topic_targets.set(f);
+    }
+
+    /// What `topic` would be as a destination (checks its attributes).
+    pub fn topic_destination(
+        &self,
+        topic: &crate::topics::Topic,
+    ) -> Result<DestinationConfig, String> {
+        match self.topic_targets.get() {
+            Some(f) => f(topic),
+            None => Err("topics are not available here".into()),
+        }
+    }
+
+    /// Makes the topic destinations `topics` (all there are): a worker for each new or changed
+    /// one, none any more for each gone.
+    pub fn sync_topics(&self, topics: &[crate::topics::Topic]) {
+        let mut dests = self.dests.write().expect("destinations");
+        let want: BTreeMap<&str, &crate::topics::Topic> =
+            topics.iter().map(|t| (t.name.as_str(), t)).collect();
+        let gone: Vec<String> = dests
+            .iter()
+            .filter(|(n, d)| {
+                d.topic.is_some()
+                    && want
+                        .get(n.as_str())
+                        .is_none_or(|t| d.topic.as_ref() != Some(t))
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        for n in gone {
+            if let Some(d) = dests.remove(&n) {
+                d.stopped.store(true, Ordering::Relaxed);
+                d.wake.notify_one();
+            }
+        }
+        for (name, t) in want {
+            if dests.contains_key(name) || self.fixed.contains(name) {
+                continue;
+            }
+            match self.topic_destination(t) {
+                Ok(cfg) => {
+                    let d = Arc::new(Destination::new(cfg, Some(t.clone())));
+                    if let Some(c) = self.catalog.get() {
+                        tokio::spawn(run(Arc::clone(&d), Arc::clone(c)));
+                    }
+                    dests.insert(name.to_owned(), d);
+                }
+                Err(e) => {
+                    tracing::warn!(topic = name, error = %e, "a topic's endpoint is unusable here; it gets no events")
+                }
+            }
+        }
     }
 
     /// New entries were committed: (destination, sequence number) each.
     pub fn committed(&self, entries: &[(String, u64)]) {
+        let dests = self.dests();
         for (n, seq) in entries {
-            if let Some(d) = self.dests.get(n) {
+            if let Some(d) = dests.get(n) {
                 d.stats.backlog.fetch_add(1, Ordering::Relaxed);
                 d.floor.fetch_min(*seq, Ordering::Relaxed);
                 d.wake.notify_one();
@@ -134,8 +229,9 @@ impl Deliveries {
 
     /// The first of `names` whose backlog is full and which refuses writes then.
     pub fn refusing<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+        let dests = self.dests();
         names.into_iter().find(|n| {
-            self.dests.get(*n).is_some_and(|d| {
+            dests.get(*n).is_some_and(|d| {
                 d.cfg.refuse_when_full
                     && d.stats.backlog.load(Ordering::Relaxed) >= d.cfg.max_backlog
             })
@@ -144,7 +240,7 @@ impl Deliveries {
 
     pub fn status(&self) -> Vec<DestinationStatus> {
         use crate::bucket_events::{RuleKind, arn_of};
-        self.dests
+        self.dests()
             .values()
             .map(|d| {
                 let s = &d.stats;
@@ -172,7 +268,10 @@ impl Deliveries {
 
     /// Starts one worker per destination over `catalog`'s outbox (on the current runtime).
     pub fn start(&self, catalog: Arc<dyn Catalog>) {
-        for d in self.dests.values() {
+        if self.catalog.set(Arc::clone(&catalog)).is_err() {
+            return;
+        }
+        for d in self.dests().values() {
             tokio::spawn(run(Arc::clone(d), Arc::clone(&catalog)));
         }
     }
@@ -197,6 +296,16 @@ async fn run(d: Arc<Destination>, catalog: Arc<dyn Catalog>) {
     let mut cursor = None;
     let mut whole_read = tokio::time::Instant::now();
     loop {
+        if d.stopped.load(Ordering::Relaxed) {
+            // A removed topic: what it had not delivered can never be.
+            if let Ok(n) = catalog.outbox_len(&name).await
+                && n > 0
+            {
+                let _ = drop_oldest(&d, &*catalog, n).await;
+            }
+            tracing::info!(destination = %name, "topic removed: its delivery worker stops");
+            return;
+        }
         if whole_read.elapsed() >= WHOLE_READ_EVERY {
             // A safety net beside `floor`: a commit whose request was dropped (its client went
             // away) while the commit went on never names its entries' sequence numbers, and one
@@ -272,6 +381,9 @@ async fn deliver_some(
                             // This one went with them: read the outbox again.
                             return Ok(());
                         }
+                    }
+                    if d.stopped.load(Ordering::Relaxed) {
+                        return Ok(());
                     }
                     let backoff = Duration::from_millis(100u64 << attempt.min(9)).min(MAX_BACKOFF);
                     attempt += 1;
@@ -386,6 +498,56 @@ mod tests {
         (r, d, Arc::new(lode_catalog::mem_catalog()))
     }
 
+    #[tokio::test]
+    async fn topics_start_and_stop_workers_and_a_removed_one_drops_its_backlog() {
+        let (r, d, cat) = setup(100, false);
+        let target = r.clone();
+        d.set_topic_targets(Box::new(move |t| {
+            if t.endpoint().is_empty() {
+                return Err("no endpoint".into());
+            }
+            Ok(DestinationConfig {
+                name: t.name.clone(),
+                kind: "test".into(),
+                target: target.clone(),
+                max_backlog: 100,
+                refuse_when_full: false,
+                timeout: Duration::from_secs(5),
+            })
+        }));
+        d.start(cat.clone());
+        let topic = |name: &str, url: &str| crate::topics::Topic {
+            name: name.into(),
+            attributes: [("push-endpoint".to_owned(), url.to_owned())].into(),
+            owner: "root".into(),
+        };
+        // A topic may not take a configured destination's name; one without an endpoint
+        // makes no destination.
+        d.sync_topics(&[topic("t", "x"), topic("d", "x"), topic("bad", "")]);
+        assert!(d.known("t") && d.is_fixed("d") && !d.is_fixed("t") && !d.known("bad"));
+        assert_eq!(d.status().len(), 2);
+        for i in 0..3 {
+            cat.outbox_add("t", format!("t{i}").into_bytes())
+                .await
+                .unwrap();
+        }
+        d.committed(&[("t".into(), 0)]);
+        let tt = Arc::clone(&d.dests()["t"]);
+        until(|| tt.stats.failed.load(Ordering::Relaxed) >= 1).await;
+        // Removed while its receiver is down: the worker stops, its entries are dropped.
+        d.sync_topics(&[]);
+        assert!(!d.known("t") && d.known("d"));
+        for _ in 0..500 {
+            if cat.outbox_len("t").await.unwrap() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(cat.outbox_len("t").await.unwrap(), 0);
+        assert_eq!(tt.stats.dropped.load(Ordering::Relaxed), 3);
+        assert!(r.got.lock().unwrap().is_empty());
+    }
+
     async fn until(f: impl Fn() -> bool) {
         for _ in 0..500 {
             if f() {
@@ -405,7 +567,8 @@ mod tests {
                 .unwrap();
         }
         d.start(cat.clone());
-        let s = &d.dests["d"].stats;
+        let dd = Arc::clone(&d.dests()["d"]);
+        let s = &dd.stats;
         until(|| s.failed.load(Ordering::Relaxed) >= 2).await;
         assert!(r.got.lock().unwrap().is_empty());
         r.down.store(false, Ordering::Relaxed);
@@ -427,7 +590,8 @@ mod tests {
                 .unwrap();
         }
         d.start(cat.clone());
-        let s = &d.dests["d"].stats;
+        let dd = Arc::clone(&d.dests()["d"]);
+        let s = &dd.stats;
         until(|| s.dropped.load(Ordering::Relaxed) == 3).await;
         r.down.store(false, Ordering::Relaxed);
         until(|| r.got.lock().unwrap().len() == 3).await;

@@ -42,6 +42,7 @@ pub mod scrub;
 pub mod service;
 pub mod sse;
 pub mod tags;
+pub mod topics;
 pub mod users;
 
 pub use error::{ObjError, ObjResult};

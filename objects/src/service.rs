@@ -826,15 +826,84 @@ impl ObjectService {
 
     /// Wires the event notification destinations and starts their delivery workers (once, at
     /// start, on the runtime).
-    pub fn set_deliveries(&self, d: Arc<crate::event_delivery::Deliveries>) {
+    pub fn set_deliveries(self: &Arc<Self>, d: Arc<crate::event_delivery::Deliveries>) {
         if self.deliveries.set(Arc::clone(&d)).is_ok() {
             d.start(Arc::clone(&self.catalog));
+            // The topics made through any gateway, read again and again.
+            let me = Arc::downgrade(self);
+            tokio::spawn(async move {
+                loop {
+                    let Some(svc) = me.upgrade() else { return };
+                    if let Err(e) = svc.sync_topics().await {
+                        tracing::warn!(error = %e, "reading the topics failed; retrying");
+                    }
+                    drop(svc);
+                    tokio::time::sleep(crate::topics::SYNC_EVERY).await;
+                }
+            });
         }
     }
 
     /// The event notification destinations (`None`: none configured).
     pub fn deliveries(&self) -> Option<&Arc<crate::event_delivery::Deliveries>> {
         self.deliveries.get()
+    }
+
+    /// Every topic (SNS-compatible API), by name.
+    pub async fn topics(&self) -> ObjResult<Vec<crate::topics::Topic>> {
+        let all = self.catalog.sys_scan(crate::topics::PREFIX).await?;
+        Ok(all
+            .iter()
+            .filter_map(|(_, v)| crate::topics::Topic::decode(v))
+            .collect())
+    }
+
+    /// CreateTopic: makes (or, made before, replaces) `topic`, after checking that its
+    /// endpoint makes a destination; every gateway runs its worker within
+    /// [`crate::topics::SYNC_EVERY`], this one at once.
+    pub async fn create_topic(&self, topic: crate::topics::Topic) -> ObjResult<()> {
+        let del = self
+            .deliveries
+            .get()
+            .ok_or_else(|| ObjError::NotImplemented("topics need the event deliveries".into()))?;
+        if !crate::topics::Topic::valid_name(&topic.name) {
+            return Err(ObjError::InvalidArgument(
+                "Topic names must be made up of only uppercase and lowercase ASCII letters, numbers, underscores, and hyphens, and must be between 1 and 256 characters long.".into(),
+            ));
+        }
+        if del.is_fixed(&topic.name) {
+            return Err(ObjError::InvalidArgument(format!(
+                "{} is a destination of the server's configuration",
+                topic.name
+            )));
+        }
+        del.topic_destination(&topic)
+            .map_err(ObjError::InvalidArgument)?;
+        let v = topic.encode();
+        self.catalog
+            .sys_update(
+                &crate::topics::Topic::key(&topic.name),
+                Arc::new(move |_| Ok(Some(v.clone()))),
+            )
+            .await?;
+        self.sync_topics().await
+    }
+
+    /// DeleteTopic (one that is not there is no error, as on AWS).
+    pub async fn delete_topic(&self, name: &str) -> ObjResult<()> {
+        self.catalog
+            .sys_update(&crate::topics::Topic::key(name), Arc::new(|_| Ok(None)))
+            .await?;
+        self.sync_topics().await
+    }
+
+    /// Runs a delivery worker for every topic there is, and none for the ones gone.
+    pub async fn sync_topics(&self) -> ObjResult<()> {
+        if let Some(del) = self.deliveries.get() {
+            let topics = self.topics().await?;
+            del.sync_topics(&topics);
+        }
+        Ok(())
     }
 
     /// GetBucketNotificationConfiguration (empty: none).
