@@ -741,8 +741,9 @@ def survives_an_outage(srv, s3, bucket, dest, broker, n, seen_keys):
     """The broker goes away (kill -9); `n` PUTs go on meanwhile, and their events wait (the
     backlog says so once a delivery failed); it comes back: every event arrives, at least once
     (a publish whose ack or confirm was lost at the cut may arrive twice), the first arrivals
-    in commit order after the key `a` the test wrote before."""
+    in commit order after the key `a` the test wrote before. The broker stays away 30 s."""
     broker.stop()
+    down_at = time.time()
     keys = [f"k{i:02d}" for i in range(n)]
     for k in keys:
         s3.put_object(Bucket=bucket, Key=k, Body=b"x")
@@ -751,8 +752,9 @@ def survives_an_outage(srv, s3, bucket, dest, broker, n, seen_keys):
         time.sleep(0.2)
     assert metric(srv, "lode_events_failed_total", dest) >= 1
     assert metric(srv, "lode_events_backlog", dest) >= n
+    time.sleep(max(0.0, 30 - (time.time() - down_at)))
     broker.start()
-    deadline = time.time() + 60
+    deadline = time.time() + 90
     while time.time() < deadline and len(set(seen_keys())) < n + 1:
         time.sleep(0.5)
     seen = seen_keys()
