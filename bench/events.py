@@ -10,6 +10,10 @@
 
     python3 bench/events.py [--rounds 3] [--objects 5000] [--ceph-conf DIR/ceph.conf]
 
+With --nginx the webhook is Debian's nginx answering 200 to every POST (one worker process, an
+access log line per event): Lode's own delivery cost, with a receiver that costs little CPU;
+only the PUT rates and CPU are reported then.
+
 With --ceph-conf the server is a cluster-mode gateway over that Ceph cluster (a fresh RADOS
 namespace of the pools lode-bench-index and lode-bench-data).
 
@@ -66,12 +70,14 @@ def bench(endpoint, bucket, objects, out):
 
 
 def cpu(pid):
-    """CPU seconds (user + system) process `pid` used so far (0 once it is gone)."""
+    """CPU seconds (user + system) process `pid` and its children (nginx's worker) used so
+    far (0 once it is gone)."""
     try:
         f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        kids = open(f"/proc/{pid}/task/{pid}/children").read().split()
     except OSError:
         return 0.0
-    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK") + sum(cpu(int(k)) for k in kids)
 
 
 def drain(events, n, timeout=600):
@@ -85,16 +91,34 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--objects", type=int, default=5000)
     ap.add_argument("--ceph-conf", help="run a cluster-mode gateway over this Ceph cluster")
+    ap.add_argument("--nginx", action="store_true", help="nginx as the webhook (see above)")
     ap.add_argument("--receiver-down", action="store_true",
                     help="stop the receiver during the PUT runs (the write path's own cost: events "
                          "wait in the outbox; they are delivered once it is back)")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="lode-events-bench.")
     events = os.path.join(tmp, "events.jsonl")
-    rcv = subprocess.Popen([sys.executable, os.path.join(ROOT, "compat-tests", "webhook_receiver.py"), events, "0"])
-    while not (os.path.exists(events + ".port") and open(events + ".port").read()):
-        time.sleep(0.05)
-    port = int(open(events + ".port").read())
+    if a.nginx:
+        import socket
+        with socket.socket() as sk:
+            sk.bind(("127.0.0.1", 0))
+            port = sk.getsockname()[1]
+        conf = os.path.join(tmp, "nginx.conf")
+        with open(conf, "w") as f:
+            f.write(f"daemon off; worker_processes 1; pid {tmp}/nginx.pid; error_log {tmp}/nginx.err;\n"
+                    "events { worker_connections 1024; }\n"
+                    f"http {{ log_format one '$request_length'; access_log {events} one;\n"
+                    f"  client_body_temp_path {tmp}; proxy_temp_path {tmp}; fastcgi_temp_path {tmp};\n"
+                    f"  uwsgi_temp_path {tmp}; scgi_temp_path {tmp};\n"
+                    f"  server {{ listen 127.0.0.1:{port}; location / {{ return 200; }} }} }}\n")
+        open(events, "w").close()
+        rcv = subprocess.Popen(["/usr/sbin/nginx", "-c", conf, "-p", tmp])
+        time.sleep(0.5)
+    else:
+        rcv = subprocess.Popen([sys.executable, os.path.join(ROOT, "compat-tests", "webhook_receiver.py"), events, "0"])
+        while not (os.path.exists(events + ".port") and open(events + ".port").read()):
+            time.sleep(0.05)
+        port = int(open(events + ".port").read())
     srv, endpoint = start(tmp, port, a.ceph_conf)
     try:
         import boto3
@@ -128,6 +152,17 @@ def main():
                 print(f"round {r} {b}: {rates[b][-1]:,.0f} PUT/s", flush=True)
                 # Every run starts with the backlog of the one before delivered (above), so
                 # that delivery's work counts in the run that made it.
+        mp, me = statistics.median(rates["plain"]), statistics.median(rates["evented"])
+        if a.nginx:
+            print(json.dumps({
+                "put_ops_per_sec_plain": rates["plain"], "put_ops_per_sec_evented": rates["evented"],
+                "median_plain": round(mp), "median_evented": round(me), "ratio": round(me / mp, 3),
+                "cpu_s_per_run_server_receiver_median": {
+                    b: [round(statistics.median(x[0] for x in v), 2), round(statistics.median(x[1] for x in v), 2)]
+                    for b, v in cpu_s.items()},
+                "deliveries": sum(1 for _ in open(events)),
+            }, indent=2))
+            return
         if a.receiver_down:
             rcv = subprocess.Popen([sys.executable, os.path.join(ROOT, "compat-tests", "webhook_receiver.py"),
                                     events, str(port)])
@@ -185,7 +220,8 @@ def main():
     finally:
         srv.terminate()
         srv.wait()
-        rcv.kill()
+        rcv.terminate()  # nginx's master stops its worker
+        rcv.wait()
         subprocess.run(["rm", "-rf", tmp])
 
 
