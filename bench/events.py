@@ -80,6 +80,18 @@ def cpu(pid):
     return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK") + sum(cpu(int(k)) for k in kids)
 
 
+def rate_summary(rates, cpu_s):
+    """The PUT rates of both arms, their medians and ratio, and the median CPU per run."""
+    mp, me = statistics.median(rates["plain"]), statistics.median(rates["evented"])
+    return {
+        "put_ops_per_sec_plain": rates["plain"], "put_ops_per_sec_evented": rates["evented"],
+        "median_plain": round(mp), "median_evented": round(me), "ratio": round(me / mp, 3),
+        "cpu_s_per_run_server_receiver_median": {
+            b: [round(statistics.median(x[0] for x in v), 2), round(statistics.median(x[1] for x in v), 2)]
+            for b, v in cpu_s.items()},
+    }
+
+
 def drain(events, n, timeout=600):
     deadline = time.time() + timeout
     while time.time() < deadline and sum(1 for _ in open(events)) < n:
@@ -152,16 +164,8 @@ def main():
                 print(f"round {r} {b}: {rates[b][-1]:,.0f} PUT/s", flush=True)
                 # Every run starts with the backlog of the one before delivered (above), so
                 # that delivery's work counts in the run that made it.
-        mp, me = statistics.median(rates["plain"]), statistics.median(rates["evented"])
         if a.nginx:
-            print(json.dumps({
-                "put_ops_per_sec_plain": rates["plain"], "put_ops_per_sec_evented": rates["evented"],
-                "median_plain": round(mp), "median_evented": round(me), "ratio": round(me / mp, 3),
-                "cpu_s_per_run_server_receiver_median": {
-                    b: [round(statistics.median(x[0] for x in v), 2), round(statistics.median(x[1] for x in v), 2)]
-                    for b, v in cpu_s.items()},
-                "deliveries": sum(1 for _ in open(events)),
-            }, indent=2))
+            print(json.dumps(dict(rate_summary(rates, cpu_s), deliveries=sum(1 for _ in open(events))), indent=2))
             return
         if a.receiver_down:
             rcv = subprocess.Popen([sys.executable, os.path.join(ROOT, "compat-tests", "webhook_receiver.py"),
@@ -205,18 +209,12 @@ def main():
         burst.sort()
         paced.sort()
         p = lambda lat, q: lat[min(len(lat) - 1, int(q * len(lat)))]
-        mp, me = statistics.median(rates["plain"]), statistics.median(rates["evented"])
-        print(json.dumps({
-            "put_ops_per_sec_plain": rates["plain"], "put_ops_per_sec_evented": rates["evented"],
-            "median_plain": round(mp), "median_evented": round(me), "ratio": round(me / mp, 3),
-            "cpu_s_per_run_server_receiver_median": {
-                b: [round(statistics.median(x[0] for x in v), 2), round(statistics.median(x[1] for x in v), 2)]
-                for b, v in cpu_s.items()},
+        print(json.dumps(dict(rate_summary(rates, cpu_s), **{
             "events": len(burst), "events_expected": a.rounds * a.objects,
             "burst_commit_to_event_ms": {"p50": round(p(burst, 0.5), 2), "p99": round(p(burst, 0.99), 2)},
             "paced_200_per_s_ack_to_event_ms": {"n": len(paced), "p50": round(p(paced, 0.5), 2),
                                                 "p99": round(p(paced, 0.99), 2), "max": round(paced[-1], 2)},
-        }, indent=2))
+        }), indent=2))
     finally:
         srv.terminate()
         srv.wait()
