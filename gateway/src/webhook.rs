@@ -27,12 +27,10 @@ impl Webhook {
         secret: Option<&[u8]>,
         tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     ) -> anyhow::Result<Self> {
-        let url: http::Uri = url
-            .parse()
-            .map_err(|e| {
-                let shown = lode_objects::topics::redact(url);
-                anyhow::anyhow!("webhook url `{shown}`: {e}")
-            })?;
+        let url: http::Uri = url.parse().map_err(|e| {
+            let shown = lode_objects::topics::redact(url);
+            anyhow::anyhow!("webhook url `{shown}`: {e}")
+        })?;
         let tls = match tls {
             Some(c) => (*c).clone(),
             None if url.scheme_str() == Some("https") => {
