@@ -70,8 +70,10 @@ pub struct Destination {
     expand: fn(&[u8]) -> Vec<u8>,
     /// The topic it was made from (`None`: a `lode.toml` destination).
     topic: Option<crate::topics::Topic>,
-    /// A removed topic's worker stops.
+    /// A removed or changed topic's worker stops.
     stopped: AtomicBool,
+    /// ... and, the topic removed, drops what it had not delivered.
+    drop_backlog: AtomicBool,
 }
 
 impl Destination {
@@ -84,6 +86,7 @@ impl Destination {
             expand: crate::bucket_events::expand,
             topic,
             stopped: AtomicBool::new(false),
+            drop_backlog: AtomicBool::new(false),
         }
     }
 }
@@ -192,6 +195,9 @@ impl Deliveries {
             .collect();
         for n in gone {
             if let Some(d) = dests.remove(&n) {
+                // A changed topic (SetTopicAttributes) keeps its entries for its new worker.
+                let removed = !want.contains_key(n.as_str());
+                d.drop_backlog.store(removed, Ordering::Relaxed);
                 d.stopped.store(true, Ordering::Relaxed);
                 d.wake.notify_one();
             }
@@ -298,12 +304,13 @@ async fn run(d: Arc<Destination>, catalog: Arc<dyn Catalog>) {
     loop {
         if d.stopped.load(Ordering::Relaxed) {
             // A removed topic: what it had not delivered can never be.
-            if let Ok(n) = catalog.outbox_len(&name).await
+            if d.drop_backlog.load(Ordering::Relaxed)
+                && let Ok(n) = catalog.outbox_len(&name).await
                 && n > 0
             {
                 let _ = drop_oldest(&d, &*catalog, n).await;
             }
-            tracing::info!(destination = %name, "topic removed: its delivery worker stops");
+            tracing::info!(destination = %name, "topic removed or changed: its delivery worker stops");
             return;
         }
         if whole_read.elapsed() >= WHOLE_READ_EVERY {
@@ -532,8 +539,15 @@ mod tests {
                 .unwrap();
         }
         d.committed(&[("t".into(), 0)]);
+        let first = Arc::clone(&d.dests()["t"]);
+        until(|| first.stats.failed.load(Ordering::Relaxed) >= 1).await;
+        // Changed (new attributes): a new worker, the same entries.
+        d.sync_topics(&[topic("t", "y")]);
         let tt = Arc::clone(&d.dests()["t"]);
+        assert!(!Arc::ptr_eq(&first, &tt));
         until(|| tt.stats.failed.load(Ordering::Relaxed) >= 1).await;
+        assert_eq!(cat.outbox_len("t").await.unwrap(), 3);
+        assert_eq!(first.stats.dropped.load(Ordering::Relaxed), 0);
         // Removed while its receiver is down: the worker stops, its entries are dropped.
         d.sync_topics(&[]);
         assert!(!d.known("t") && d.known("d"));
