@@ -295,12 +295,17 @@ pub struct NotifyTarget {
     pub ca_file: PathBuf,
 }
 
+/// Whether an event destination's url asks for TLS (`https://`, NATS `tls://`, `amqps://`).
+pub fn url_uses_tls(url: &str) -> bool {
+    ["https://", "tls://", "amqps://"]
+        .iter()
+        .any(|s| url.starts_with(s))
+}
+
 impl NotifyTarget {
     /// Whether the url asks for TLS.
     pub fn uses_tls(&self) -> bool {
-        ["https://", "tls://", "amqps://"]
-            .iter()
-            .any(|s| self.url.starts_with(s))
+        url_uses_tls(&self.url)
     }
 }
 

@@ -948,10 +948,7 @@ fn topic_destination(
     if attr("verify-ssl") == "false" {
         return Err("verify-ssl=false is not supported: name the CA with ca-location".into());
     }
-    let tls = if ["https://", "tls://", "amqps://"]
-        .iter()
-        .any(|s| url.starts_with(s))
-    {
+    let tls = if lode_config::url_uses_tls(url) {
         Some(
             crate::tls_client::client_config(std::path::Path::new(attr("ca-location")))
                 .map_err(|e| format!("{e:#}"))?,
@@ -979,13 +976,15 @@ fn topic_destination(
                 "push-endpoint must be an http(s)://, amqp(s)://, nats:// or tls:// URL".into(),
             );
         };
+    // A topic's backlog and timeout are a [notify.<name>]'s defaults.
+    let defaults = lode_config::NotifyTarget::default();
     Ok(lode_objects::event_delivery::DestinationConfig {
         name: t.name.clone(),
         kind: kind.into(),
         target,
-        max_backlog: lode_config::NotifyTarget::default().max_backlog,
+        max_backlog: defaults.max_backlog,
         refuse_when_full: false,
-        timeout: Duration::from_secs(lode_config::NotifyTarget::default().timeout_secs),
+        timeout: Duration::from_secs(defaults.timeout_secs),
     })
 }
 

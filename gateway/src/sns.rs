@@ -356,12 +356,12 @@ pub async fn serve(
             let Some(name) = topic_of(&form) else {
                 return bad_arn();
             };
-            let topics = match svc.topics().await {
-                Ok(t) => t,
+            let mut t = match svc.topic(&name).await {
+                Ok(Some(t)) => t,
+                Ok(None) => {
+                    return refusal(StatusCode::NOT_FOUND, "NotFound", "Topic does not exist");
+                }
                 Err(e) => return fail(e),
-            };
-            let Some(mut t) = topics.into_iter().find(|t| t.name == name) else {
-                return refusal(StatusCode::NOT_FOUND, "NotFound", "Topic does not exist");
             };
             if action == "SetTopicAttributes" {
                 let (Some(k), Some(v)) = (form.get("AttributeName"), form.get("AttributeValue"))

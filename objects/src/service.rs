@@ -858,6 +858,15 @@ impl ObjectService {
             .collect())
     }
 
+    /// The topic `name`, if there is one.
+    pub async fn topic(&self, name: &str) -> ObjResult<Option<crate::topics::Topic>> {
+        let v = self
+            .catalog
+            .sys_get(&crate::topics::Topic::key(name))
+            .await?;
+        Ok(v.as_deref().and_then(crate::topics::Topic::decode))
+    }
+
     /// CreateTopic: makes (or, made before, replaces) `topic`, after checking that its
     /// endpoint makes a destination; every gateway runs its worker within
     /// [`crate::topics::SYNC_EVERY`], this one at once.
