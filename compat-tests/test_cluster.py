@@ -1080,3 +1080,104 @@ def test_scrub_in_cluster_mode_one_gateway_at_a_time_finds_a_rewritten_chunk(tmp
         g.stop()
     rc, out, err = offline(clean)
     assert rc == 0 and out["bad"] == [] and out["chunks"] == 2, (out, err)
+
+
+# A full pool ---------------------------------------------------------------------------------
+
+
+def pool_flags(pool):
+    for p in json.loads(ceph("osd", "pool", "ls", "detail", "-f", "json").stdout):
+        if p["pool_name"] == pool:
+            return p.get("flags_names", "")
+    return ""
+
+
+def pool_stored(pool):
+    for p in json.loads(ceph("df", "-f", "json").stdout)["pools"]:
+        if p["name"] == pool:
+            return p["stats"]["stored"]
+    return 0
+
+
+def wait_flag(pool, full, timeout=90):
+    import time
+    deadline = time.monotonic() + timeout
+    while ("full_quota" in pool_flags(pool)) != full:
+        assert time.monotonic() < deadline, f"{pool}: full_quota still {not full} after {timeout} s"
+        time.sleep(0.5)
+
+
+def test_a_full_data_pool_answers_507_at_once_and_deletes_still_free_space(tmp_path):
+    """The data pool at its quota (the mon flags it full): a PUT answers 507
+    InsufficientStorage at once, not after the op timeout, and leaves nothing visible; GETs
+    and DELETEs go on, so space can be freed; once the pool has room again, PUTs succeed."""
+    import time
+    ns = "full-" + uuid.uuid4().hex[:8]
+    # A data pool of its own, made by the gateway, removed at the end.
+    FULL_POOL = "lode-ct-" + ns
+    cfg = tmp_path / "lode.toml"
+    cfg.write_text("[cluster]\nop_timeout_secs = 30\n")
+    args = [*cluster_args(ns), "--config", str(cfg)]
+    args[args.index("--data-pool") + 1] = FULL_POOL
+    (tmp_path / "g").mkdir()
+    g = Lode(str(tmp_path / "g" / "data"), extra_env=MASTER, extra_args=args)
+    g.start()
+    try:
+        s3 = make_client(g.endpoint)
+        s3.create_bucket(Bucket="full-b")
+        # Room for about 8 MiB (the gateway's start probe left nothing).
+        ceph("osd", "pool", "set-quota", FULL_POOL, "max_bytes", str(pool_stored(FULL_POOL) + 8 * MIB))
+        kept = {}
+        for i in range(12):
+            body = os.urandom(MIB)
+            try:
+                s3.put_object(Bucket="full-b", Key=f"k{i}", Body=body)
+                kept[f"k{i}"] = body
+            except ClientError as e:
+                assert e.response["ResponseMetadata"]["HTTPStatusCode"] == 507, e.response
+        wait_flag(FULL_POOL, True)
+        for key, n in (("small", 100 * 1024), ("big", 9 * MIB)):
+            t0 = time.monotonic()
+            with pytest.raises(ClientError) as e:
+                s3.put_object(Bucket="full-b", Key=key, Body=os.urandom(n))
+            assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 507
+            assert code(e) == "InsufficientStorage"
+            assert time.monotonic() - t0 < 10, "a full pool must answer at once, not at the op timeout"
+            with pytest.raises(ClientError) as e:
+                s3.head_object(Bucket="full-b", Key=key)
+            assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
+        # A body small enough to live inline in the index pool (16 KiB) takes nothing from the
+        # data pool: it is stored.
+        s3.put_object(Bucket="full-b", Key="inline", Body=b"i" * 1000)
+        kept["inline"] = b"i" * 1000
+        # A multipart part is refused the same way.
+        up = s3.create_multipart_upload(Bucket="full-b", Key="mp")["UploadId"]
+        with pytest.raises(ClientError) as e:
+            s3.upload_part(Bucket="full-b", Key="mp", UploadId=up, PartNumber=1, Body=os.urandom(5 * MIB))
+        assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 507
+        s3.abort_multipart_upload(Bucket="full-b", Key="mp", UploadId=up)
+        # Reads and deletes go on while it is full.
+        assert kept, "the quota left room for no object at all"
+        for key, body in kept.items():
+            assert s3.get_object(Bucket="full-b", Key=key)["Body"].read() == body
+        listed = [o["Key"] for o in s3.list_objects_v2(Bucket="full-b").get("Contents", [])]
+        assert sorted(listed) == sorted(kept)
+        t0 = time.monotonic()
+        for key in list(kept)[: len(kept) // 2 + 1]:
+            s3.delete_object(Bucket="full-b", Key=key)
+            del kept[key]
+        assert time.monotonic() - t0 < 20
+        # Room again (the quota lifted): writes succeed, and nothing acknowledged was lost.
+        ceph("osd", "pool", "set-quota", FULL_POOL, "max_bytes", "0")
+        wait_flag(FULL_POOL, False)
+        s3.put_object(Bucket="full-b", Key="after", Body=b"room again")
+        assert s3.get_object(Bucket="full-b", Key="after")["Body"].read() == b"room again"
+        for key, body in kept.items():
+            assert s3.get_object(Bucket="full-b", Key=key)["Body"].read() == body
+        assert "full" in open(g.log_path).read()
+        for key in [*kept, "after"]:
+            s3.delete_object(Bucket="full-b", Key=key)
+        s3.delete_bucket(Bucket="full-b")
+    finally:
+        g.remove()
+        ceph("osd", "pool", "rm", FULL_POOL, FULL_POOL, "--yes-i-really-really-mean-it")

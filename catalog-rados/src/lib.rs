@@ -190,6 +190,8 @@ pub(crate) fn index_oid(bucket: &str) -> String {
 pub(crate) fn err(e: RadosError) -> CatalogError {
     if e.is_timeout() {
         CatalogError::Unavailable(e.to_string())
+    } else if e.is_full() {
+        CatalogError::NoSpace(e.to_string())
     } else if let Some(why) = fenced(&e) {
         CatalogError::Unavailable(why)
     } else {

@@ -144,6 +144,10 @@ pub enum CatalogError {
     /// The caller's own check (a closure given to the commit) refused: its error, passed back.
     #[error(transparent)]
     Refused(Box<dyn std::error::Error + Send + Sync>),
+    /// The store holding the index is full (a cluster's pool at its quota, or past its full
+    /// ratio): the write was not applied. Removals still go through.
+    #[error("catalog store full: {0}")]
+    NoSpace(String),
     #[error("corrupt catalog record: {0}")]
     Corrupt(String),
     #[error("catalog backend error: {0}")]

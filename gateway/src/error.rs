@@ -210,10 +210,10 @@ pub fn s3_error(e: ObjError) -> S3Error {
             );
         }
         ObjError::Chunk(ChunkError::NoSpace) => {
-            tracing::warn!("datapath full: refusing write");
+            tracing::warn!(error = %e, "out of space (a full device, or a full Ceph pool): refusing the write");
             return with_status(
                 C::Custom("InsufficientStorage".into()),
-                "The datapath has no free space left for this write.".into(),
+                "There is not enough storage space left for this write.".into(),
                 http::StatusCode::INSUFFICIENT_STORAGE,
             );
         }

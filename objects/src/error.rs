@@ -211,6 +211,8 @@ impl From<lode_catalog::CatalogError> for ObjError {
             C::SharedVersions => ObjError::VersionedRename,
             C::Contended => ObjError::Contended,
             C::Unavailable(m) => ObjError::Unavailable(m),
+            // Out of space is one answer (507) wherever the store that ran out sits.
+            C::NoSpace(_) => ObjError::Chunk(ChunkError::NoSpace),
             C::NotSupported(backend, what) => {
                 ObjError::NotImplemented(format!("{what} on the {backend} catalog"))
             }

@@ -139,6 +139,14 @@ impl RadosError {
         matches!(self.errno(), libc::EACCES | libc::EPERM)
     }
 
+    /// `EDQUOT` / `ENOSPC`: the write would grow a pool at its quota, or a cluster (an OSD)
+    /// past its full ratio. Every write is sent with `FULL_TRY`
+    /// ([`IoCtx::operate_write`](crate::IoCtx::operate_write)), so it fails at once instead
+    /// of waiting for space.
+    pub fn is_full(&self) -> bool {
+        matches!(self.errno(), libc::EDQUOT | libc::ENOSPC)
+    }
+
     /// `EBUSY`: an advisory lock is held by someone else.
     pub fn is_busy(&self) -> bool {
         self.errno() == libc::EBUSY

@@ -126,8 +126,15 @@ impl IoCtx {
     }
 
     /// Runs an atomic write op. Returns the object version after the write.
+    ///
+    /// Every write is sent with `FULL_TRY`: librados would otherwise hold a write to a full
+    /// pool (at its quota, or an OSD past its full ratio) until space returns or the op timeout
+    /// ends it, removals included. With it the OSD decides at once: a write that would grow
+    /// the pool fails with `EDQUOT`/`ENOSPC` ([`RadosError::is_full`]), and one that does not
+    /// (a removal, an omap change of an existing object) is applied, so space can be freed.
     pub async fn operate_write(&self, oid: &str, op: WriteOp) -> Result<u64> {
         let WriteOp { raw, error, flags } = op;
+        let flags = flags | crate::operation_flags::FULL_TRY;
         if let Some(e) = error {
             return Err(e);
         }
