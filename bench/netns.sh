@@ -10,7 +10,8 @@
 #      host cut off, an asymmetric partition (what a host sends is dropped), a gateway cut off
 #      the cluster; time to recovery and the acknowledged PUTs checked through both gateways.
 # Usage: bench/netns.sh [RTT_MS ...]   (default: 0.5 5). Needs root. WORKLOADS and FAULTS narrow
-# it (e.g. WORKLOADS="small list", FAULTS="kill-host"; FAULTS=none skips the faults); BENCH_ARGS,
+# it (e.g. WORKLOADS="small list", FAULTS="kill-host"; =none skips them); GW_TCP_RTO_MAX_MS caps
+# TCP's retransmission backoff in the gateway namespaces (scripts/ceph-netns.sh); BENCH_ARGS,
 # when set, replaces each workload's own size arguments (e.g. BENCH_ARGS="--objects 200").
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -85,6 +86,7 @@ CONF
     done
     wait_port "$GW1" 19401; wait_port "$GW2" 19401; wait_port "$GW1" 19402
     for w in "${WORKLOADS[@]}"; do
+        [ "$w" != none ] || continue
         case "$w" in
         small) args=(--objects 2000) ;;
         stat-storm) args=(--objects 2000 --ops 10000) ;;

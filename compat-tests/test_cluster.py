@@ -879,6 +879,14 @@ def test_mounts_on_two_gateways_see_each_others_changes(tmp_path):
         # Delete through S3.
         b.delete_object(Bucket=bucket, Key="d/g.txt")
         until(lambda: not os.path.exists(os.path.join(pa, "d/g.txt")), "a delete")
+        # A directory renamed on the other mount (one announcement for the whole prefix), then
+        # a mode changed there (metadata only, no new bytes).
+        assert os.path.exists(os.path.join(pa, "d/new.bin"))
+        os.rename(os.path.join(mb, bucket, "d"), os.path.join(mb, bucket, "e"))
+        until(lambda: os.path.exists(os.path.join(pa, "e/new.bin")) and not os.path.exists(os.path.join(pa, "d")),
+              "a directory renamed on the other mount")
+        os.chmod(os.path.join(mb, bucket, "e/new.bin"), 0o600)
+        until(lambda: os.stat(os.path.join(pa, "e/new.bin")).st_mode & 0o777 == 0o600, "a mode changed on the other mount")
         # The other way: A's mount, B's S3.
         with open(os.path.join(pa, "from-a"), "wb") as f:
             f.write(b"written on A")

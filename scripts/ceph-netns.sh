@@ -182,6 +182,13 @@ cmd_up() {
         if [ "$name" != client ]; then link "$name" c eth0 "$(cluster_addr "$name")"; fi
         case "$name" in gw* | client) link "$name" f eth1 "$(front_addr "$name")" ;; esac
         ns_rules "$name"
+        # GW_TCP_RTO_MAX_MS caps TCP's retransmission backoff in the gateway namespaces
+        # (net.ipv4.tcp_rto_max_ms, Linux 6.15+; default 120000), as an operator can on
+        # gateway hosts: a connection that lost packets during a cut retries sooner after it.
+        case "$name" in gw*)
+            [ -z "${GW_TCP_RTO_MAX_MS:-}" ] ||
+                ip netns exec "$(ns "$name")" sysctl -qw net.ipv4.tcp_rto_max_ms="$GW_TCP_RTO_MAX_MS" ;;
+        esac
         start_delayer "$name"
     done
     printf 'RTT=%s\nHOSTS=%s\nOSDS_PER_HOST=%s\nGATEWAYS=%s\n' "$RTT" "$HOSTS" "$OSDS_PER_HOST" \

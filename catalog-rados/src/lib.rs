@@ -276,21 +276,10 @@ impl std::ops::Deref for RadosCatalog {
     }
 }
 
-/// Told of every commit this catalog makes, after it applied (cluster mode publishes them to
-/// the other gateways' mounts). Called on the committing task: must not block.
-pub trait CommitObserver: Send + Sync {
-    /// `bucket/key` was written or (`deleted`) removed; a key ending in `/` stands for a
-    /// whole directory (renamed or removed).
-    fn object(&self, bucket: &str, key: &str, deleted: bool);
-    /// `bucket` was created or deleted.
-    fn bucket(&self, bucket: &str);
-}
-
 #[doc(hidden)]
 pub struct Inner {
     io: IoCtx,
     cfg: PartitionConfig,
-    observer: std::sync::OnceLock<Arc<dyn CommitObserver>>,
     routes: partition::Routes,
     /// Blind commits waiting per partition (group commit).
     batches: batch::Batches,
@@ -349,15 +338,9 @@ impl RadosCatalog {
             routes: partition::Routes::default(),
             batches: batch::Batches::default(),
             outbox,
-            observer: Default::default(),
             me: me.clone(),
         });
         Ok(Self { inner })
-    }
-
-    /// Tells `o` of every commit from now on (once; later calls are ignored).
-    pub fn observe(&self, o: Arc<dyn CommitObserver>) {
-        let _ = self.inner.observer.set(o);
     }
 
     /// How many background split checks this catalog is running (for tests: once writes have
@@ -491,12 +474,6 @@ impl Inner {
         changes: &[Change<'_>],
     ) -> Result<outbox::Entries> {
         self.outbox.entries(&self.me, oid, changes).await
-    }
-
-    fn committed(&self, bucket: &str, key: &str, deleted: bool) {
-        if let Some(o) = self.observer.get() {
-            o.object(bucket, key, deleted);
-        }
     }
 
     /// Reads `keys` of the partition holding `key` with its version and epoch. `NoSuchBucket`
@@ -696,7 +673,6 @@ impl Inner {
                 if cur.is_none() {
                     self.note_insert(bucket, &s.oid, &pos(key));
                 }
-                self.committed(bucket, key, new.is_none());
                 return Ok((cur.map(ObjectRecord::into_head), new));
             }
         }
@@ -749,7 +725,6 @@ impl Inner {
         }
         self.outbox.stored(&oid, &ev);
         self.note_insert(bucket, &oid, &p);
-        self.committed(bucket, key, false);
         Ok(Some((None, Some(new))))
     }
 }
@@ -791,9 +766,6 @@ impl Catalog for RadosCatalog {
 
     async fn create_bucket(&self, name: &str, rec: BucketRecord) -> Result<()> {
         self.create_bucket_now(name, rec).await?;
-        if let Some(o) = self.observer.get() {
-            o.bucket(name);
-        }
         Ok(())
     }
 
@@ -849,9 +821,6 @@ impl Catalog for RadosCatalog {
 
     async fn delete_bucket(&self, name: &str) -> Result<Vec<ChunkLoc>> {
         let released = self.delete_partitions(name, RETRIES).await?;
-        if let Some(o) = self.observer.get() {
-            o.bucket(name);
-        }
         Ok(released)
     }
 
@@ -1144,8 +1113,6 @@ impl Catalog for RadosCatalog {
                 if dst.is_none() {
                     self.note_insert(bucket, &s.oid, &pos(to));
                 }
-                self.committed(bucket, from, true);
-                self.committed(bucket, to, false);
                 return Ok(commit(old.map(ObjectRecord::into_head)));
             }
         }
@@ -1231,15 +1198,6 @@ impl Catalog for RadosCatalog {
             let op = ev.stamp(Inner::whole(&s, &set, &rm));
             if self.try_write(&s, op).await? {
                 self.outbox.stored(&s.oid, &ev);
-                let dir = |p: &str| {
-                    if p.ends_with('/') {
-                        p.to_owned()
-                    } else {
-                        format!("{p}/")
-                    }
-                };
-                self.committed(bucket, &dir(from), true);
-                self.committed(bucket, &dir(to), false);
                 return Ok((moved.len(), released));
             }
         }
@@ -1303,7 +1261,6 @@ impl Catalog for RadosCatalog {
             let op = ev.stamp(Inner::whole(&s, &[] as &[(&[u8], &[u8])], &rm));
             if self.try_write(&s, op).await? {
                 self.outbox.stored(&s.oid, &ev);
-                self.committed(bucket, prefix, true);
                 return Ok(released);
             }
         }
@@ -1600,7 +1557,6 @@ impl Catalog for RadosCatalog {
                 if current.is_none() {
                     self.note_insert(bucket, &s.oid, &pos(key));
                 }
-                self.committed(bucket, key, false);
                 return Ok((
                     done.record,
                     Commit {

@@ -483,7 +483,6 @@ impl Inner {
                 self.outbox.stored(&s.oid, &ev);
                 // Every new version counts toward the partition's split.
                 self.note_insert(bucket, &s.oid, &pos(key));
-                self.committed(bucket, key, new.is_none());
                 let commit = Commit {
                     previous,
                     released: r.released,
@@ -591,8 +590,6 @@ impl Inner {
             if self.try_write(&s, ev.stamp(op)).await? {
                 self.outbox.stored(&s.oid, &ev);
                 self.note_insert(bucket, &s.oid, &pos(to));
-                self.committed(bucket, from, true);
-                self.committed(bucket, to, false);
                 rt.released.append(&mut rf.released);
                 return Ok(Commit {
                     previous: old.map(ObjectRecord::into_head),
@@ -848,12 +845,8 @@ impl Inner {
             let ev = self.events(&s.oid, &[change(bucket, key, what)]).await?;
             if self.try_write(&s, ev.stamp(op)).await? {
                 self.outbox.stored(&s.oid, &ev);
-                let current_gone = gone_entry.is_none();
                 if promoted && cur.is_none() {
                     self.note_insert(bucket, &s.oid, &pos(key));
-                }
-                if current_gone || promoted {
-                    self.committed(bucket, key, !promoted);
                 }
                 return Ok(Commit {
                     version_id: removed.version_id.clone(),
@@ -899,7 +892,6 @@ impl Inner {
                     let ev = self.events(&s.oid, &[written(bucket, key, &new)]).await?;
                     if self.try_write(&s, ev.stamp(op)).await? {
                         self.outbox.stored(&s.oid, &ev);
-                        self.committed(bucket, key, false);
                         return Ok(new);
                     }
                     continue;

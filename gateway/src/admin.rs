@@ -601,7 +601,7 @@ pub struct Admin {
     /// The backend's own counters (cluster mode: RADOS ops per pool).
     pub extra_metrics: Option<MetricsFn>,
     /// Cluster mode: the gateways' registry, for the whole cluster's profile.
-    pub cluster: Option<Arc<crate::cluster::profile::Registry>>,
+    pub cluster: Option<Arc<dyn crate::profile::ClusterProfile>>,
 }
 
 pub async fn serve(listener: TcpListener, admin: Admin) {

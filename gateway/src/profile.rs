@@ -104,6 +104,14 @@ impl Default for Profile {
     }
 }
 
+/// The whole cluster's profile, as the admin endpoint asks for it (`?scope=cluster`); the
+/// cluster wiring implements it (`cluster::profile::Registry`, over RADOS).
+#[async_trait::async_trait]
+pub trait ClusterProfile: Send + Sync {
+    /// Every live gateway's snapshot, added up.
+    async fn cluster_snapshot(&self) -> anyhow::Result<Snapshot>;
+}
+
 /// The profile as `/api/profile` serves it.
 #[derive(Debug, Serialize, Deserialize, Clone)]
 pub struct Snapshot {

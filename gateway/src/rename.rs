@@ -324,10 +324,6 @@ impl RenameRoute {
             }
             Err(e) => return Err(crate::error::s3_error(e)),
         }
-        if from != key {
-            svc.notify_changed(&bucket, &from, true);
-            svc.notify_changed(&bucket, &key, false);
-        }
         tracing::debug!(bucket, from, to = key, "renamed");
         Ok(S3Response::new(Body::empty()))
     }

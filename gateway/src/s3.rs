@@ -1104,7 +1104,6 @@ impl S3 for LodeS3 {
             Err(ObjError::BucketAlreadyOwnedByYou) if self.region == LEGACY_REGION => {}
             r => r.s3()?,
         }
-        self.svc.notify_bucket(&req.input.bucket);
         Ok(S3Response::new(CreateBucketOutput {
             location: Some(format!("/{}", req.input.bucket)),
         }))
@@ -1119,7 +1118,6 @@ impl S3 for LodeS3 {
         if let Err(e) = self.users.drop_bucket(&req.input.bucket).await {
             tracing::warn!(error = %e, "dropping the grants of a deleted bucket failed");
         }
-        self.svc.notify_bucket(&req.input.bucket);
         Ok(S3Response::new(DeleteBucketOutput {}))
     }
 
@@ -1306,7 +1304,6 @@ impl S3 for LodeS3 {
                 .await
                 .s3()?,
         };
-        self.svc.notify_changed(&i.bucket, &i.key, false);
         let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) = checksum_fields(&r.checksums);
         let versioned = self.versioned(&i.bucket).await;
         // What the lifecycle rules judge of the new object: its size, tags and time.
@@ -1647,8 +1644,6 @@ impl S3 for LodeS3 {
                 .await
                 .s3()?,
         };
-        self.svc
-            .notify_changed(&req.input.bucket, &req.input.key, true);
         Ok(S3Response::new(DeleteObjectOutput {
             delete_marker: done.delete_marker.then_some(true),
             version_id: version_out(&done),
@@ -1717,7 +1712,6 @@ impl S3 for LodeS3 {
             };
             match done {
                 Ok(d) => {
-                    self.svc.notify_changed(&i.bucket, &o.key, true);
                     if !quiet {
                         // S3: a simple delete in a versioned bucket names the marker it made;
                         // a delete of a version names it (and its marker id if it was one).
@@ -1818,7 +1812,6 @@ impl S3 for LodeS3 {
             .await
             .map_err(copy_source_error)?;
         let versioned = self.versioned(&i.bucket).await;
-        self.svc.notify_changed(&i.bucket, &i.key, false);
         let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) = checksum_fields(&rec.checksums);
         let expiration = self.expiration(&i.bucket, &i.key, &rec).await;
         let shown = crate::sse::record_shown(&rec, i.sse_customer_key_md5.as_ref(), &self.region);
@@ -3281,7 +3274,6 @@ impl S3 for LodeS3 {
             .complete_upload(&i.bucket, &i.key, &i.upload_id, parts, whole, cond)
             .await
             .s3()?;
-        self.svc.notify_changed(&i.bucket, &i.key, false);
         let (crc32, crc32c, crc64nvme, sha1, sha256, ctype) = checksum_fields(&rec.checksums);
         let versioned = self.versioned(&i.bucket).await;
         let expiration = self.expiration(&i.bucket, &i.key, &rec).await;

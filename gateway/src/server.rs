@@ -293,12 +293,12 @@ pub async fn cluster_service(
     let (catalog, data, gc) = open_cluster(c, true).await?;
     let index = gc.clone();
     let data_cluster = Arc::clone(data.cluster());
-    // Every change this gateway commits goes to the other gateways' mounts.
-    catalog.observe(crate::cluster::feed::publisher(index.clone()));
     let blobs = rados_blobs(c, data, gc);
     // Every gateway collects released chunks, those of gateways that are gone included.
     blobs.start_collector();
     let svc = ObjectService::open(Arc::new(catalog), Arc::new(blobs), service_cfg)?;
+    // Every change this gateway commits goes to the other gateways' mounts.
+    svc.add_listener(crate::cluster::feed::publisher(index.clone()));
     // A bucket's settings (its versioning state) changed through any gateway reach every
     // gateway's cache before the change is acknowledged.
     svc.set_announcer(Arc::new(crate::cluster::feed::Announcer::new(
@@ -1249,7 +1249,7 @@ pub async fn serve(
                 Arc::clone(&profile),
             ));
             r.spawn();
-            Some(r)
+            Some(r as Arc<dyn crate::profile::ClusterProfile>)
         }
         None => None,
     };

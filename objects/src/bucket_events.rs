@@ -275,6 +275,11 @@ impl Origin {
         ORIGIN.scope(std::cell::RefCell::new(self), fut).await
     }
 
+    /// The current request's door (the admin's outside any request).
+    pub fn current_door() -> Door {
+        ORIGIN.try_with(|o| o.borrow().door).unwrap_or(Door::Admin)
+    }
+
     /// The current request's origin (`None` outside any).
     pub fn current() -> Option<Origin> {
         ORIGIN.try_with(|o| o.borrow().clone()).ok()
@@ -303,6 +308,9 @@ pub enum How {
     AclPut,
     /// A lifecycle expiry.
     Expiration,
+    /// A change S3 makes no event of: metadata changed in place on the mount (mode, owner,
+    /// times), retention or legal hold set, a key re-wrapped. Announced all the same.
+    Meta,
 }
 
 /// What the service arms a commit with: the bucket's rules, the origin, the operation.
@@ -314,12 +322,17 @@ pub(crate) struct Draft {
     pub owner: String,
     /// Which destinations got an entry (their workers are woken after the commit).
     pub hit: std::sync::Mutex<Vec<(String, u64)>>,
+    /// The changes the commit made, announced once it applied (`None`: nobody listens, or
+    /// the caller announces coarser ones). A commit that ran again may add those of its lost
+    /// attempt: an announcement means "look again", never "this is the state".
+    pub seen: Option<std::sync::Mutex<Vec<crate::notify::ObjectChange>>>,
 }
 
 impl Draft {
     /// The event name (without `s3:`) of `change` under this operation; `None`: none fires.
     fn name(&self, what: &What<'_>) -> Option<&'static str> {
         Some(match (self.how, what) {
+            (How::Meta, _) => return None,
             (How::Expiration, What::Removed { .. }) => "LifecycleExpiration:Delete",
             (How::Expiration, What::MarkerCreated { .. }) => {
                 "LifecycleExpiration:DeleteMarkerCreated"
@@ -342,6 +355,13 @@ impl Draft {
 
 impl EventDraft for Draft {
     fn render(&self, c: &Change<'_>, seq: u64) -> Vec<(String, Vec<u8>)> {
+        if let Some(seen) = &self.seen {
+            let change = crate::notify::ObjectChange::of(c, self.origin.door);
+            let mut seen = seen.lock().expect("seen");
+            if !seen.contains(&change) {
+                seen.push(change);
+            }
+        }
         let Some(name) = self.name(&c.what) else {
             return vec![];
         };
@@ -740,6 +760,7 @@ mod tests {
             region: "eu-1".into(),
             owner: "bob".into(),
             hit: Default::default(),
+            seen: None,
         };
         let mut rec = lode_catalog::delete_marker(None);
         rec.delete_marker = false;

@@ -339,17 +339,23 @@ impl crate::service::ObjectService {
                 }
             }
             for (key, vid, latest, change) in changes {
-                let r = match vid {
-                    Some(v) if !latest => {
-                        self.catalog.update_version(bucket, &key, &v, change).await
+                let commit = async {
+                    match vid {
+                        Some(v) if !latest => {
+                            self.catalog.update_version(bucket, &key, &v, change).await
+                        }
+                        None if !latest => {
+                            self.catalog
+                                .update_version(bucket, &key, "null", change)
+                                .await
+                        }
+                        _ => self.catalog.update(bucket, &key, change).await,
                     }
-                    None if !latest => {
-                        self.catalog
-                            .update_version(bucket, &key, "null", change)
-                            .await
-                    }
-                    _ => self.catalog.update(bucket, &key, change).await,
                 };
+                let r = self
+                    .with_events(bucket, crate::bucket_events::How::Meta, commit)
+                    .await
+                    .map_err(|e| MasterError::Service(Box::new(e)))?;
                 match r {
                     Ok(_) => done.push(true),
                     Err(

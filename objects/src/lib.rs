@@ -53,7 +53,7 @@ pub use lode_catalog::{
     VersionQuery, Versioning, is_version_id,
 };
 pub use namespace::{RenameCondition, SegmentCache};
-pub use notify::{ChangeListener, RemoteChanges, SettingsAnnouncer};
+pub use notify::{ChangeKind, ChangeListener, ObjectChange, RemoteChanges, SettingsAnnouncer};
 pub use service::{
     BucketAccess, CopyChanges, Deleted, Integrity, MAX_KEY_LEN, MAX_PARTS, MIN_PART_SIZE,
     ObjectHandle, ObjectService, PutResult, ServiceConfig, SettingsCache, Trailers, WriteCond,

@@ -142,7 +142,6 @@ async fn expire_under(
             match svc.delete_object_if(bucket, key, &cond).await {
                 Ok(_) => {
                     stats.expired.fetch_add(1, Ordering::Relaxed);
-                    svc.notify_changed(bucket, key, true);
                     tracing::info!(bucket, key, rule, "lifecycle: expired object removed");
                 }
                 // Replaced or removed since it was listed: judged again next pass.
@@ -275,7 +274,6 @@ async fn remove_version(
                 (&stats.noncurrent_expired, "noncurrent version removed")
             };
             counter.fetch_add(1, Ordering::Relaxed);
-            svc.notify_changed(bucket, key, false);
             tracing::info!(bucket, key, version = version_id, rule, "lifecycle: {what}");
         }
         Err(e) if gone(&e) => {}

@@ -79,21 +79,25 @@ impl ObjectService {
             r.meta.lock = f(&r.meta.lock).map_err(refused)?;
             Ok(r)
         });
-        match version_id {
-            Some(v) => {
-                check_version_id(v)?;
-                match self.catalog.update_version(bucket, key, v, update).await {
-                    Err(CatalogError::NoSuchKey) => Err(ObjError::NoSuchVersion),
-                    r => r.map(|_| ()).map_err(Into::into),
+        let commit = async {
+            match version_id {
+                Some(v) => {
+                    check_version_id(v)?;
+                    match self.catalog.update_version(bucket, key, v, update).await {
+                        Err(CatalogError::NoSuchKey) => Err(ObjError::NoSuchVersion),
+                        r => r.map(|_| ()).map_err(Into::into),
+                    }
                 }
+                None => self
+                    .catalog
+                    .update(bucket, key, update)
+                    .await
+                    .map(|_| ())
+                    .map_err(Into::into),
             }
-            None => self
-                .catalog
-                .update(bucket, key, update)
-                .await
-                .map(|_| ())
-                .map_err(Into::into),
-        }
+        };
+        self.with_events(bucket, crate::bucket_events::How::Meta, commit)
+            .await?
     }
 
     /// PutObjectRetention.

@@ -333,8 +333,17 @@ impl ObjectService {
             return Err(ObjError::VersionedRename);
         }
         let rename = self.catalog.rename_prefix(bucket, from, to, MAX_KEY_LEN);
+        let coarse = vec![
+            (from.to_owned(), crate::notify::ChangeKind::Removed),
+            (to.to_owned(), crate::notify::ChangeKind::Written),
+        ];
         let (n, released) = self
-            .with_events(bucket, crate::bucket_events::How::Rename, rename)
+            .announced(
+                bucket,
+                crate::bucket_events::How::Rename,
+                Some(coarse),
+                rename,
+            )
             .await??;
         self.release_chunks(released);
         Ok(n)
@@ -358,15 +367,24 @@ impl ObjectService {
             f(&mut rec.meta);
             Ok(rec)
         });
-        Ok(self.catalog.update(bucket, key, update).await?)
+        let update = self.catalog.update(bucket, key, update);
+        Ok(self
+            .with_events(bucket, crate::bucket_events::How::Meta, update)
+            .await??)
     }
 
     /// Removes an empty directory: fails with `DirectoryNotEmpty` if any key other than the
     /// marker `prefix` itself lies under it, `NoSuchKey` if nothing does.
     pub async fn remove_dir(&self, bucket: &str, prefix: &str) -> ObjResult<()> {
         let remove = self.catalog.remove_dir(bucket, prefix);
+        let coarse = vec![(prefix.to_owned(), crate::notify::ChangeKind::Removed)];
         let released = self
-            .with_events(bucket, crate::bucket_events::How::Delete, remove)
+            .announced(
+                bucket,
+                crate::bucket_events::How::Delete,
+                Some(coarse),
+                remove,
+            )
             .await??;
         self.release_chunks(released);
         Ok(())

@@ -168,14 +168,6 @@ impl SettingsCache {
     }
 }
 
-impl crate::ChangeListener for SettingsCache {
-    fn object_changed(&self, _bucket: &str, _key: &str, _deleted: bool) {}
-
-    fn bucket_changed(&self, bucket: &str) {
-        self.forget(bucket);
-    }
-}
-
 /// How long a bucket's versioning state is taken as read before it is read again. A change
 /// made through this gateway is seen at once; through another, once it is announced (cluster
 /// mode announces it to every gateway before acknowledging it), and within this time by a
@@ -634,20 +626,9 @@ impl ObjectService {
         self.blobs.is_poisoned()
     }
 
-    /// Registers a door that caches names (see [`crate::notify`]).
+    /// Registers a listener of every commit (see [`crate::notify`]).
     pub fn add_listener(&self, l: Arc<dyn crate::notify::ChangeListener>) {
         self.listeners.add(l);
-    }
-
-    /// Tells every listener that `bucket/key` changed.
-    pub fn notify_changed(&self, bucket: &str, key: &str, deleted: bool) {
-        self.listeners
-            .notify(|l| l.object_changed(bucket, key, deleted));
-    }
-
-    /// Tells every listener that `bucket` was created or deleted.
-    pub fn notify_bucket(&self, bucket: &str) {
-        self.listeners.notify(|l| l.bucket_changed(bucket));
     }
 
     /// Hands chunks whose last reference went to the datapath (freed once readers are done).
@@ -687,6 +668,7 @@ impl ObjectService {
             r => {
                 r?;
                 self.versioning.forget(name);
+                self.announce_bucket(name);
                 Ok(())
             }
         }
@@ -968,22 +950,98 @@ impl ObjectService {
 
     /// Runs the commit `fut` of a change to `bucket` armed with the bucket's event rules, so
     /// that the events it makes are stored in the same commit (`lode_catalog::events`), and
-    /// wakes their destinations' workers after it. Without rules, `fut` runs as it is. A
-    /// destination whose backlog is full and refuses writes then refuses this one (503 SlowDown)
-    /// before anything is done. The outer error is that refusal; the inner is `fut`'s.
+    /// wakes their destinations' workers after it; once it applied, announces its changes to
+    /// the listeners ([`crate::notify`]). With neither rules nor listeners, `fut` runs as it
+    /// is. A destination whose backlog is full and refuses writes then refuses this one (503
+    /// SlowDown) before anything is done. The outer error is that refusal; the inner is
+    /// `fut`'s.
     pub(crate) async fn with_events<T, E>(
         &self,
         bucket: &str,
         how: How,
         fut: impl Future<Output = Result<T, E>>,
     ) -> ObjResult<Result<T, E>> {
+        self.announced(bucket, how, None, fut).await
+    }
+
+    /// [`with_events`](Self::with_events), announcing `coarse` (key, kind) instead of each
+    /// key's change when given: a directory renamed or removed on the mount, its prefix.
+    pub(crate) async fn announced<T, E>(
+        &self,
+        bucket: &str,
+        how: How,
+        coarse: Option<Vec<(String, crate::notify::ChangeKind)>>,
+        fut: impl Future<Output = Result<T, E>>,
+    ) -> ObjResult<Result<T, E>> {
         use crate::bucket_events::{Door, Draft, Origin};
+        let rules = self.event_rules(bucket).await?;
+        let listening = self.listeners.any();
+        let collect = listening && coarse.is_none();
+        if rules.is_none() && !collect {
+            let r = fut.await;
+            if r.is_ok() && listening {
+                self.announce_coarse(bucket, coarse.unwrap_or_default());
+            }
+            return Ok(r);
+        }
+        let origin = Origin::current().unwrap_or_else(|| Origin::new(Door::Admin));
+        let how = match (origin.door, how) {
+            (Door::Lifecycle, How::Delete) => How::Expiration,
+            (_, h) => h,
+        };
+        let (del, rules, owner) = match rules {
+            Some((d, r, o)) => (Some(d), r, o),
+            None => (None, Default::default(), String::new()),
+        };
+        let draft = Arc::new(Draft {
+            rules,
+            origin,
+            how,
+            region: del.as_ref().map(|d| d.region.clone()).unwrap_or_default(),
+            owner,
+            hit: Default::default(),
+            seen: collect.then(Default::default),
+        });
+        let armed: Arc<dyn lode_catalog::events::EventDraft> = draft.clone();
+        let r = lode_catalog::events::armed(armed, fut).await;
+        if let Some(del) = del {
+            let hit = std::mem::take(&mut *draft.hit.lock().expect("hit"));
+            del.committed(&hit);
+        }
+        if r.is_ok() && listening {
+            match (coarse, &draft.seen) {
+                (Some(c), _) => self.announce_coarse(bucket, c),
+                (None, Some(seen)) => {
+                    let seen = std::mem::take(&mut *seen.lock().expect("seen"));
+                    for c in &seen {
+                        self.listeners.notify(|l| l.object_changed(c));
+                    }
+                }
+                (None, None) => {}
+            }
+        }
+        Ok(r)
+    }
+
+    /// The event rules a commit to `bucket` is armed with, with their destinations and the
+    /// bucket's owner; `None`: no event to make. `Unavailable` if a destination they name has
+    /// a full backlog that refuses writes.
+    async fn event_rules(
+        &self,
+        bucket: &str,
+    ) -> ObjResult<
+        Option<(
+            Arc<crate::event_delivery::Deliveries>,
+            Arc<crate::bucket_events::Notifications>,
+            String,
+        )>,
+    > {
         let Some(del) = self.deliveries.get().filter(|d| !d.is_empty()) else {
-            return Ok(fut.await);
+            return Ok(None);
         };
         let settings = self.settings_of(bucket).await?;
         let Some(mut rules) = settings.notify.clone() else {
-            return Ok(fut.await);
+            return Ok(None);
         };
         // A rule naming a destination no longer declared (removed from lode.toml since) makes
         // no events: nothing would ever deliver them.
@@ -991,7 +1049,7 @@ impl ObjectService {
             let mut kept = (*rules).clone();
             kept.rules.retain(|r| del.known(&r.dest));
             if kept.rules.is_empty() {
-                return Ok(fut.await);
+                return Ok(None);
             }
             rules = Arc::new(kept);
         }
@@ -1000,24 +1058,28 @@ impl ObjectService {
                 "the event backlog of destination {d} is full"
             )));
         }
-        let origin = Origin::current().unwrap_or_else(|| Origin::new(Door::Admin));
-        let how = match (origin.door, how) {
-            (Door::Lifecycle, How::Delete) => How::Expiration,
-            (_, h) => h,
-        };
-        let draft = Arc::new(Draft {
-            rules,
-            origin,
-            how,
-            region: del.region.clone(),
-            owner: settings.owner.clone().unwrap_or_default(),
-            hit: Default::default(),
-        });
-        let armed: Arc<dyn lode_catalog::events::EventDraft> = draft.clone();
-        let r = lode_catalog::events::armed(armed, fut).await;
-        let hit = std::mem::take(&mut *draft.hit.lock().expect("hit"));
-        del.committed(&hit);
-        Ok(r)
+        let owner = settings.owner.clone().unwrap_or_default();
+        Ok(Some((Arc::clone(del), rules, owner)))
+    }
+
+    fn announce_coarse(&self, bucket: &str, changes: Vec<(String, crate::notify::ChangeKind)>) {
+        let door = Some(crate::bucket_events::Origin::current_door());
+        for (key, kind) in changes {
+            let c = crate::notify::ObjectChange {
+                bucket: bucket.to_owned(),
+                key,
+                kind,
+                version_id: None,
+                door,
+            };
+            self.listeners.notify(|l| l.object_changed(&c));
+        }
+    }
+
+    /// Announces that `bucket` was created or deleted.
+    fn announce_bucket(&self, bucket: &str) {
+        let door = Some(crate::bucket_events::Origin::current_door());
+        self.listeners.notify(|l| l.bucket_changed(bucket, door));
     }
 
     /// The bucket's own Block Public Access (GetPublicAccessBlock): `None` when it has none.
@@ -1324,6 +1386,7 @@ impl ObjectService {
     /// their parts' space included, in the same commit (as S3 does).
     pub async fn delete_bucket(&self, name: &str) -> ObjResult<()> {
         let released = self.catalog.delete_bucket(name).await?;
+        self.announce_bucket(name);
         // A bucket made again under the name starts unversioned, on every gateway.
         self.settings_changed(name).await;
         self.release_chunks(released);

@@ -1,6 +1,6 @@
 //! Cluster mode: changes made through any gateway reach every other gateway's mount.
 //!
-//! Every gateway publishes the changes its catalog commits (S3 and its own mount) as
+//! Every gateway publishes the changes its object service announces (every door's) as
 //! RADOS notifies on one object of the index pool, `lode.changes`, batched (one notify per
 //! burst, at most [`BATCH`] changes) and off the path of the S3 reply: a change is acknowledged
 //! before its notify is sent. Every gateway with a mount watches that object and hands the
@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use lode_objects::{ChangeListener, RemoteChanges};
+use lode_objects::{ChangeKind, ChangeListener, ObjectChange, RemoteChanges, notify::Door};
 use lode_rados::{IoCtx, WatchEvent, WatchOptions, WriteOp};
 use tokio::sync::mpsc;
 
@@ -102,26 +102,26 @@ pub fn decode(mut p: &[u8]) -> Option<Vec<Change>> {
     Some(out)
 }
 
-/// Publishes this gateway's changes: told of every commit of its catalog, through either door.
+/// Publishes this gateway's changes: a listener of its object service, told of every commit.
 pub struct Publisher {
     tx: mpsc::UnboundedSender<Change>,
 }
 
-impl lode_catalog_rados::CommitObserver for Publisher {
-    fn object(&self, bucket: &str, key: &str, deleted: bool) {
+impl ChangeListener for Publisher {
+    fn object_changed(&self, c: &ObjectChange) {
         let _ = self.tx.send(Change::Object {
-            bucket: bucket.to_owned(),
-            key: key.to_owned(),
-            deleted,
+            bucket: c.bucket.clone(),
+            key: c.key.clone(),
+            deleted: c.deleted(),
         });
     }
 
-    fn bucket(&self, bucket: &str) {
+    fn bucket_changed(&self, bucket: &str, _: Option<Door>) {
         let _ = self.tx.send(Change::Bucket(bucket.to_owned()));
     }
 }
 
-/// Starts publishing: what the returned observer is told is notified to every watcher.
+/// Starts publishing: what the returned listener is told is notified to every watcher.
 pub fn publisher(io: IoCtx) -> Arc<Publisher> {
     let (tx, mut rx) = mpsc::unbounded_channel::<Change>();
     tokio::spawn(async move {
@@ -301,8 +301,18 @@ pub fn subscribe(io: IoCtx, sink: Arc<dyn ChangeListener>, reset: Arc<dyn Fn() +
                                         bucket,
                                         key,
                                         deleted,
-                                    } => sink.object_changed(&bucket, &key, deleted),
-                                    Change::Bucket(b) => sink.bucket_changed(&b),
+                                    } => sink.object_changed(&ObjectChange {
+                                        bucket,
+                                        key,
+                                        kind: if deleted {
+                                            ChangeKind::Removed
+                                        } else {
+                                            ChangeKind::Written
+                                        },
+                                        version_id: None,
+                                        door: None,
+                                    }),
+                                    Change::Bucket(b) => sink.bucket_changed(&b, None),
                                 }
                             }
                         })

@@ -133,9 +133,12 @@ impl Registry {
         live.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(live)
     }
+}
 
+#[async_trait::async_trait]
+impl crate::profile::ClusterProfile for Registry {
     /// The cluster's profile: the snapshots of every live gateway, added up.
-    pub async fn cluster_snapshot(&self) -> anyhow::Result<Snapshot> {
+    async fn cluster_snapshot(&self) -> anyhow::Result<Snapshot> {
         let live = self.live().await?;
         let mut parts = vec![];
         let mut ids = vec![];

@@ -6,8 +6,9 @@
 //! * [`open`]: files open for writing, staged and committed at close/fsync.
 //! * [`names`]: the S3 <-> POSIX name and attribute rules.
 //!
-//! Coherence with S3: every change made through S3 reaches [`Invalidator`] before the S3 reply,
-//! which drops the kernel's cached entry, attributes and pages for that path.
+//! Coherence with S3: the object service announces every commit before its request is
+//! answered (`lode_objects::notify`); [`Invalidator`] listens and drops the kernel's cached
+//! entry, attributes and pages for the path of each change this mount did not make itself.
 
 pub mod fs;
 pub mod inodes;
@@ -25,7 +26,7 @@ use lode_config::PosixConfig;
 
 use inodes::{Inodes, Kind, ROOT};
 use lode_objects::ObjectService;
-use lode_objects::{ChangeListener, RemoteChanges};
+use lode_objects::{ChangeListener, ObjectChange, RemoteChanges, notify::Door};
 
 /// Errors of mounting and unmounting.
 #[derive(Debug, thiserror::Error)]
@@ -255,7 +256,8 @@ pub fn raise_readahead(path: &Path) {
     }
 }
 
-/// Drops what the kernel caches about names changed through S3.
+/// Drops what the kernel caches about names changed by anything but this mount: the S3 door,
+/// the lifecycle, the admin, and (cluster mode) the other gateways.
 struct Invalidator {
     inodes: Arc<Inodes>,
     notifier: Notifier,
@@ -295,7 +297,14 @@ impl Invalidator {
 }
 
 impl ChangeListener for Invalidator {
-    fn object_changed(&self, bucket: &str, key: &str, deleted: bool) {
+    fn object_changed(&self, change: &ObjectChange) {
+        // This mount's own changes: the kernel learnt them from the request that made them,
+        // and an invalidation from inside that request would wait for the directory lock the
+        // kernel holds for it.
+        if change.door == Some(Door::Posix) {
+            return;
+        }
+        let (bucket, key, deleted) = (&change.bucket[..], &change.key[..], change.deleted());
         self.seq.fetch_add(1, Ordering::AcqRel);
         let along = self.inodes.along(bucket, key);
         let depth = key.split('/').filter(|s| !s.is_empty()).count();
@@ -328,7 +337,10 @@ impl ChangeListener for Invalidator {
         }
     }
 
-    fn bucket_changed(&self, bucket: &str) {
+    fn bucket_changed(&self, bucket: &str, door: Option<Door>) {
+        if door == Some(Door::Posix) {
+            return;
+        }
         self.seq.fetch_add(1, Ordering::AcqRel);
         if self.inodes.find(ROOT, bucket).is_some() {
             self.entry(ROOT, bucket);
