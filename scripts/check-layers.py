@@ -16,7 +16,7 @@ import sys
 
 # Storage engines and backends, by crate name.
 ENGINES = {"rocksdb", "librocksdb-sys", "io-uring", "lode-rados"}
-BACKENDS = {"lode-metadata-rocks", "lode-datapath", "lode-blob-rados", "lode-catalog-rados"}
+BACKENDS = {"lode-metadata-rocks", "lode-catalog-kv", "lode-datapath", "lode-blob-rados", "lode-catalog-rados"}
 DOORS = {"s3s", "hyper", "fuser", "lode-gateway"}
 
 # crate -> what it must never reach (normal dependencies, transitively).
@@ -29,6 +29,8 @@ RULES = {
     "lode-objects": ENGINES | BACKENDS | DOORS,
     # Backends implement a boundary and borrow nothing from another backend or a door.
     "lode-metadata-rocks": (BACKENDS - {"lode-metadata-rocks"}) | {"io-uring", "lode-rados"} | DOORS,
+    # The KV catalog sees the MetadataStore boundary only: RocksDB is chosen by the wiring.
+    "lode-catalog-kv": (BACKENDS - {"lode-catalog-kv"}) | ENGINES | DOORS,
     "lode-datapath": (BACKENDS - {"lode-datapath"}) | {"rocksdb", "librocksdb-sys", "lode-rados"} | DOORS,
     "lode-blob-rados": (BACKENDS - {"lode-blob-rados"}) | {"rocksdb", "librocksdb-sys", "io-uring"} | DOORS,
     "lode-catalog-rados": (BACKENDS - {"lode-catalog-rados"}) | {"rocksdb", "librocksdb-sys", "io-uring"} | DOORS,

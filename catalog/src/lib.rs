@@ -31,9 +31,10 @@
 //!   The records they hand back about what was there ([`Commit::previous`],
 //!   [`UploadState::current`]) are in head form.
 //!
-//! Backends: [`KvCatalog`] over any [`lode_metadata::MetadataStore`] (RocksDB on one node;
-//! its memory store for tests, [`mem_catalog`]), and [`FaultyCatalog`], a fault-injecting
-//! wrapper. `conformance` (behind the `conformance` feature, for the backends' tests) is the
+//! Backends live in crates of their own: `lode-catalog-kv` (over any
+//! [`lode_metadata::MetadataStore`]: RocksDB on one node, its memory store in tests) and
+//! `lode-catalog-rados` (cluster mode). Here: [`FaultyCatalog`], a fault-injecting wrapper
+//! of any backend. `conformance` (behind the `conformance` feature, for the backends' tests) is the
 //! suite every backend passes. This crate never depends on
 //! the gateway, a datapath or a concrete store.
 
@@ -95,12 +96,9 @@ impl Brief {
 pub mod conformance;
 pub mod events;
 mod faulty;
-mod kv;
-mod kv_list;
 pub mod listing;
 
 pub use faulty::{Fault, FaultyCatalog};
-pub use kv::{KvCatalog, mem_catalog};
 
 /// Errors of the catalog. Variants exist where callers branch on them.
 #[derive(Debug, thiserror::Error)]

@@ -288,7 +288,7 @@ fn harness() -> &'static Harness {
         };
         let users = Arc::new(
             rt.block_on(crate::users::Users::open(
-                Arc::new(lode_catalog::KvCatalog::new(meta)),
+                Arc::new(lode_catalog_kv::KvCatalog::new(meta)),
                 [1; 32],
                 root,
             ))

@@ -466,7 +466,7 @@ pub fn local_service(
     cfg: ServiceConfig,
 ) -> anyhow::Result<ObjectService> {
     rebuild_allocator(&*meta, &dp).context("rebuilding the datapath's allocator")?;
-    let catalog = Arc::new(lode_catalog::KvCatalog::new(meta));
+    let catalog = Arc::new(lode_catalog_kv::KvCatalog::new(meta));
     let blobs = Arc::new(lode_datapath::LocalBlobStore::new(dp));
     Ok(ObjectService::open(catalog, blobs, cfg)?)
 }

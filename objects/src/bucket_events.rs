@@ -223,25 +223,7 @@ impl Notifications {
     }
 }
 
-/// Which door or worker a change came through (the event's `lode.door`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Door {
-    S3,
-    Posix,
-    Lifecycle,
-    Admin,
-}
-
-impl Door {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Door::S3 => "s3",
-            Door::Posix => "posix",
-            Door::Lifecycle => "lifecycle",
-            Door::Admin => "admin",
-        }
-    }
-}
+pub use crate::notify::Door;
 
 /// Who caused the changes of a request: set by the door around it ([`Origin::scope`]).
 #[derive(Debug, Clone)]

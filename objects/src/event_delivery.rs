@@ -502,7 +502,7 @@ mod tests {
             }],
             "r",
         );
-        (r, d, Arc::new(lode_catalog::mem_catalog()))
+        (r, d, Arc::new(lode_catalog_kv::mem_catalog()))
     }
 
     #[tokio::test]

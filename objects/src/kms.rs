@@ -368,7 +368,7 @@ mod tests {
     use crate::sse::SseError;
 
     async fn ring() -> LocalKeyRing {
-        let catalog: Arc<dyn Catalog> = Arc::new(lode_catalog::mem_catalog());
+        let catalog: Arc<dyn Catalog> = Arc::new(lode_catalog_kv::mem_catalog());
         let master = MasterStore::open(Arc::clone(&catalog), [3u8; 32])
             .await
             .unwrap();

@@ -76,7 +76,7 @@ pub(crate) fn test_service(
 ) -> ObjectService {
     use std::sync::Arc;
     ObjectService::open(
-        Arc::new(lode_catalog::mem_catalog()),
+        Arc::new(lode_catalog_kv::mem_catalog()),
         Arc::new(lode_datapath::LocalBlobStore::new(dp)),
         cfg,
     )

@@ -225,7 +225,7 @@ mod tests {
 
     #[tokio::test]
     async fn master_versions_load_rotate_and_refuse_a_wrong_root() {
-        let cat: Arc<dyn Catalog> = Arc::new(lode_catalog::mem_catalog());
+        let cat: Arc<dyn Catalog> = Arc::new(lode_catalog_kv::mem_catalog());
         let m = MasterStore::open(Arc::clone(&cat), [1; 32]).await.unwrap();
         assert_eq!(m.keys().versions(), [1]);
         let dk = DataKey::generate().unwrap();
@@ -251,7 +251,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_retired_version_opens_nothing_until_unretired_and_the_current_one_cannot_retire() {
-        let cat: Arc<dyn Catalog> = Arc::new(lode_catalog::mem_catalog());
+        let cat: Arc<dyn Catalog> = Arc::new(lode_catalog_kv::mem_catalog());
         let m = MasterStore::open(Arc::clone(&cat), [1; 32]).await.unwrap();
         let dk = DataKey::generate().unwrap();
         let (_, sealed) = m.keys().seal_key(&dk).unwrap();

@@ -2758,7 +2758,7 @@ mod tests {
         // Two gateways over one catalog, with no announcement between them: the first caches
         // the name as absent, the second creates the bucket; the first must see its owner at
         // once (an absent bucket passes authorization, so a stale absence would open it).
-        let catalog: Arc<dyn Catalog> = Arc::new(lode_catalog::mem_catalog());
+        let catalog: Arc<dyn Catalog> = Arc::new(lode_catalog_kv::mem_catalog());
         let gateway = || {
             let dp = Arc::new(Datapath::new(
                 Arc::new(MemChunkStore::new(&[64 << 20])),
@@ -2846,7 +2846,7 @@ mod tests {
     async fn a_commit_that_may_have_applied_keeps_its_chunks() {
         let store = Arc::new(MemChunkStore::new(&[64 << 20]));
         let dp = Arc::new(Datapath::new(store, true));
-        let faulty = Arc::new(FaultyCatalog::new(Arc::new(lode_catalog::mem_catalog())));
+        let faulty = Arc::new(FaultyCatalog::new(Arc::new(lode_catalog_kv::mem_catalog())));
         let cat: Arc<dyn Catalog> = faulty.clone();
         let cfg = ServiceConfig {
             chunk_size: 1 << 20,
@@ -2882,6 +2882,137 @@ mod tests {
         assert!(
             got.len() == n && got.iter().all(|b| *b == 1),
             "object a was overwritten"
+        );
+    }
+}
+
+#[cfg(test)]
+mod announcement_tests {
+    use std::sync::Mutex;
+
+    use bytes::Bytes;
+    use lode_catalog::{ObjectMeta, Versioning};
+    use lode_datapath::{Datapath, MemChunkStore};
+
+    use super::*;
+    use crate::bucket_events::Origin;
+    use crate::notify::{ChangeListener, Door, ObjectChange};
+
+    /// Every announcement, as one line.
+    #[derive(Default)]
+    struct Heard(Mutex<Vec<String>>);
+
+    impl ChangeListener for Heard {
+        fn object_changed(&self, c: &ObjectChange) {
+            let v = if c.version_id.is_some() { " v" } else { "" };
+            let line = format!("{:?} {}/{}{v} {:?}", c.kind, c.bucket, c.key, c.door);
+            self.0.lock().unwrap().push(line);
+        }
+
+        fn bucket_changed(&self, bucket: &str, door: Option<Door>) {
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("bucket {bucket} {door:?}"));
+        }
+    }
+
+    impl Heard {
+        fn take(&self) -> Vec<String> {
+            std::mem::take(&mut *self.0.lock().unwrap())
+        }
+    }
+
+    async fn put(svc: &ObjectService, key: &str, cond: WriteCond) -> crate::ObjResult<()> {
+        let body = futures::stream::iter(vec![Ok::<_, std::io::Error>(Bytes::from_static(b"x"))]);
+        svc.put_object(
+            "ann",
+            key,
+            ObjectMeta::default(),
+            body,
+            Some(1),
+            Integrity::default(),
+            cond,
+        )
+        .await
+        .map(drop)
+    }
+
+    /// The service announces each commit once, after it applied, with its kind, version and
+    /// door; a refused commit announces nothing; a directory's rename announces its prefixes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_commit_is_announced_with_its_door() {
+        let dp = Arc::new(Datapath::new(
+            Arc::new(MemChunkStore::new(&[64 << 20])),
+            true,
+        ));
+        let svc = crate::test_service(dp, ServiceConfig::default());
+        let heard = Arc::new(Heard::default());
+        svc.add_listener(heard.clone());
+        let s3 = Origin::new(Door::S3);
+        s3.clone()
+            .scope(async {
+                svc.create_bucket("ann", "me").await.unwrap();
+                put(&svc, "d/k", WriteCond::default()).await.unwrap();
+                let exists = WriteCond {
+                    if_none_match_any: true,
+                    ..Default::default()
+                };
+                assert!(put(&svc, "d/k", exists).await.is_err());
+                svc.update_meta("ann", "d/k", |m| m.content_type = Some("text/x".into()))
+                    .await
+                    .unwrap();
+            })
+            .await;
+        assert_eq!(
+            heard.take(),
+            [
+                "bucket ann Some(S3)",
+                "Written ann/d/k Some(S3)",
+                "Written ann/d/k Some(S3)"
+            ]
+        );
+        Origin::new(Door::Posix)
+            .scope(async { svc.rename_prefix("ann", "d/", "e/").await.unwrap() })
+            .await;
+        assert_eq!(
+            heard.take(),
+            ["Removed ann/d/ Some(Posix)", "Written ann/e/ Some(Posix)"]
+        );
+        // Outside any request: the admin's.
+        svc.set_bucket_versioning("ann", Versioning::Enabled)
+            .await
+            .unwrap();
+        put(&svc, "k", WriteCond::default()).await.unwrap();
+        svc.delete_object("ann", "k").await.unwrap();
+        assert_eq!(
+            heard.take(),
+            [
+                "Written ann/k v Some(Admin)",
+                "MarkerCreated ann/k v Some(Admin)"
+            ]
+        );
+        s3.scope(async {
+            let q = lode_catalog::VersionQuery {
+                max: 1000,
+                ..Default::default()
+            };
+            let page = svc.list_object_versions("ann", q).await.unwrap();
+            for e in page.entries {
+                let v = e.record.version_id.unwrap_or_else(|| "null".into());
+                svc.delete_object_version("ann", &e.key, &v, &WriteCond::default(), false)
+                    .await
+                    .unwrap();
+            }
+            svc.delete_bucket("ann").await.unwrap();
+        })
+        .await;
+        let last = heard.take();
+        assert_eq!(last.last().unwrap(), "bucket ann Some(S3)");
+        assert!(
+            last[..last.len() - 1]
+                .iter()
+                .all(|l| l.starts_with("Removed ann/"))
         );
     }
 }

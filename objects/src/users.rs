@@ -597,7 +597,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn emails_and_canonical_ids_name_users() {
         use crate::acl::Directory;
-        let catalog: Arc<dyn Catalog> = Arc::new(lode_catalog::mem_catalog());
+        let catalog: Arc<dyn Catalog> = Arc::new(lode_catalog_kv::mem_catalog());
         let users = Users::open(Arc::clone(&catalog), [7; 32], root())
             .await
             .unwrap();
@@ -645,7 +645,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn users_keys_grants_and_sealing() {
-        let catalog: Arc<dyn Catalog> = Arc::new(lode_catalog::mem_catalog());
+        let catalog: Arc<dyn Catalog> = Arc::new(lode_catalog_kv::mem_catalog());
         let users = Users::open(Arc::clone(&catalog), [7; 32], root())
             .await
             .unwrap();

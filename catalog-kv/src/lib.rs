@@ -1,3 +1,5 @@
+//! `lode-catalog-kv`: the KV backend of the catalog boundary (`lode_catalog::Catalog`).
+//!
 //! [`KvCatalog`]: the catalog over an ordered, transactional key-value store (RocksDB on one
 //! node, the memory store in tests). Every commit is one optimistic transaction that also
 //! keeps the chunks' reference counts (the extents table), so a record and its references
@@ -8,6 +10,8 @@
 //! the record does the same to the payload in its transaction. Records of older data dirs
 //! (format 2, bytes inside the value) read as they are and are split when next rewritten.
 
+mod list;
+
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -16,16 +20,16 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use lode_metadata::records::{self, AbortedUpload, ExtentRecord, Record};
 use lode_metadata::{MemMetadataStore, MetadataStore, Table, Transaction, keys};
 
-use crate::events::{self, Change, EventDraft, Outboxed, What};
-use crate::listing::{PageFold, Step};
+use lode_catalog::events::{self, Change, EventDraft, Outboxed, What};
+use lode_catalog::listing::{PageFold, Step};
 
-use crate::{
+use lode_catalog::{
     Aborted, AppendFn, BucketFn, BucketRecord, Catalog, CatalogError, ChunkLoc, Commit, CompleteFn,
     Cond, ListPage, ListQuery, ObjectRecord, PartRecord, RecordFn, Refs, RenameCheck, Result,
     Segment, SysFn, UploadPage, UploadQuery, UploadRecord, UploadState, appended_segments,
     check_bucket_update, join_record, split_record,
 };
-use crate::{
+use lode_catalog::{
     Brief, ObjectSummary, VersionEntry, VersionPage, VersionQuery, Versioning, delete_marker,
     is_version, retirement, seq_of_suffix, version_suffix,
 };
@@ -1103,7 +1107,7 @@ impl Catalog for KvCatalog {
         bucket: &str,
         key: &str,
         version_id: &str,
-        check: Option<crate::RecordCheck>,
+        check: Option<lode_catalog::RecordCheck>,
     ) -> Result<Commit> {
         let (b, k, id) = (bucket.to_owned(), key.to_owned(), version_id.to_owned());
         let draft = events::current();
@@ -1218,7 +1222,7 @@ impl Catalog for KvCatalog {
 
     async fn list(&self, bucket: &str, q: &ListQuery<'_>) -> Result<ListPage> {
         self.listing(bucket, q, |m, b, q| {
-            Ok(head_page(crate::kv_list::list_objects(m, b, q)?))
+            Ok(head_page(crate::list::list_objects(m, b, q)?))
         })
         .await
     }
@@ -1226,7 +1230,7 @@ impl Catalog for KvCatalog {
     async fn list_briefs(&self, bucket: &str, q: &ListQuery<'_>) -> Result<(ListPage, Vec<Brief>)> {
         self.listing(bucket, q, |m, b, q| {
             let mut briefs = vec![];
-            let page = crate::kv_list::list_briefs(m, b, q, &mut |k, (s, c, o)| {
+            let page = crate::list::list_briefs(m, b, q, &mut |k, (s, c, o)| {
                 briefs.push(Brief::new(k, &s, c, o))
             })?;
             Ok((page, briefs))
@@ -1720,7 +1724,7 @@ impl Catalog for KvCatalog {
     }
 
     fn list_blocking(&self, bucket: &str, q: &ListQuery<'_>) -> Result<ListPage> {
-        Ok(head_page(crate::kv_list::list_objects(
+        Ok(head_page(crate::list::list_objects(
             &*self.meta,
             bucket,
             q,
@@ -1733,7 +1737,7 @@ impl Catalog for KvCatalog {
         q: &ListQuery<'_>,
         f: &mut dyn FnMut(&str, &ObjectSummary<'_>),
     ) -> Result<ListPage> {
-        crate::kv_list::list_summaries(&*self.meta, bucket, q, f)
+        crate::list::list_summaries(&*self.meta, bucket, q, f)
     }
 
     async fn sys_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {

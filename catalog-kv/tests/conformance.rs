@@ -5,9 +5,10 @@
 use std::sync::Arc;
 
 use lode_catalog::{
-    Catalog, CatalogError, Cond, Fault, FaultyCatalog, KvCatalog, ListQuery, ObjectRecord, Refs,
-    Versioning, conformance, mem_catalog, replace_check,
+    Catalog, CatalogError, Cond, Fault, FaultyCatalog, ListQuery, ObjectRecord, Refs, Versioning,
+    conformance, replace_check,
 };
+use lode_catalog_kv::{KvCatalog, mem_catalog};
 use lode_metadata::{MetadataStore, Table, keys, records};
 use lode_metadata_rocks::{RocksConfig, RocksMetadataStore};
 

@@ -1,15 +1,15 @@
 //! The KV catalog's object listings over the objects table, in O(page) seeks: a delimiter
 //! listing seeks past each common prefix instead of scanning under it, so a page of `n`
 //! entries costs at most `n + 1` seeks plus the keys it returns, however many keys lie below.
-//! The S3 rules are [`crate::listing::PageFold`]'s.
+//! The S3 rules are [`lode_catalog::listing::PageFold`]'s.
 
 use lode_metadata::records::{
     BriefRef, ObjectRecord, ObjectSummary, decode, decode_brief, decode_summary,
 };
 use lode_metadata::{MetadataStore, Table, keys};
 
-use crate::listing::{ListPage, ListQuery, PageFold, Step};
-use crate::{CatalogError, Result};
+use lode_catalog::listing::{ListPage, ListQuery, PageFold, Step};
+use lode_catalog::{CatalogError, Result};
 
 /// Lists one page of a bucket's objects in S3 order (full records, as stored).
 pub(crate) fn list_objects(
@@ -208,7 +208,7 @@ mod tests {
             for prefix in ["", "a", "a/", "photos/", "photos/2024/", "nope"] {
                 for delim in [None, Some("/"), Some("/2")] {
                     for max in [1, 2, 3, 1000] {
-                        let want = crate::listing::reference_listing(
+                        let want = lode_catalog::listing::reference_listing(
                             keys.iter().copied(),
                             prefix,
                             delim,
@@ -255,7 +255,12 @@ mod tests {
             got.sort();
             assert_eq!(
                 got,
-                crate::listing::reference_listing(keys.iter().copied(), "", Some("/"), Some("a0")),
+                lode_catalog::listing::reference_listing(
+                    keys.iter().copied(),
+                    "",
+                    Some("/"),
+                    Some("a0")
+                ),
                 "{name}"
             );
         }
