@@ -17,7 +17,11 @@ import sys
 # Storage engines and backends, by crate name.
 ENGINES = {"rocksdb", "librocksdb-sys", "io-uring", "lode-rados"}
 BACKENDS = {"lode-metadata-rocks", "lode-catalog-kv", "lode-datapath", "lode-blob-rados", "lode-catalog-rados"}
-DOORS = {"s3s", "hyper", "fuser", "lode-gateway"}
+DOOR_CRATES = {"lode-door", "lode-s3", "lode-posix"}
+DOORS = {"s3s", "hyper", "fuser", "lode-gateway"} | DOOR_CRATES
+# What a door crate may not name directly (it goes through lode-objects, which re-exports
+# the records and errors it hands out).
+STORES = {"lode-catalog", "lode-metadata", "lode-blob", "lode-rados"} | {"lode-catalog-kv", "lode-metadata-rocks", "lode-datapath", "lode-blob-rados", "lode-catalog-rados"}
 
 # crate -> what it must never reach (normal dependencies, transitively).
 RULES = {
@@ -35,9 +39,14 @@ RULES = {
     "lode-blob-rados": (BACKENDS - {"lode-blob-rados"}) | {"rocksdb", "librocksdb-sys", "io-uring"} | DOORS,
     "lode-catalog-rados": (BACKENDS - {"lode-catalog-rados"}) | {"rocksdb", "librocksdb-sys", "io-uring"} | DOORS,
     "lode-rados": BACKENDS | {"rocksdb", "librocksdb-sys", "io-uring"} | DOORS,
+    # The doors see the object service (and, for the two doors, their shared layer) only;
+    # neither door reaches the other.
+    "lode-door": ENGINES | BACKENDS | {"lode-gateway", "lode-s3", "lode-posix", "fuser"},
+    "lode-s3": ENGINES | BACKENDS | {"lode-gateway", "lode-posix", "fuser"},
+    "lode-posix": ENGINES | BACKENDS | {"lode-gateway", "lode-s3"},
     # The load generator drives servers over HTTP only.
     # (It carries a bare FUSE passthrough for `lode bench-ceiling`, so fuser is allowed.)
-    "lode-bench": BACKENDS | ENGINES | {"lode-objects", "lode-catalog", "lode-metadata", "lode-blob", "s3s", "lode-gateway"},
+    "lode-bench": BACKENDS | ENGINES | DOOR_CRATES | {"lode-objects", "lode-catalog", "lode-metadata", "lode-blob", "s3s", "lode-gateway"},
 }
 
 
@@ -153,6 +162,23 @@ def circles(graph):
     return out
 
 
+def check_direct(meta, quiet=False):
+    """A door crate names no store crate among its own (normal) dependencies."""
+    name = {p["id"]: p["name"] for p in meta["packages"]}
+    bad = []
+    for node in meta["resolve"]["nodes"]:
+        crate = name[node["id"]]
+        if crate not in DOOR_CRATES:
+            continue
+        direct = {name[d["pkg"]] for d in node["deps"] if any(k["kind"] is None for k in d["dep_kinds"])}
+        hits = sorted(direct & STORES)
+        for h in hits:
+            bad.append(f"{crate} (a door) depends on {h} itself: go through lode-objects")
+        if not hits and not quiet:
+            print(f"ok  {crate}: depends on no store crate itself")
+    return bad
+
+
 def check_circles(meta):
     bad = []
     root = meta["workspace_root"]
@@ -175,20 +201,29 @@ def check_circles(meta):
 # harness. Every other module sees the object service only.
 WIRING = {"server", "cluster", "fsck", "fuzzing"}
 STORE_CRATES = r"lode_(?:catalog_rados|catalog|metadata_rocks|metadata|blob_rados|blob|datapath|rados)\b"
-# Door or admin modules allowed to name a store crate for now (reported as TODO); none left.
-KNOWN = set()
 
 
 def check_doors(meta):
-    gw = next(p for p in meta["packages"] if p["name"] == "lode-gateway")
-    src = os.path.join(os.path.dirname(gw["manifest_path"]), "src")
+    bad = []
+    for p in meta["packages"]:
+        if p["name"] in DOOR_CRATES | {"lode-gateway"}:
+            bad += check_door_modules(p)
+    return bad
+
+
+def check_door_modules(pkg):
+    """Every module of a door crate, and the binary's modules but its wiring, name no store
+    crate in their code."""
+    crate = pkg["name"]
+    src = os.path.join(os.path.dirname(pkg["manifest_path"]), "src")
+    wiring = WIRING if crate == "lode-gateway" else set()
     bad = []
     for entry in sorted(os.listdir(src)):
         path = os.path.join(src, entry)
         if not entry.endswith(".rs") and not os.path.isdir(path):
             continue
         m = entry[:-3] if entry.endswith(".rs") else entry
-        if m in WIRING or m in ("lib", "main"):
+        if m in wiring or (m == "main" and crate == "lode-gateway"):
             continue
         files = [path] if entry.endswith(".rs") else [
             os.path.join(dp, f) for dp, _, fs in os.walk(path) for f in fs if f.endswith(".rs")]
@@ -201,20 +236,15 @@ def check_doors(meta):
             text = re.sub(r'"(?:[^"\\\n]|\\.)*"', '""', text)
             names |= set(re.findall(STORE_CRATES, text))
         if not names:
-            print(f"ok  gateway::{m}: sees the object service only")
-        elif m in KNOWN:
-            print(f"TODO gateway::{m} still names {', '.join(sorted(names))} (not moved behind the service yet)")
+            print(f"ok  {crate}::{m}: sees the object service only")
         else:
-            bad.append(f"gateway::{m} (a door or admin module) names {', '.join(sorted(names))}: go through lode_objects")
-    for m in sorted(KNOWN):
-        if not os.path.exists(os.path.join(src, m)) and not os.path.exists(os.path.join(src, m + ".rs")):
-            bad.append(f"gateway::{m} is gone: take it out of KNOWN in scripts/check-layers.py")
+            bad.append(f"{crate}::{m} (a door or admin module) names {', '.join(sorted(names))}: go through lode_objects")
     return bad
 
 
 def main(argv):
     meta = load()
-    bad = check(meta) + check_circles(meta) + check_doors(meta)
+    bad = check(meta) + check_direct(meta) + check_circles(meta) + check_doors(meta)
     for b in bad:
         print("BAD " + b)
     if "--self-test" in argv:

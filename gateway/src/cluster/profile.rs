@@ -137,8 +137,14 @@ impl Registry {
 
 #[async_trait::async_trait]
 impl crate::profile::ClusterProfile for Registry {
+    async fn cluster_snapshot(&self) -> Result<Snapshot, Box<dyn std::error::Error + Send + Sync>> {
+        Ok(self.snapshot_of_live().await?)
+    }
+}
+
+impl Registry {
     /// The cluster's profile: the snapshots of every live gateway, added up.
-    async fn cluster_snapshot(&self) -> anyhow::Result<Snapshot> {
+    async fn snapshot_of_live(&self) -> anyhow::Result<Snapshot> {
         let live = self.live().await?;
         let mut parts = vec![];
         let mut ids = vec![];

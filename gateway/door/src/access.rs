@@ -1,5 +1,5 @@
 //! Authorization of S3 requests (after SigV4 authentication): which user may run which
-//! operation on which bucket (the rules are in `crate::users`), and the key store SigV4
+//! operation on which bucket (the rules are in `lode_objects::users`), and the key store SigV4
 //! authentication asks for secrets.
 
 use std::net::IpAddr;
@@ -11,8 +11,8 @@ use s3s::access::{S3Access, S3AccessContext};
 use s3s::dto::{CopyObjectInput, UploadPartCopyInput};
 use s3s::{S3Request, S3Result, s3_error};
 
-use crate::users::{Perm, ROOT, Users};
 use lode_objects::ObjectService;
+use lode_objects::users::{Perm, ROOT, Users};
 
 #[derive(Clone)]
 pub struct Authz {

@@ -61,7 +61,7 @@ macro_rules! source_customer_headers {
 
 pub struct LodeS3 {
     svc: Arc<ObjectService>,
-    users: Arc<crate::users::Users>,
+    users: Arc<lode_objects::users::Users>,
     /// For what is judged inside an operation (DeleteObjects' keys under a bucket policy).
     authz: crate::access::Authz,
     region: String,
@@ -1169,7 +1169,7 @@ impl S3 for LodeS3 {
             .filter(|(n, _)| after.as_deref().is_none_or(|a| n.as_str() > a))
             .filter(|(n, r)| {
                 self.users
-                    .allowed(&user, n, &r.owner, crate::users::Perm::Read)
+                    .allowed(&user, n, &r.owner, lode_objects::users::Perm::Read)
             });
         let buckets: Vec<Bucket> = visible
             .by_ref()

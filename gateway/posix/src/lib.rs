@@ -1,4 +1,4 @@
-//! The POSIX door: the whole namespace as a FUSE file system, `<mount>/<bucket>/<key path>`,
+//! `lode-posix`, the POSIX door: the whole namespace as a FUSE file system, `<mount>/<bucket>/<key path>`,
 //! served by the same process and the same object service as the S3 door.
 //!
 //! * [`fs`]: the FUSE operations.
@@ -9,6 +9,8 @@
 //! Coherence with S3: the object service announces every commit before its request is
 //! answered (`lode_objects::notify`); [`Invalidator`] listens and drops the kernel's cached
 //! entry, attributes and pages for the path of each change this mount did not make itself.
+
+pub use lode_door::{access, error, profile};
 
 pub mod fs;
 pub mod inodes;
@@ -149,7 +151,7 @@ pub fn mount(
     profile: Arc<crate::profile::Profile>,
     cfg: &PosixConfig,
     data_dir: &Path,
-    users: Arc<crate::users::Users>,
+    users: Arc<lode_objects::users::Users>,
     rt: tokio::runtime::Handle,
     changes: Option<Arc<dyn RemoteChanges>>,
 ) -> Result<PosixMount, MountError> {

@@ -109,7 +109,7 @@ impl Default for Profile {
 #[async_trait::async_trait]
 pub trait ClusterProfile: Send + Sync {
     /// Every live gateway's snapshot, added up.
-    async fn cluster_snapshot(&self) -> anyhow::Result<Snapshot>;
+    async fn cluster_snapshot(&self) -> Result<Snapshot, Box<dyn std::error::Error + Send + Sync>>;
 }
 
 /// The profile as `/api/profile` serves it.

@@ -108,7 +108,7 @@ pub struct LodeFs {
     svc: Arc<ObjectService>,
     /// The IO profile this door records into.
     profile: Arc<crate::profile::Profile>,
-    users: Arc<crate::users::Users>,
+    users: Arc<lode_objects::users::Users>,
     rt: Rt,
     inodes: Arc<Inodes>,
     cfg: FsConfig,
@@ -157,7 +157,7 @@ impl LodeFs {
     pub fn new(
         svc: Arc<ObjectService>,
         profile: Arc<crate::profile::Profile>,
-        users: Arc<crate::users::Users>,
+        users: Arc<lode_objects::users::Users>,
         rt: tokio::runtime::Handle,
         inodes: Arc<Inodes>,
         seq: Arc<AtomicU64>,
@@ -197,7 +197,7 @@ impl LodeFs {
         action: &str,
         prefix: Option<&str>,
     ) -> Result<(), i32> {
-        if self.cfg.user == crate::users::ROOT {
+        if self.cfg.user == lode_objects::users::ROOT {
             return Ok(());
         }
         let Ok(Some(p)) = self.rt.block_on(self.svc.policy_of(bucket)) else {
@@ -255,7 +255,7 @@ impl LodeFs {
 
     /// A bucket of another user than root is theirs on the mount: their uid, mode 0700.
     fn bucket_attrs(&self, owner: &str) -> Attrs {
-        if self.users.is_owner(crate::users::ROOT, owner) {
+        if self.users.is_owner(lode_objects::users::ROOT, owner) {
             return Attrs::default();
         }
         Attrs {
@@ -544,7 +544,7 @@ impl LodeFs {
                     return Err(libc::EPERM);
                 }
                 self.rt
-                    .block_on(self.svc.create_bucket(name, crate::users::ROOT))
+                    .block_on(self.svc.create_bucket(name, lode_objects::users::ROOT))
                     .map_err(|e| e.errno())?;
                 let ino = self.inodes.lookup(ROOT, name, Kind::Bucket);
                 return Ok((ino, self.getattr_inner(ino)?));

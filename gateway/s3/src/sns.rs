@@ -20,7 +20,7 @@ use http_body_util::BodyExt;
 use lode_objects::topics::{Topic, redact};
 use s3s::Body;
 
-use crate::users::Users;
+use lode_objects::users::Users;
 
 /// At most this much of a request body is read.
 const BODY_LIMIT: usize = 64 << 10;
