@@ -10,6 +10,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/lode-target}"
 LODE="$CARGO_TARGET_DIR/release/lode"
+# LODE_SERVER: the binary that serves (default the same); the client is always $LODE, so two
+# builds compare with one client (issue 34's before/after).
+LODE_SERVER="${LODE_SERVER:-$LODE}"
 OUT="${OUT:-/var/tmp/lode-bench-results}"
 mkdir -p "$OUT"
 [ -x "$LODE" ] || (cd "$ROOT" && cargo build --release --locked)
@@ -40,7 +43,7 @@ WORK="$(mktemp -d /var/tmp/lode-bench-all.XXXXXX)"
 trap 'kill $PID 2>/dev/null; wait 2>/dev/null; rm -rf "$WORK"' EXIT
 printf '[[datapath.devices]]\npath = "dev0.img"\nsize = "16GiB"\n' > "$WORK/lode.toml"
 export AWS_ACCESS_KEY_ID=benchaccesskey AWS_SECRET_ACCESS_KEY=benchsecretkey123
-LODE_ACCESS_KEY=$AWS_ACCESS_KEY_ID LODE_SECRET_KEY=$AWS_SECRET_ACCESS_KEY "$LODE" serve --config "$WORK/lode.toml" \
+LODE_ACCESS_KEY=$AWS_ACCESS_KEY_ID LODE_SECRET_KEY=$AWS_SECRET_ACCESS_KEY "$LODE_SERVER" serve --config "$WORK/lode.toml" \
     --listen 127.0.0.1:19401 --admin-listen 127.0.0.1:19409 --data-dir "$WORK/data" >"$WORK/lode.log" 2>&1 & PID=$!
 for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/19401) 2>/dev/null && break; sleep 0.1; done
 E=http://127.0.0.1:19401

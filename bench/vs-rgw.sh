@@ -10,6 +10,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/lode-target}"
 LODE="$CARGO_TARGET_DIR/release/lode"
+# LODE_SERVER: the binary that serves (default the same); the client is always $LODE, so two
+# builds compare with one client (issue 34's before/after).
+LODE_SERVER="${LODE_SERVER:-$LODE}"
 [ -x "$LODE" ] || (cd "$ROOT" && cargo build --release --locked)
 command -v radosgw >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq radosgw >/dev/null; }
 WORKLOADS=("$@"); [ ${#WORKLOADS[@]} -gt 0 ] || WORKLOADS=(losf-ingest train-read stat-storm list)
@@ -53,7 +56,7 @@ ceph -c "$CONF" auth get-or-create client.rgw.bench mon 'allow rw' osd 'allow rw
 radosgw -c "$CONF" -n client.rgw.bench --no-mon-config >"$WORK/rgw.out" 2>&1 || true
 radosgw-admin -c "$CONF" -n client.admin user create --uid=bench --display-name=bench \
     --access-key=$AK --secret=$SK >/dev/null
-LODE_ACCESS_KEY=$AK LODE_SECRET_KEY=$SK LODE_MASTER_KEY=$(openssl rand -hex 32) "$LODE" serve --cluster ceph --ceph-conf "$CONF" \
+LODE_ACCESS_KEY=$AK LODE_SECRET_KEY=$SK LODE_MASTER_KEY=$(openssl rand -hex 32) "$LODE_SERVER" serve --cluster ceph --ceph-conf "$CONF" \
     --listen 127.0.0.1:19401 --admin-listen "" >"$WORK/lode.log" 2>&1 & PIDS+=($!)
 for port in 19401 19402; do
     up=0

@@ -730,7 +730,8 @@ async def nats_stored(url, name, tls=None):
     js = nc.jetstream()
     info = await js.stream_info(name)
     out = []
-    for seq in range(info.state.first_seq, info.state.last_seq + 1):
+    # An empty stream reports first_seq 0, which get_msg refuses (400): nothing to read yet.
+    for seq in range(max(info.state.first_seq, 1), info.state.last_seq + 1):
         m = await js.get_msg(name, seq)
         out.append(json.loads(m.data))
     await nc.close()
