@@ -974,50 +974,66 @@ impl ObjectService {
         fut: impl Future<Output = Result<T, E>>,
     ) -> ObjResult<Result<T, E>> {
         use crate::bucket_events::{Door, Draft, Origin};
-        let rules = self.event_rules(bucket).await?;
+        // A change S3 makes no event of needs no rules, and no destination's backlog refuses it.
+        let rules = match how {
+            How::Meta => None,
+            _ => self.event_rules(bucket).await?,
+        };
         let listening = self.listeners.any();
         let collect = listening && coarse.is_none();
-        if rules.is_none() && !collect {
-            let r = fut.await;
-            if r.is_ok() && listening {
-                self.announce_coarse(bucket, coarse.unwrap_or_default());
+        let (r, seen) = if rules.is_none() && !collect {
+            (fut.await, vec![])
+        } else {
+            let origin = Origin::current().unwrap_or_else(|| Origin::new(Door::Admin));
+            let how = match (origin.door, how) {
+                (Door::Lifecycle, How::Delete) => How::Expiration,
+                (_, h) => h,
+            };
+            let (del, rules, owner) = match rules {
+                Some((d, r, o)) => (Some(d), r, o),
+                None => (None, Default::default(), String::new()),
+            };
+            let draft = Arc::new(Draft {
+                rules,
+                origin,
+                how,
+                region: del.as_ref().map(|d| d.region.clone()).unwrap_or_default(),
+                owner,
+                hit: Default::default(),
+                seen: collect.then(Default::default),
+            });
+            let armed: Arc<dyn lode_catalog::events::EventDraft> = draft.clone();
+            let r = lode_catalog::events::armed(armed, fut).await;
+            if let Some(del) = del {
+                let hit = std::mem::take(&mut *draft.hit.lock().expect("hit"));
+                del.committed(&hit);
             }
-            return Ok(r);
-        }
-        let origin = Origin::current().unwrap_or_else(|| Origin::new(Door::Admin));
-        let how = match (origin.door, how) {
-            (Door::Lifecycle, How::Delete) => How::Expiration,
-            (_, h) => h,
+            let seen = draft
+                .seen
+                .as_ref()
+                .map(|s| std::mem::take(&mut *s.lock().expect("seen")))
+                .unwrap_or_default();
+            (r, seen)
         };
-        let (del, rules, owner) = match rules {
-            Some((d, r, o)) => (Some(d), r, o),
-            None => (None, Default::default(), String::new()),
-        };
-        let draft = Arc::new(Draft {
-            rules,
-            origin,
-            how,
-            region: del.as_ref().map(|d| d.region.clone()).unwrap_or_default(),
-            owner,
-            hit: Default::default(),
-            seen: collect.then(Default::default),
-        });
-        let armed: Arc<dyn lode_catalog::events::EventDraft> = draft.clone();
-        let r = lode_catalog::events::armed(armed, fut).await;
-        if let Some(del) = del {
-            let hit = std::mem::take(&mut *draft.hit.lock().expect("hit"));
-            del.committed(&hit);
-        }
         if r.is_ok() && listening {
-            match (coarse, &draft.seen) {
-                (Some(c), _) => self.announce_coarse(bucket, c),
-                (None, Some(seen)) => {
-                    let seen = std::mem::take(&mut *seen.lock().expect("seen"));
-                    for c in &seen {
-                        self.listeners.notify(|l| l.object_changed(c));
-                    }
+            let changes = match coarse {
+                Some(c) => {
+                    let door = Some(Origin::current_door());
+                    c.into_iter()
+                        .map(|(key, kind)| crate::notify::ObjectChange {
+                            bucket: bucket.to_owned(),
+                            key,
+                            kind,
+                            version_id: None,
+                            door,
+                        })
+                        .collect()
                 }
-                (None, None) => {}
+                None => seen,
+            };
+            if !changes.is_empty() {
+                self.listeners
+                    .notify(|l| changes.iter().for_each(|c| l.object_changed(c)));
             }
         }
         Ok(r)
@@ -1060,20 +1076,6 @@ impl ObjectService {
         }
         let owner = settings.owner.clone().unwrap_or_default();
         Ok(Some((Arc::clone(del), rules, owner)))
-    }
-
-    fn announce_coarse(&self, bucket: &str, changes: Vec<(String, crate::notify::ChangeKind)>) {
-        let door = Some(crate::bucket_events::Origin::current_door());
-        for (key, kind) in changes {
-            let c = crate::notify::ObjectChange {
-                bucket: bucket.to_owned(),
-                key,
-                kind,
-                version_id: None,
-                door,
-            };
-            self.listeners.notify(|l| l.object_changed(&c));
-        }
     }
 
     /// Announces that `bucket` was created or deleted.
@@ -2936,6 +2938,66 @@ mod announcement_tests {
         )
         .await
         .map(drop)
+    }
+
+    struct Down;
+
+    #[async_trait::async_trait]
+    impl crate::event_delivery::EventTarget for Down {
+        async fn send(&self, _: &[u8]) -> Result<(), String> {
+            Err("down".into())
+        }
+    }
+
+    /// A destination whose backlog is full and refuses writes refuses a PUT to a bucket that
+    /// sends it events, but not a change S3 makes no event of (attributes set on the mount).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_full_backlog_refuses_events_not_metadata_changes() {
+        use crate::bucket_events::{EventRule, Notifications, RuleKind};
+        use crate::event_delivery::{Deliveries, DestinationConfig};
+        let dp = Arc::new(Datapath::new(
+            Arc::new(MemChunkStore::new(&[64 << 20])),
+            true,
+        ));
+        let svc = Arc::new(crate::test_service(dp, ServiceConfig::default()));
+        let del = Deliveries::new(
+            vec![DestinationConfig {
+                name: "d".into(),
+                kind: "test".into(),
+                target: Arc::new(Down),
+                max_backlog: 1,
+                refuse_when_full: true,
+                timeout: std::time::Duration::from_secs(5),
+            }],
+            "r",
+        );
+        svc.set_deliveries(Arc::new(del));
+        svc.create_bucket("ann", "me").await.unwrap();
+        put(&svc, "k", WriteCond::default()).await.unwrap();
+        let rule = EventRule {
+            id: "all".into(),
+            kind: RuleKind::Queue,
+            arn: "arn:lode:sqs:::d".into(),
+            dest: "d".into(),
+            events: vec!["s3:ObjectCreated:*".into()],
+            prefix: String::new(),
+            suffix: String::new(),
+        };
+        let rules = Notifications { rules: vec![rule] };
+        // Its test event fills the backlog of one.
+        svc.set_bucket_notifications("ann", rules, "req")
+            .await
+            .unwrap();
+        let full = put(&svc, "k2", WriteCond::default()).await;
+        assert!(
+            matches!(full, Err(crate::ObjError::Unavailable(_))),
+            "{full:?}"
+        );
+        let rec = svc
+            .update_meta("ann", "k", |m| m.content_type = Some("text/x".into()))
+            .await
+            .unwrap();
+        assert_eq!(rec.meta.content_type.as_deref(), Some("text/x"));
     }
 
     /// The service announces each commit once, after it applied, with its kind, version and
