@@ -12,6 +12,12 @@ plain directory of the file system that holds the data dir:
   stat       os.stat of every file in random order, cold (kernel caches dropped) and warm
   write      one file of B MiB in 1 MiB writes, then fsync + close
   read       the same file in 1 MiB reads, page cache dropped first
+  torch.save a state dict of --ckpt-mib MiB (16 float32 tensors) to a file, then fsync + close
+
+and, against the same server, the same bytes through S3: one --big-mib MiB PUT from one stream
+(`lode bench small --concurrency 1`, the median of 3), and the checkpoint through
+s3torchconnector's S3Checkpoint writer (the CRT's multipart upload), so the mount's writes stand
+against Lode's own S3 door (`--ckpt-mib 0` skips the torch rows).
 
 and the read side (readdir, stat, read) and the creates once more on the bare FUSE ceiling:
 `lode bench-ceiling --fuse-source` serving an in-memory copy of the local directory over the
@@ -70,6 +76,59 @@ def creates(d, files, threads, fsync):
     with ThreadPoolExecutor(threads) as ex:
         t = timed(lambda: list(ex.map(create, chunks)))
     return files / t
+
+
+def state_dict(mib):
+    """A checkpoint's worth of float32 tensors: 16 of mib/16 MiB each."""
+    import torch
+    g = torch.Generator().manual_seed(7)
+    n = (mib << 20) // 16 // 4
+    return {f"layer{i}.weight": torch.rand(n, generator=g) for i in range(16)}
+
+
+def torch_save(path, sd):
+    """MiB/s of one torch.save of `sd` to `path`, fsynced and closed."""
+    import torch
+    mib = sum(t.numel() * t.element_size() for t in sd.values()) / (1 << 20)
+
+    def save():
+        with open(path, "wb") as f:
+            torch.save(sd, f)
+            f.flush()
+            os.fsync(f.fileno())
+
+    return mib / timed(save)
+
+
+def s3_writes(a, endpoint, ak, sk, sd, work):
+    """The same bytes through Lode's S3 door: the single-stream PUT and the S3Checkpoint save."""
+    res = {}
+    out = os.path.join(work, "put.json")
+    env = dict(os.environ, AWS_ACCESS_KEY_ID=ak, AWS_SECRET_ACCESS_KEY=sk)
+    subprocess.run([a.lode, "bench", "small", "--endpoint", endpoint, "--bucket", "bench-put",
+                    "--size", f"{a.big_mib}MiB", "--objects", "3", "--concurrency", "1",
+                    "--json", out], env=env, check=True, stdout=subprocess.DEVNULL)
+    with open(out) as f:
+        put = json.load(f)["classes"]["put"]
+    assert put["errors"] == 0, put
+    res["s3_put_mib_s"] = a.big_mib / (put["p50_ms"] / 1000)
+    if sd is not None:
+        import torch
+        from s3torchconnector import S3Checkpoint, S3ClientConfig
+        os.environ.update(AWS_ACCESS_KEY_ID=ak, AWS_SECRET_ACCESS_KEY=sk)
+        subprocess.run([a.lode, "bench", "small", "--endpoint", endpoint, "--bucket", "bench-ckpt",
+                        "--objects", "1", "--concurrency", "1"], env=env, check=True,
+                       stdout=subprocess.DEVNULL)  # creates the bucket
+        ckpt = S3Checkpoint(region="us-east-1", endpoint=endpoint,
+                            s3client_config=S3ClientConfig(force_path_style=True))
+        mib = sum(t.numel() * t.element_size() for t in sd.values()) / (1 << 20)
+
+        def save():
+            with ckpt.writer("s3://bench-ckpt/ckpt.pt") as w:
+                torch.save(sd, w)
+
+        res["torch_save_mib_s"] = mib / timed(save)
+    return res
 
 
 def run_suite(root, files, threads, big_mib, ttl_wait):
@@ -138,6 +197,7 @@ def main():
     ap.add_argument("--files", type=int, default=100_000)
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--big-mib", type=int, default=1024)
+    ap.add_argument("--ckpt-mib", type=int, default=1024, help="torch.save state dict size (0: no torch rows)")
     ap.add_argument("--lode", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/lode-target")), "release", "lode"))
     ap.add_argument("--workdir", default=None, help="where the data dir and the local dir go (default: a temp dir)")
     ap.add_argument("--json", default="posix-vs-local.json")
@@ -148,14 +208,19 @@ def main():
     os.makedirs(local, exist_ok=True)
     cfg = os.path.join(work, "lode.toml")
     with open(cfg, "w") as f:
-        f.write('[[datapath.devices]]\npath = "dev0.img"\nsize = "%dMiB"\n' % (a.big_mib + 1024))
+        f.write('[[datapath.devices]]\npath = "dev0.img"\nsize = "%dMiB"\n' % (5 * a.big_mib + 3 * a.ckpt_mib + 1024))
     env = dict(os.environ, LODE_LOG="warn", RUST_LIB_BACKTRACE="0")
     proc = subprocess.Popen(
         [a.lode, "serve", "--config", cfg, "--data-dir", data, "--listen", "127.0.0.1:0", "--admin-listen", "", "--mount", mnt],
         stdout=subprocess.PIPE, env=env,
     )
+    sd = state_dict(a.ckpt_mib) if a.ckpt_mib else None
     try:
+        exported = {}
         for line in proc.stdout:
+            m = re.search(rb"export (AWS_\w+)=(\S+)", line)
+            if m:
+                exported[m.group(1).decode()] = m.group(2).decode()
             if b"AWS_DEFAULT_REGION" in line:
                 break
         bucket = os.path.join(mnt, "bench-" + str(os.getpid()))
@@ -165,6 +230,12 @@ def main():
         loc = run_suite(local, a.files, a.threads, a.big_mib, ttl)
         print(f"==> Lode mount ({bucket})", flush=True)
         lod = run_suite(bucket, a.files, a.threads, a.big_mib, ttl)
+        if sd is not None:
+            loc["torch_save_mib_s"] = torch_save(os.path.join(local, "ckpt.pt"), sd)
+            lod["torch_save_mib_s"] = torch_save(os.path.join(bucket, "ckpt.pt"), sd)
+        print("==> the same writes through Lode's S3 door", flush=True)
+        s3 = s3_writes(a, exported["AWS_ENDPOINT_URL"], exported["AWS_ACCESS_KEY_ID"],
+                       exported["AWS_SECRET_ACCESS_KEY"], sd, work)
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
         print("==> bare FUSE ceiling (an in-memory copy of the local dir)", flush=True)
@@ -191,8 +262,15 @@ def main():
     # Every close on Lode is durable: its plain creates against the local disk's fsynced ones.
     print(f"{'creates: Lode vs local fsynced at close':42} {'':12} {'':12} "
           f"{lod['creates_per_s'] / loc['creates_fsync_per_s']:7.2f}")
+    # The mount's writes against the same bytes through Lode's S3 door.
+    print(f"\n{'write':42} {'local disk':>12} {'Lode mount':>12} {'Lode S3':>12} {'mount/S3':>9}")
+    writes = [("seq write MiB/s (%d MiB) vs one S3 PUT" % a.big_mib, "seq_write_mib_s", "s3_put_mib_s")]
+    if sd is not None:
+        writes.append(("torch.save %d MiB vs S3Checkpoint" % a.ckpt_mib, "torch_save_mib_s", "torch_save_mib_s"))
+    for label, k, sk in writes:
+        print(f"{label:42} {loc[k]:12.0f} {lod[k]:12.0f} {s3[sk]:12.0f} {lod[k] / s3[sk]:9.2f}")
     with open(a.json, "w") as f:
-        json.dump({"params": vars(a), "local": loc, "lode": lod, "fuse_ceiling": ceil}, f, indent=2)
+        json.dump({"params": vars(a), "local": loc, "lode": lod, "lode_s3": s3, "fuse_ceiling": ceil}, f, indent=2)
 
 
 def ceiling_suite(a, local, mnt, ttl):

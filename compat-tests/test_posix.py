@@ -296,6 +296,109 @@ def test_fsync_commits_and_readers_never_see_a_partial_file(pb, ps3):
     assert obj["ETag"] == '"%s"' % hashlib.md5(body).hexdigest()
 
 
+def staged_files(srv):
+    """Local staging copies the server holds open (anonymous files under its staging dir)."""
+    n = 0
+    fds = f"/proc/{srv.proc.pid}/fd"
+    for fd in os.listdir(fds):
+        try:
+            n += "/staging/" in os.readlink(os.path.join(fds, fd))
+        except OSError:
+            pass
+    return n
+
+
+def test_a_file_written_front_to_back_streams_into_chunks_and_other_writes_fall_back(mounted, pb, ps3):
+    """A checkpoint written through the mount streams into chunks as it is written (no local
+    staging copy, nothing visible on S3 until the close, MD5 ETag); a write anywhere but the
+    end, a read, a truncate or an unlink of such a file keeps the semantics of a staged file."""
+    b, d = pb
+    blk = os.urandom(1 << 20)
+
+    def free():
+        s = os.statvfs(d)
+        return s.f_bfree * s.f_frsize
+
+    free0 = free()
+    p = os.path.join(d, "ckpt.bin")
+    f = open(p, "wb", buffering=0)
+    for _ in range(24):
+        f.write(blk)
+    assert staged_files(mounted) == 0, "a file written front to back is not staged locally"
+    assert os.stat(p).st_size == 24 << 20
+    with pytest.raises(ClientError):
+        ps3.head_object(Bucket=b, Key="ckpt.bin")
+    f.close()
+    obj = ps3.get_object(Bucket=b, Key="ckpt.bin")
+    assert obj["Body"].read() == blk * 24
+    assert obj["ETag"] == '"%s"' % hashlib.md5(blk * 24).hexdigest()
+
+    # A write behind the end: the streamed bytes come back into a staged copy.
+    p = os.path.join(d, "patched")
+    with open(p, "wb", buffering=0) as f:
+        for _ in range(6):
+            f.write(blk)
+        f.seek(5 << 20)
+        f.write(b"X" * 100)
+        assert staged_files(mounted) == 1
+        f.seek(0, 2)
+        f.write(blk)
+    want = bytearray(blk * 7)
+    want[5 << 20:(5 << 20) + 100] = b"X" * 100
+    assert get(ps3, b, "patched") == bytes(want)
+    # A read of what it wrote, then more at the end.
+    p = os.path.join(d, "reread")
+    with open(p, "w+b", buffering=0) as f:
+        for _ in range(3):
+            f.write(blk)
+        f.seek(0)
+        assert f.read(1 << 20) == blk
+        f.seek(0, 2)
+        f.write(blk)
+    assert get(ps3, b, "reread") == blk * 4
+    # Truncated to nothing, and to a middle size.
+    for size in (0, 1000):
+        p = os.path.join(d, f"cut{size}")
+        with open(p, "wb", buffering=0) as f:
+            for _ in range(3):
+                f.write(blk)
+            f.truncate(size)
+            f.seek(size)
+            f.write(b"tail")
+        assert get(ps3, b, f"cut{size}") == blk[:size] + b"tail"
+    # fsync commits what streamed; the file goes on growing and commits again at close.
+    p = os.path.join(d, "synced")
+    with open(p, "wb", buffering=0) as f:
+        for _ in range(3):
+            f.write(blk)
+        os.fsync(f.fileno())
+        assert get(ps3, b, "synced") == blk * 3
+        f.write(blk)
+        assert get(ps3, b, "synced") == blk * 3
+    assert get(ps3, b, "synced") == blk * 4
+    # Appended to: the stored object is copied in, then the appends stream.
+    with open(p, "ab", buffering=0) as f:
+        f.write(blk)
+    assert get(ps3, b, "synced") == blk * 5
+    # Unlinked while streaming: never committed, its chunks freed.
+    p = os.path.join(d, "gone")
+    f = open(p, "wb", buffering=0)
+    for _ in range(5):
+        f.write(blk)
+    os.unlink(p)
+    f.write(blk)
+    f.close()
+    assert "gone" not in s3_keys(ps3, b)
+    assert staged_files(mounted) == 0
+    if not CLUSTER_MODE:
+        for k in s3_keys(ps3, b):
+            os.unlink(os.path.join(d, k))
+        deadline = time.monotonic() + 10
+        while free() != free0 and time.monotonic() < deadline:
+            time.sleep(0.1)  # chunks are freed once the reads that might use them are done
+        assert free() == free0, "every streamed chunk is freed or committed"
+
+
 @local_only
 def test_statfs_reports_the_datapath(mounted):
     st = os.statvfs(mounted.mnt)
@@ -792,15 +895,33 @@ def test_full_datapath_is_enospc_at_close_and_nothing_is_harmed(tmp_path):
         os.mkdir(os.path.join(mnt, name))
         keep = os.urandom(8 << 20)
         open(os.path.join(mnt, name, "keep"), "wb").write(keep)
-        f = open(os.path.join(mnt, name, "huge"), "wb")
-        f.write(os.urandom(40 << 20))  # staged locally: fine until the commit
+        # Written front to back, the file streams into chunks: the device fills during the
+        # writes, which answer ENOSPC, and so does the close.
+        f = open(os.path.join(mnt, name, "huge"), "wb", buffering=0)
+        errs = []
+        for _ in range(40):
+            try:
+                f.write(os.urandom(1 << 20))
+            except OSError as e:
+                errs.append(e.errno)
+                break
+        with pytest.raises(OSError) as e:
+            f.close()
+        errs.append(e.value.errno)
+        assert errs == [errno.ENOSPC, errno.ENOSPC], errs
+        # A file staged locally (written out of order) meets the full device at its close.
+        f = open(os.path.join(mnt, name, "scattered"), "wb", buffering=0)
+        for i in reversed(range(40)):
+            f.seek(i << 20)
+            f.write(os.urandom(1 << 20))
         with pytest.raises(OSError) as e:
             f.close()
         assert e.value.errno == errno.ENOSPC
         assert open(os.path.join(mnt, name, "keep"), "rb").read() == keep
         s3 = make_client(srv.endpoint)
-        with pytest.raises(ClientError):
-            s3.head_object(Bucket=name, Key="huge")
+        for k in ("huge", "scattered"):
+            with pytest.raises(ClientError):
+                s3.head_object(Bucket=name, Key=k)
         # Space comes back after a delete.
         os.unlink(os.path.join(mnt, name, "keep"))
         open(os.path.join(mnt, name, "after"), "wb").write(os.urandom(16 << 20))

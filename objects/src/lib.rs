@@ -56,8 +56,8 @@ pub use namespace::{RenameCondition, SegmentCache};
 pub use notify::{ChangeKind, ChangeListener, ObjectChange, RemoteChanges, SettingsAnnouncer};
 pub use service::{
     BucketAccess, CopyChanges, Deleted, Integrity, MAX_KEY_LEN, MAX_PARTS, MIN_PART_SIZE,
-    ObjectHandle, ObjectService, PutResult, ServiceConfig, SettingsCache, Trailers, WriteCond,
-    check_bucket_name, check_key, chunk_ref, multipart_etag,
+    ObjectHandle, ObjectService, PutResult, ServiceConfig, SettingsCache, TakenIn, Trailers,
+    WriteCond, check_bucket_name, check_key, chunk_ref, multipart_etag,
 };
 
 /// Milliseconds since the Unix epoch, now (0 if the clock is before it).

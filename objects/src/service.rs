@@ -263,6 +263,30 @@ struct Ingested {
     alloc: Option<Box<dyn PendingBlobs>>,
 }
 
+/// A new object's content, durable in the blob store and named by no record yet
+/// ([`ObjectService::take_in`]). Dropped uncommitted, its chunks are freed.
+pub struct TakenIn {
+    ing: Ingested,
+    /// How it is sealed, and the data key (encrypted by the bucket's default).
+    sse: Option<(lode_catalog::Sse, Arc<crate::sse::DataKey>)>,
+}
+
+impl TakenIn {
+    /// Its size in bytes.
+    pub fn size(&self) -> u64 {
+        self.ing.size
+    }
+}
+
+impl std::fmt::Debug for TakenIn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TakenIn")
+            .field("size", &self.ing.size)
+            .field("sealed", &self.sse.is_some())
+            .finish()
+    }
+}
+
 /// MD5 of a body: inline for small bodies; once a body turns out large, on a thread of its own
 /// fed through a bounded channel, so hashing overlaps receiving and the device writes. That
 /// thread runs at a lower CPU priority ([`BULK_NICE`]): when the cores are busy, small requests'
@@ -1412,13 +1436,16 @@ impl ObjectService {
         E: std::fmt::Display,
     {
         let inline_max = self.cfg.inline_threshold;
-        self.ingest_capped(body, integrity, max, content_length, inline_max, seal)
+        let idle = Some(self.cfg.body_idle_timeout);
+        self.ingest_capped(body, integrity, max, content_length, inline_max, seal, idle)
             .await
     }
 
     /// [`Self::ingest`] that keeps at most `inline_max` bytes inline (larger bodies go to
     /// chunks), sealing every segment when `seal` says how (MD5 and checksums are of the
-    /// plaintext, as S3's are).
+    /// plaintext, as S3's are). A body that sends nothing for `idle` fails with
+    /// `RequestTimeout` (`None`: it may pause for as long as it likes).
+    #[allow(clippy::too_many_arguments)]
     async fn ingest_capped<S, E>(
         &self,
         mut body: S,
@@ -1427,6 +1454,7 @@ impl ObjectService {
         content_length: Option<i64>,
         inline_max: usize,
         seal: Option<&crate::encryption::Sealing>,
+        idle: Option<std::time::Duration>,
     ) -> ObjResult<Ingested>
     where
         S: Stream<Item = Result<Bytes, E>> + Unpin,
@@ -1459,7 +1487,11 @@ impl ObjectService {
         };
         let mut consumed = 0u64;
         loop {
-            let piece = match tokio::time::timeout(self.cfg.body_idle_timeout, body.next()).await {
+            let next = match idle {
+                Some(t) => tokio::time::timeout(t, body.next()).await,
+                None => Ok(body.next().await),
+            };
+            let piece = match next {
                 Ok(Some(p)) => p,
                 Ok(None) => break,
                 Err(_) => return Err(ObjError::RequestTimeout),
@@ -1577,6 +1609,38 @@ impl ObjectService {
         E: std::fmt::Display,
     {
         check_key(key)?;
+        let taken = self
+            .take_in_within(bucket, body, content_length, &integrity, true)
+            .await?;
+        self.put_taken(bucket, key, meta, taken, cond).await
+    }
+
+    /// Takes in a new object's content ahead of the commit that names it (the POSIX door's
+    /// file written front to back, streaming into chunks as the writes come): MD5, checksums
+    /// and encryption (the bucket's default) as a PUT's, the chunks durable once this returns.
+    /// [`Self::put_taken`] commits it; [`Self::read_taken`] reads it back; dropped, its chunks
+    /// are freed. The body may pause for as long as it likes (no idle timeout).
+    pub async fn take_in<S, E>(&self, bucket: &str, body: S) -> ObjResult<TakenIn>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        self.take_in_within(bucket, body, None, &Integrity::default(), false)
+            .await
+    }
+
+    async fn take_in_within<S, E>(
+        &self,
+        bucket: &str,
+        body: S,
+        content_length: Option<i64>,
+        integrity: &Integrity,
+        idle_limit: bool,
+    ) -> ObjResult<TakenIn>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
         // A body that may need chunks is not written into a bucket that is not there. A body
         // small enough to stay inline costs nothing to take in, and the commit answers
         // `NoSuchBucket` itself: one catalog read fewer per small PUT (in cluster mode a read
@@ -1589,20 +1653,40 @@ impl ObjectService {
             self.bucket(bucket).await?;
         }
         let sealing = self.new_sealing(bucket, &integrity.sse).await?;
+        let inline_max = self.cfg.inline_threshold;
+        let idle = idle_limit.then_some(self.cfg.body_idle_timeout);
         let ing = self
-            .ingest(
+            .ingest_capped(
                 body,
-                &integrity,
+                integrity,
                 self.cfg.max_object_size,
                 content_length,
+                inline_max,
                 sealing.as_ref().map(|(_, s)| s),
+                idle,
             )
             .await?;
-        let mut meta = meta;
-        meta.sse = sealing.map(|(mut sse, _)| {
+        let sse = sealing.map(|(mut sse, s)| {
             sse.set_seqs(&ing.seqs);
-            sse
+            (sse, s.key)
         });
+        Ok(TakenIn { ing, sse })
+    }
+
+    /// Commits content [`Self::take_in`] took in as a new version of `bucket/key`: the same
+    /// commit, conditions and events as a PUT.
+    pub async fn put_taken(
+        &self,
+        bucket: &str,
+        key: &str,
+        meta: ObjectMeta,
+        taken: TakenIn,
+        cond: WriteCond,
+    ) -> ObjResult<PutResult> {
+        check_key(key)?;
+        let TakenIn { ing, sse } = taken;
+        let mut meta = meta;
+        meta.sse = sse.map(|(sse, _)| sse);
         let etag = hex::encode(ing.md5);
         let record = ObjectRecord {
             size: ing.size,
@@ -1629,6 +1713,42 @@ impl ObjectService {
             .await?;
         self.cfg.failpoints.hit("put.after_commit");
         Ok(result)
+    }
+
+    /// Feeds content [`Self::take_in`] took in to `sink`, piece by piece, from its chunks
+    /// (decrypted): how the POSIX door turns a file it was streaming back into a local copy
+    /// when a write lands somewhere other than the end.
+    pub async fn read_taken(
+        &self,
+        taken: &TakenIn,
+        mut sink: impl FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> ObjResult<()> {
+        let h = ObjectHandle {
+            record: ObjectRecord {
+                size: taken.ing.size,
+                etag: hex::encode(taken.ing.md5),
+                last_modified_ms: 0,
+                meta: ObjectMeta {
+                    sse: taken.sse.as_ref().map(|(s, _)| s.clone()),
+                    ..Default::default()
+                },
+                checksums: taken.ing.checksums.clone(),
+                segments: taken.ing.segments.clone(),
+                parts: vec![],
+                upload_id: None,
+                version_id: None,
+                delete_marker: false,
+            },
+            // Nothing else knows these chunks: no commit can free them under this read.
+            guard: self.blobs.read_guard(),
+            key: taken.sse.as_ref().map(|(_, k)| Arc::clone(k)),
+        };
+        let size = taken.ing.size;
+        let mut s = std::pin::pin!(self.read_range(h, 0, size));
+        while let Some(piece) = s.next().await {
+            sink(&piece?).map_err(|e| ObjError::Internal(format!("copy-out: {e}")))?;
+        }
+        Ok(())
     }
 
     /// PutObject with `x-amz-write-offset-bytes`: appends the body to the object, whose size
@@ -1718,6 +1838,7 @@ impl ObjectService {
                 content_length,
                 inline_max,
                 sealing.as_ref(),
+                Some(self.cfg.body_idle_timeout),
             )
             .await?;
         let (size, etag, sums) = (ing.size, hex::encode(ing.md5), ing.checksums.clone());

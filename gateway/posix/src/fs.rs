@@ -472,7 +472,7 @@ impl LodeFs {
             let _ = open::commit(svc, of, &mut d, &p.bucket, &p.key).await;
         }
         if !of.is_dirty() && of.handles.load(Ordering::Acquire) == 0 {
-            d.staging = None;
+            d.let_go();
             drop(d);
             inodes.close_file(ino, of);
         }
@@ -1306,7 +1306,17 @@ impl Filesystem for LodeFs {
             return reply.error(Errno::EBADF);
         };
         {
-            let d = self.rt.block_on(of.data.lock());
+            let mut d = self.rt.block_on(of.data.lock());
+            if d.is_streaming() {
+                // Written front to back until now: read back into a staged copy first.
+                let dir = &self.cfg.staging_dir;
+                if let Err(e) =
+                    self.rt
+                        .block_on(open::stage(&self.svc, dir, &mut d, None, u64::MAX))
+                {
+                    return reply.error(err(e));
+                }
+            }
             if let Some(st) = &d.staging {
                 let end = (offset + u64::from(size)).min(d.size);
                 let n = end.saturating_sub(offset) as usize;
@@ -1375,14 +1385,16 @@ impl Filesystem for LodeFs {
         let r = (|| {
             let p = self.path(ino)?;
             let mut d = self.rt.block_on(of.data.lock());
-            self.stage(&of, &mut d, &p, u64::MAX)?;
-            let dir = &self.cfg.staging_dir;
-            let st = d.staging.as_mut().expect("staged");
-            st.write_at(dir, data, offset).map_err(|e| {
-                open::staging_error(dir, &e);
-                e.raw_os_error().unwrap_or(libc::EIO)
-            })?;
-            d.size = d.size.max(offset + data.len() as u64);
+            open::write(
+                &self.svc,
+                &self.rt.h,
+                &self.cfg.staging_dir,
+                &mut d,
+                (&p.bucket, &p.key),
+                of.is_pending(),
+                data,
+                offset,
+            )?;
             of.set_dirty(true);
             let now = SystemTime::now();
             d.attrs.mtime = Some(now);

@@ -8,6 +8,12 @@
 //! Small content is staged in memory (up to [`IN_MEMORY`] bytes a file, within a budget of
 //! [`MEMORY_BUDGET`] bytes for all open files); past that it moves to an anonymous local file.
 //! A dataset written as many small files thus costs no local file per file.
+//!
+//! A file written front to back (a checkpoint, a `cp`, a shard) does not stage at all once it
+//! outgrows memory: its bytes stream into the object service as they are written ([`Streaming`]:
+//! MD5, checksums and chunk writes overlap the writes), and its close waits only for the tail and
+//! the commit. A write anywhere but the end, a read, or a truncate turns it back into a staged
+//! file, its content read back from the chunks it went to (which are then freed).
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -18,7 +24,7 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 use futures::Stream;
-use lode_objects::{Integrity, ObjectMeta, ObjectService, WriteCond};
+use lode_objects::{Integrity, ObjResult, ObjectMeta, ObjectService, TakenIn, WriteCond};
 
 use super::names::Attrs;
 use crate::error::ToErrno;
@@ -35,6 +41,14 @@ pub struct Snapshot {
 pub const IN_MEMORY: u64 = 256 << 10;
 /// At most this many bytes of all open files are staged in memory at once.
 pub const MEMORY_BUDGET: u64 = 256 << 20;
+
+/// At most this many files stream into chunks at once (past that, a file stages locally): each
+/// holds a chunk buffer and a few pieces in flight.
+pub const MAX_STREAMS: usize = 64;
+/// Pieces of a streaming file in flight between the FUSE thread and the object service.
+const STREAM_DEPTH: usize = 16;
+
+static STREAMS: AtomicUsize = AtomicUsize::new(0);
 
 /// Bytes of [`MEMORY_BUDGET`] not taken.
 static BUDGET_LEFT: AtomicU64 = AtomicU64::new(MEMORY_BUDGET);
@@ -153,6 +167,18 @@ impl Staging {
         }
     }
 
+    /// The content, when it is in memory (its budget goes back); otherwise `self` again.
+    fn into_mem(mut self) -> Result<Vec<u8>, Self> {
+        match &mut self.0 {
+            Store::Mem(v) => {
+                let v = std::mem::take(v);
+                give_budget(v.len() as u64);
+                Ok(v)
+            }
+            Store::File(_) => Err(self),
+        }
+    }
+
     #[cfg(test)]
     fn in_memory(&self) -> bool {
         matches!(self.0, Store::Mem(_))
@@ -175,9 +201,96 @@ impl Drop for Staging {
     }
 }
 
+/// One of the [`MAX_STREAMS`] places for a streaming file, held while it streams.
+struct Slot;
+
+impl Slot {
+    fn take() -> Option<Slot> {
+        STREAMS
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < MAX_STREAMS).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Slot)
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        STREAMS.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A file being written front to back, its bytes going to the object service as they come
+/// ([`ObjectService::take_in`]). Dropped unfinished, the take-in is cancelled and its chunks
+/// freed.
+pub struct Streaming {
+    tx: Option<tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>>,
+    task: tokio::task::JoinHandle<ObjResult<TakenIn>>,
+    _slot: Slot,
+}
+
+impl Streaming {
+    /// Starts taking in a file of `bucket` whose first bytes are `first`.
+    fn start(
+        svc: &Arc<ObjectService>,
+        rt: &tokio::runtime::Handle,
+        bucket: &str,
+        first: Vec<u8>,
+        slot: Slot,
+    ) -> Self {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(STREAM_DEPTH);
+        let body = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
+        let svc = Arc::clone(svc);
+        let bucket = bucket.to_owned();
+        let task = rt.spawn(async move { svc.take_in(&bucket, body).await });
+        let mut s = Streaming {
+            tx: Some(tx),
+            task,
+            _slot: slot,
+        };
+        if !first.is_empty() {
+            // A fresh channel has room: this neither waits nor fails (a failed take-in
+            // shows at the next push).
+            s.push(Bytes::from(first));
+        }
+        s
+    }
+
+    /// Sends the next bytes, waiting (on this FUSE thread) while the pipeline is full.
+    /// `false`: the take-in failed ([`Streaming::finish`] says why).
+    fn push(&mut self, data: Bytes) -> bool {
+        self.tx
+            .as_ref()
+            .is_some_and(|tx| tx.blocking_send(Ok(data)).is_ok())
+    }
+
+    /// Ends the content and waits for the take-in: the tail's chunks written and durable.
+    async fn finish(mut self) -> ObjResult<TakenIn> {
+        self.tx = None;
+        match (&mut self.task).await {
+            Ok(r) => r,
+            Err(e) => Err(lode_objects::ObjError::Internal(format!("take-in: {e}"))),
+        }
+    }
+}
+
+impl Drop for Streaming {
+    fn drop(&mut self) {
+        // Unfinished: the take-in's future is dropped, and its writer with its chunks. (After
+        // `finish` the task is done and this does nothing.)
+        self.task.abort();
+    }
+}
+
 pub struct FileData {
-    /// The staged content; `None` while the file reads through to its object.
+    /// The staged content; `None` while the file reads through to its object (or streams).
     pub staging: Option<Staging>,
+    /// The content streaming into chunks (then `staging` is `None`).
+    stream: Option<Streaming>,
+    /// The stream failed with this errno: the content is lost, the file is not committed, and
+    /// every later write, flush and fsync of this open file answers it.
+    failed: Option<i32>,
     pub size: u64,
     /// Removed from the namespace while open: never committed again.
     pub unlinked: bool,
@@ -203,6 +316,8 @@ impl OpenFile {
         OpenFile {
             data: tokio::sync::Mutex::new(FileData {
                 staging: None,
+                stream: None,
+                failed: None,
                 size: snap.size,
                 unlinked: false,
                 meta: ObjectMeta::default(),
@@ -262,6 +377,7 @@ pub async fn stage(
     copy_from: Option<(&str, &str)>,
     limit: u64,
 ) -> Result<(), i32> {
+    unstream(svc, staging_dir, d, limit).await?;
     if d.staging.is_some() {
         return Ok(());
     }
@@ -291,6 +407,153 @@ pub async fn stage(
     }
     d.staging = Some(st);
     d.size = size;
+    Ok(())
+}
+
+impl FileData {
+    /// Drops what is not committed (the last holder's close): the staging copy, and a stream
+    /// that did not commit (its chunks freed).
+    pub fn let_go(&mut self) {
+        self.staging = None;
+        self.stream = None;
+    }
+
+    /// Whether the content is streaming (a read must turn it back into a staged copy first).
+    pub fn is_streaming(&self) -> bool {
+        self.stream.is_some()
+    }
+}
+
+/// Writes `data` at `off` of the file `path` (bucket, key): into its staged copy (made first by
+/// [`stage`], copying the stored object in unless the file is `new`), or, while it streams and
+/// `off` is its end, into the stream. Content written front to back starts streaming once it
+/// outgrows [`IN_MEMORY`]. Runs on a FUSE thread (it blocks on `rt`).
+#[allow(clippy::too_many_arguments)]
+pub fn write(
+    svc: &Arc<ObjectService>,
+    rt: &tokio::runtime::Handle,
+    staging_dir: &Path,
+    d: &mut FileData,
+    path: (&str, &str),
+    new: bool,
+    data: &[u8],
+    off: u64,
+) -> Result<(), i32> {
+    if let Some(e) = d.failed {
+        return Err(e);
+    }
+    let end = off + data.len() as u64;
+    let appends = off == d.size;
+    if !(appends && d.stream.is_some()) {
+        let copy = (!new).then_some(path);
+        rt.block_on(stage(svc, staging_dir, d, copy, u64::MAX))?;
+        if appends && end > IN_MEMORY {
+            start_stream(svc, rt, d, path.0);
+        }
+    }
+    if let Some(s) = d.stream.as_mut() {
+        if !s.push(Bytes::copy_from_slice(data)) {
+            return Err(rt.block_on(fail(d)));
+        }
+        d.size = end;
+        return Ok(());
+    }
+    let st = d.staging.as_mut().expect("staged");
+    st.write_at(staging_dir, data, off).map_err(|e| {
+        staging_error(staging_dir, &e);
+        e.raw_os_error().unwrap_or(libc::EIO)
+    })?;
+    d.size = d.size.max(end);
+    Ok(())
+}
+
+/// Turns a file staged in memory into a streaming one (its content the first bytes), when a
+/// place is free; a file staged on local disk stays so.
+fn start_stream(
+    svc: &Arc<ObjectService>,
+    rt: &tokio::runtime::Handle,
+    d: &mut FileData,
+    bucket: &str,
+) {
+    let Some(slot) = Slot::take() else {
+        return;
+    };
+    let Some(st) = d.staging.take() else {
+        return;
+    };
+    match st.into_mem() {
+        Ok(first) => {
+            debug_assert_eq!(first.len() as u64, d.size);
+            d.stream = Some(Streaming::start(svc, rt, bucket, first, slot));
+        }
+        Err(st) => d.staging = Some(st),
+    }
+}
+
+/// The stream failed: why, as an errno, which every later write, flush and fsync of the file
+/// answers too.
+async fn fail(d: &mut FileData) -> i32 {
+    let e = match d.stream.take() {
+        Some(s) => match s.finish().await {
+            Err(e) => {
+                tracing::warn!(error = %e, "a file streaming into chunks failed");
+                e.errno()
+            }
+            Ok(_) => libc::EIO,
+        },
+        None => libc::EIO,
+    };
+    d.failed = Some(e);
+    e
+}
+
+/// Turns a streaming file back into a staged copy (a write not at its end, a read, a
+/// truncate), its content read back from the chunks it went to, which are then freed (with
+/// `keep` 0, a truncate to nothing, no byte is read back).
+async fn unstream(
+    svc: &ObjectService,
+    staging_dir: &Path,
+    d: &mut FileData,
+    keep: u64,
+) -> Result<(), i32> {
+    if let Some(e) = d.failed {
+        return Err(e);
+    }
+    if d.stream.is_none() {
+        return Ok(());
+    }
+    if keep == 0 {
+        d.stream = None;
+        d.staging = Some(Staging::new());
+        d.size = 0;
+        return Ok(());
+    }
+    let s = d.stream.take().expect("streaming");
+    let taken = match s.finish().await {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(error = %e, "a file streaming into chunks failed");
+            d.failed = Some(e.errno());
+            return Err(e.errno());
+        }
+    };
+    let mut st = Staging::new();
+    let mut off = 0u64;
+    let read = svc
+        .read_taken(&taken, |piece| {
+            st.write_at(staging_dir, piece, off).inspect_err(|e| {
+                staging_error(staging_dir, e);
+            })?;
+            off += piece.len() as u64;
+            Ok(())
+        })
+        .await;
+    if let Err(e) = read {
+        tracing::warn!(error = %e, "cannot read back a file that was streaming into chunks");
+        d.failed = Some(e.errno());
+        return Err(e.errno());
+    }
+    d.staging = Some(st);
     Ok(())
 }
 
@@ -335,12 +598,42 @@ pub async fn commit(
     if !of.is_dirty() {
         return Ok(());
     }
+    if let Some(e) = d.failed {
+        // The content is lost: the stored object stays what it was.
+        of.set_dirty(false);
+        return Err(e);
+    }
     if d.unlinked {
+        d.stream = None;
         of.set_dirty(false);
         return Ok(());
     }
     let mut meta = d.meta.clone();
     d.attrs.store(&mut meta, libc::S_IFREG);
+    if let Some(s) = d.stream.take() {
+        let r = match s.finish().await {
+            Ok(taken) => {
+                svc.put_taken(bucket, key, meta, taken, WriteCond::default())
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        return match r {
+            Ok(_) => {
+                // Committed: the file reads through to its object from here, and a later
+                // write copies it in again.
+                of.set_dirty(false);
+                of.pending.store(false, Ordering::Release);
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!(bucket, key, error = %e, "POSIX commit failed");
+                d.failed = Some(e.errno());
+                of.set_dirty(false);
+                Err(e.errno())
+            }
+        };
+    }
     let body: Body = match &d.staging {
         Some(st) => st.body(d.size),
         None => Box::pin(futures::stream::empty()),
