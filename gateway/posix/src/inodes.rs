@@ -52,9 +52,47 @@ impl NodePath {
     }
 }
 
+/// Inode numbers are handed out in sequence (no one else picks them): a cheap hash is safe.
+type ByIno<V> = HashMap<u64, V, std::hash::BuildHasherDefault<rustc_hash::FxHasher>>;
+
+/// (parent, name) → inode, by parent first, so a lookup by `&str` allocates nothing (this runs
+/// for every entry of a directory listing). Names come from object keys, which anyone with
+/// write access picks: their map keeps the std hasher, keyed per process.
+#[derive(Default)]
+struct Names(ByIno<HashMap<String, u64>>);
+
+impl Names {
+    fn get(&self, parent: u64, name: &str) -> Option<u64> {
+        self.0.get(&parent)?.get(name).copied()
+    }
+
+    fn insert(&mut self, parent: u64, name: String, ino: u64) {
+        self.0.entry(parent).or_default().insert(name, ino);
+    }
+
+    fn remove(&mut self, parent: u64, name: &str) -> Option<u64> {
+        let children = self.0.get_mut(&parent)?;
+        let ino = children.remove(name);
+        if children.is_empty() {
+            self.0.remove(&parent);
+        }
+        ino
+    }
+
+    fn children(&self, parent: u64) -> impl Iterator<Item = (&String, &u64)> {
+        self.0.get(&parent).into_iter().flatten()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (u64, &String, u64)> {
+        self.0
+            .iter()
+            .flat_map(|(p, c)| c.iter().map(move |(n, i)| (*p, n, *i)))
+    }
+}
+
 struct Inner {
-    nodes: HashMap<u64, Node>,
-    names: HashMap<(u64, String), u64>,
+    nodes: ByIno<Node>,
+    names: Names,
     next: u64,
 }
 
@@ -64,7 +102,7 @@ pub struct Inodes {
 
 impl Default for Inodes {
     fn default() -> Self {
-        let mut nodes = HashMap::new();
+        let mut nodes = ByIno::default();
         nodes.insert(
             ROOT,
             Node {
@@ -79,7 +117,7 @@ impl Default for Inodes {
         Inodes {
             inner: Mutex::new(Inner {
                 nodes,
-                names: HashMap::new(),
+                names: Names::default(),
                 next: ROOT + 1,
             }),
         }
@@ -111,7 +149,7 @@ impl Inner {
     }
 
     fn unlink(&mut self, parent: u64, name: &str) -> Option<u64> {
-        let ino = self.names.remove(&(parent, name.to_owned()))?;
+        let ino = self.names.remove(parent, name)?;
         if let Some(n) = self.nodes.get_mut(&ino) {
             n.linked = false;
         }
@@ -124,11 +162,11 @@ impl Inner {
             .nodes
             .get(&ino)
             .is_some_and(|n| n.lookups == 0 && n.open.is_none() && n.kind != Kind::Root);
-        if drop && let Some(n) = self.nodes.remove(&ino) {
-            let key = (n.parent, n.name);
-            if self.names.get(&key) == Some(&ino) {
-                self.names.remove(&key);
-            }
+        if drop
+            && let Some(n) = self.nodes.remove(&ino)
+            && self.names.get(n.parent, &n.name) == Some(ino)
+        {
+            self.names.remove(n.parent, &n.name);
         }
     }
 }
@@ -150,7 +188,7 @@ impl Inodes {
     /// The node the kernel knows under (parent, name), if any.
     pub fn find(&self, parent: u64, name: &str) -> Option<(u64, Kind)> {
         let g = self.inner.lock().expect("inodes");
-        let ino = *g.names.get(&(parent, name.to_owned()))?;
+        let ino = g.names.get(parent, name)?;
         g.nodes.get(&ino).map(|n| (ino, n.kind))
     }
 
@@ -159,8 +197,7 @@ impl Inodes {
     /// type).
     pub fn lookup(&self, parent: u64, name: &str, kind: Kind) -> u64 {
         let mut g = self.inner.lock().expect("inodes");
-        let k = (parent, name.to_owned());
-        if let Some(&ino) = g.names.get(&k) {
+        if let Some(ino) = g.names.get(parent, name) {
             let n = g.nodes.get_mut(&ino).expect("named node exists");
             if n.kind == kind {
                 n.lookups += 1;
@@ -181,7 +218,7 @@ impl Inodes {
                 open: None,
             },
         );
-        g.names.insert(k, ino);
+        g.names.insert(parent, name.to_owned(), ino);
         ino
     }
 
@@ -211,7 +248,7 @@ impl Inodes {
     /// Moves (parent, name) to (new_parent, new_name); whatever was there is unlinked.
     pub fn rename(&self, parent: u64, name: &str, new_parent: u64, new_name: &str) {
         let mut g = self.inner.lock().expect("inodes");
-        let Some(ino) = g.names.remove(&(parent, name.to_owned())) else {
+        let Some(ino) = g.names.remove(parent, name) else {
             return;
         };
         g.unlink(new_parent, new_name);
@@ -219,7 +256,7 @@ impl Inodes {
             n.parent = new_parent;
             n.name = new_name.to_owned();
         }
-        g.names.insert((new_parent, new_name.to_owned()), ino);
+        g.names.insert(new_parent, new_name.to_owned(), ino);
     }
 
     /// The open-file state of `ino` (made by `make` if there is none), with one more hold on
@@ -262,15 +299,14 @@ impl Inodes {
     pub fn pending_children(&self, parent: u64) -> Vec<(String, u64)> {
         let g = self.inner.lock().expect("inodes");
         g.names
-            .iter()
-            .filter(|((p, _), ino)| {
-                *p == parent
-                    && g.nodes
-                        .get(ino)
-                        .and_then(|n| n.open.as_ref())
-                        .is_some_and(|o| o.is_pending())
+            .children(parent)
+            .filter(|(_, ino)| {
+                g.nodes
+                    .get(ino)
+                    .and_then(|n| n.open.as_ref())
+                    .is_some_and(|o| o.is_pending())
             })
-            .map(|((_, name), ino)| (name.clone(), *ino))
+            .map(|(name, ino)| (name.clone(), *ino))
             .collect()
     }
 
@@ -279,7 +315,7 @@ impl Inodes {
         let g = self.inner.lock().expect("inodes");
         g.names
             .iter()
-            .map(|((parent, name), ino)| (*parent, name.clone(), *ino))
+            .map(|(parent, name, ino)| (parent, name.clone(), ino))
             .collect()
     }
 
@@ -290,7 +326,7 @@ impl Inodes {
         let mut out = vec![];
         let mut parent = ROOT;
         for name in std::iter::once(bucket).chain(key.split('/').filter(|s| !s.is_empty())) {
-            let Some(&ino) = g.names.get(&(parent, name.to_owned())) else {
+            let Some(ino) = g.names.get(parent, name) else {
                 break;
             };
             let kind = g.nodes.get(&ino).map_or(Kind::File, |n| n.kind);

@@ -82,11 +82,18 @@ fn parse_time(s: &str) -> Option<SystemTime> {
         None => (s, ""),
     };
     let secs: u64 = secs.parse().ok()?;
+    // At most 9 fraction digits count (nanoseconds); no allocation: this runs for every entry
+    // of a directory listing.
     let nanos = if frac.is_empty() {
         0
     } else {
-        let digits: String = frac.chars().take(9).collect();
-        let n: u32 = digits.parse().ok()?;
+        let digits = &frac.as_bytes()[..frac.len().min(9)];
+        if !digits.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        let n = digits
+            .iter()
+            .fold(0u32, |n, d| n * 10 + u32::from(d - b'0'));
         n * 10u32.pow(9 - digits.len() as u32)
     };
     // Checked: a stored mtime is user input (x-amz-meta-mtime), and a huge one must not panic
@@ -237,6 +244,14 @@ mod tests {
             Some(UNIX_EPOCH + Duration::from_secs(1_600_000_000))
         );
         assert_eq!(got.uid, None);
+        // Fractions: at most nanoseconds count; anything but digits is garbage.
+        let t = |s: &str| parse_time(s).map(|t| t.duration_since(UNIX_EPOCH).unwrap());
+        assert_eq!(t("12.5"), Some(Duration::new(12, 500_000_000)));
+        assert_eq!(t("12.1234567891"), Some(Duration::new(12, 123_456_789)));
+        assert_eq!(t("12."), Some(Duration::new(12, 0)));
+        assert_eq!(t("12.5x"), None);
+        assert_eq!(t("12.+5"), None);
+        assert_eq!(t("x.5"), None);
         // An mtime beyond what SystemTime holds is ignored, not a panic.
         let m = ObjectMeta {
             user: vec![("mtime".into(), "00014608122831670589796".into())],
