@@ -148,6 +148,30 @@ def test_bench_posix_variant_over_the_mount(tmp_path):
         srv.stop()
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/fuse"), reason="needs FUSE (root)")
+@local_only
+def test_posix_vs_local_benchmark_runs_every_row(tmp_path):
+    """A short `bench/posix_vs_local.py`: the mount, the local disk, the FUSE ceiling and the same
+    writes through the S3 door (one PUT, a torch.save through S3Checkpoint) each measured."""
+    pytest.importorskip("torch")
+    pytest.importorskip("s3torchconnector")
+    import sys
+    out = tmp_path / "pvl.json"
+    script = os.path.join(os.path.dirname(__file__), "..", "bench", "posix_vs_local.py")
+    p = subprocess.run([sys.executable, script, "--files", "200", "--threads", "4", "--big-mib", "8",
+                        "--ckpt-mib", "16", "--lode", lode_bin(), "--workdir", str(tmp_path / "w"),
+                        "--json", str(out)], capture_output=True, timeout=300)
+    assert p.returncode == 0, p.stderr.decode()[-3000:] + p.stdout.decode()[-3000:]
+    r = json.loads(out.read_text())
+    for side in ("local", "lode"):
+        for k in ("creates_per_s", "creates_fsync_per_s", "readdir_entries_per_s", "stat_cold_per_s",
+                  "seq_write_mib_s", "seq_read_mib_s", "torch_save_mib_s"):
+            assert r[side][k] > 0, (side, k)
+    assert r["lode_s3"]["s3_put_mib_s"] > 0 and r["lode_s3"]["torch_save_mib_s"] > 0
+    assert r["fuse_ceiling"]["readdir_entries_per_s"] > 0
+    assert b"torch.save 16 MiB vs S3Checkpoint" in p.stdout
+
+
 def test_bench_ceiling_serves_the_workloads(tmp_path):
     """`lode bench-ceiling` (the bare in-memory handler) answers every op the workloads send."""
     import socket
