@@ -399,6 +399,25 @@ def test_a_file_written_front_to_back_streams_into_chunks_and_other_writes_fall_
         assert free() == free0, "every streamed chunk is freed or committed"
 
 
+def test_files_past_the_streaming_limit_stage_locally_and_all_commit_whole(mounted, pb, ps3):
+    """At most 16 files stream into chunks at once; the next ones written front to back stage
+    locally (bounded memory), and every one commits whole."""
+    b, d = pb
+    blks = [os.urandom(1 << 20) for _ in range(18)]
+    fs = [open(os.path.join(d, f"w{i:02d}"), "wb", buffering=0) for i in range(18)]
+    for f, blk in zip(fs, blks):
+        f.write(blk)
+    assert staged_files(mounted) == 2, "the 17th and 18th file stage locally"
+    for f, blk in zip(fs, blks):
+        f.write(blk)
+        f.close()
+    assert staged_files(mounted) == 0
+    for i, blk in enumerate(blks):
+        obj = ps3.get_object(Bucket=b, Key=f"w{i:02d}")
+        assert obj["Body"].read() == blk * 2
+        assert obj["ETag"] == '"%s"' % hashlib.md5(blk * 2).hexdigest()
+
+
 @local_only
 def test_statfs_reports_the_datapath(mounted):
     st = os.statvfs(mounted.mnt)

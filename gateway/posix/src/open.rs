@@ -43,10 +43,12 @@ pub const IN_MEMORY: u64 = 256 << 10;
 pub const MEMORY_BUDGET: u64 = 256 << 20;
 
 /// At most this many files stream into chunks at once (past that, a file stages locally): each
-/// holds a chunk buffer and a few pieces in flight.
-pub const MAX_STREAMS: usize = 64;
+/// holds up to [`STREAM_DEPTH`] pieces of at most 1 MiB (the mount's `max_write`) on their way,
+/// and the take-in's chunk buffers (a chunk filling, and up to four in flight to the device):
+/// about 30 MiB of memory a stream at most, 0.5 GiB for all.
+pub const MAX_STREAMS: usize = 16;
 /// Pieces of a streaming file in flight between the FUSE thread and the object service.
-const STREAM_DEPTH: usize = 16;
+const STREAM_DEPTH: usize = 8;
 
 static STREAMS: AtomicUsize = AtomicUsize::new(0);
 
