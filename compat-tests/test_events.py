@@ -828,11 +828,28 @@ def test_core_nats_subscribers_get_events(tmp_path):
         ns.stop()
 
 
+def rabbit_definitions(queues):
+    """Definitions with the default vhost and guest user (an import at boot replaces their
+    creation) and the durable `queues`."""
+    import base64
+    import hashlib
+    salt = os.urandom(4)
+    pw = base64.b64encode(salt + hashlib.sha256(salt + b"guest").digest()).decode()
+    return {
+        "vhosts": [{"name": "/"}],
+        "users": [{"name": "guest", "password_hash": pw, "hashing_algorithm": "rabbit_password_hashing_sha256",
+                   "tags": ["administrator"]}],
+        "permissions": [{"user": "guest", "vhost": "/", "configure": ".*", "write": ".*", "read": ".*"}],
+        "queues": [{"name": q, "vhost": "/", "durable": True, "auto_delete": False, "arguments": {}}
+                   for q in queues],
+    }
+
+
 class RabbitServer:
     """Debian's rabbitmq-server as its own node (own port, data and logs under `directory`);
     `stop()`/`start()` keep its data, so durable queues and persistent messages stay."""
 
-    def __init__(self, directory, tls=None):
+    def __init__(self, directory, tls=None, queues=()):
         import socket
         with socket.socket() as s, socket.socket() as d, socket.socket() as t:
             s.bind(("127.0.0.1", 0))
@@ -846,7 +863,14 @@ class RabbitServer:
             f.write("[].\n")
         # tls: (ca, cert, key) PEM files; the broker then also listens for amqps on tls_port.
         self.config = os.path.join(self.dir, "rabbitmq.conf")
+        # Durable queues the test needs are broker definitions, imported at every boot (as a
+        # deployment declares them): a node killed with SIGKILL a moment after a client declared
+        # a queue has come back without it (Mnesia had not written it yet; seen once in CI).
+        defs = os.path.join(self.dir, "definitions.json")
+        with open(defs, "w") as f:
+            json.dump(rabbit_definitions(queues), f)
         with open(self.config, "w") as f:
+            f.write(f"load_definitions = {defs}\n")
             if tls:
                 f.write(f"listeners.ssl.default = 127.0.0.1:{self.tls_port}\n"
                         f"ssl_options.cacertfile = {tls[0]}\nssl_options.certfile = {tls[1]}\n"
@@ -908,7 +932,7 @@ needs_rabbit = pytest.mark.skipif(not os.path.exists("/usr/lib/rabbitmq/bin/rabb
 
 @needs_rabbit
 def test_amqp_queue_gets_every_event_across_a_broker_outage(tmp_path):
-    mq = RabbitServer(str(tmp_path)).start()
+    mq = RabbitServer(str(tmp_path), queues=["lode-events"]).start()
     toml = ('[notify.mq]\ntype = "amqp"\nurl = "%s"\nrouting_key = "lode-events"\ntimeout_secs = 3\n' % mq.url)
     srv = start_server(tmp_path, toml)
     try:
