@@ -8,7 +8,6 @@
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use futures::StreamExt;
 use lode_catalog::{
     BucketRecord, ListPage, ListQuery, ObjectMeta, ObjectRecord, ObjectSummary, Segment,
 };
@@ -242,10 +241,7 @@ impl ObjectService {
         let mut h = self.open_object(bucket, key).await?;
         self.unlock(&mut h, None).await?;
         let size = h.record.size.min(limit);
-        let mut s = std::pin::pin!(self.read_range(h, 0, size));
-        while let Some(piece) = s.next().await {
-            sink(&piece?).map_err(|e| ObjError::Internal(format!("copy-in: {e}")))?;
-        }
+        self.feed(h, size, &mut sink).await?;
         Ok(size)
     }
 

@@ -271,22 +271,6 @@ pub struct TakenIn {
     sse: Option<(lode_catalog::Sse, Arc<crate::sse::DataKey>)>,
 }
 
-impl TakenIn {
-    /// Its size in bytes.
-    pub fn size(&self) -> u64 {
-        self.ing.size
-    }
-}
-
-impl std::fmt::Debug for TakenIn {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TakenIn")
-            .field("size", &self.ing.size)
-            .field("sealed", &self.sse.is_some())
-            .finish()
-    }
-}
-
 /// MD5 of a body: inline for small bodies; once a body turns out large, on a thread of its own
 /// fed through a bounded channel, so hashing overlaps receiving and the device writes. That
 /// thread runs at a lower CPU priority ([`BULK_NICE`]): when the cores are busy, small requests'
@@ -1744,9 +1728,20 @@ impl ObjectService {
             key: taken.sse.as_ref().map(|(_, k)| Arc::clone(k)),
         };
         let size = taken.ing.size;
+        self.feed(h, size, &mut sink).await
+    }
+
+    /// Feeds the first `size` bytes of `h` to `sink` piece by piece (a sink's error is
+    /// `Internal`: a local copy failed).
+    pub(crate) async fn feed(
+        &self,
+        h: ObjectHandle,
+        size: u64,
+        sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> ObjResult<()> {
         let mut s = std::pin::pin!(self.read_range(h, 0, size));
         while let Some(piece) = s.next().await {
-            sink(&piece?).map_err(|e| ObjError::Internal(format!("copy-out: {e}")))?;
+            sink(&piece?).map_err(|e| ObjError::Internal(format!("local copy: {e}")))?;
         }
         Ok(())
     }

@@ -169,6 +169,18 @@ impl Staging {
         }
     }
 
+    /// A sink that writes the pieces it gets one after another from the start (a copy in from
+    /// the store).
+    fn filler<'a>(&'a mut self, dir: &'a Path) -> impl FnMut(&[u8]) -> std::io::Result<()> + 'a {
+        let mut off = 0u64;
+        move |piece| {
+            self.write_at(dir, piece, off)
+                .inspect_err(|e| staging_error(dir, e))?;
+            off += piece.len() as u64;
+            Ok(())
+        }
+    }
+
     /// The content, when it is in memory (its budget goes back); otherwise `self` again.
     fn into_mem(mut self) -> Result<Vec<u8>, Self> {
         match &mut self.0 {
@@ -391,15 +403,8 @@ pub async fn stage(
                 d.meta = rec.meta.clone();
                 // A new version: the old one's object lock stays with it.
                 d.meta.lock = Default::default();
-                let mut off = 0u64;
                 size = svc
-                    .read_prefix(bucket, key, limit, |piece| {
-                        st.write_at(staging_dir, piece, off).inspect_err(|e| {
-                            staging_error(staging_dir, e);
-                        })?;
-                        off += piece.len() as u64;
-                        Ok(())
-                    })
+                    .read_prefix(bucket, key, limit, st.filler(staging_dir))
                     .await
                     .map_err(|e| e.errno())?;
             }
@@ -492,21 +497,29 @@ fn start_stream(
     }
 }
 
-/// The stream failed: why, as an errno, which every later write, flush and fsync of the file
-/// answers too.
+const STREAM_FAILED: &str = "a file streaming into chunks failed";
+
+/// The content of `d` is lost to `e`: logged, and its errno is what every later write, flush
+/// and fsync of the file answers.
+fn lose(d: &mut FileData, e: &lode_objects::ObjError, what: &str) -> i32 {
+    tracing::warn!(error = %e, "{what}");
+    let n = e.errno();
+    d.failed = Some(n);
+    n
+}
+
+/// The stream refused a piece: the take-in failed, and why is its errno.
 async fn fail(d: &mut FileData) -> i32 {
-    let e = match d.stream.take() {
-        Some(s) => match s.finish().await {
-            Err(e) => {
-                tracing::warn!(error = %e, "a file streaming into chunks failed");
-                e.errno()
-            }
-            Ok(_) => libc::EIO,
-        },
-        None => libc::EIO,
+    let Some(s) = d.stream.take() else {
+        return libc::EIO;
     };
-    d.failed = Some(e);
-    e
+    match s.finish().await {
+        Err(e) => lose(d, &e, STREAM_FAILED),
+        Ok(_) => {
+            d.failed = Some(libc::EIO);
+            libc::EIO
+        }
+    }
 }
 
 /// Turns a streaming file back into a staged copy (a write not at its end, a read, a
@@ -521,39 +534,27 @@ async fn unstream(
     if let Some(e) = d.failed {
         return Err(e);
     }
-    if d.stream.is_none() {
+    let Some(s) = d.stream.take() else {
         return Ok(());
-    }
+    };
     if keep == 0 {
-        d.stream = None;
+        drop(s);
         d.staging = Some(Staging::new());
         d.size = 0;
         return Ok(());
     }
-    let s = d.stream.take().expect("streaming");
     let taken = match s.finish().await {
         Ok(t) => t,
-        Err(e) => {
-            tracing::warn!(error = %e, "a file streaming into chunks failed");
-            d.failed = Some(e.errno());
-            return Err(e.errno());
-        }
+        Err(e) => return Err(lose(d, &e, STREAM_FAILED)),
     };
     let mut st = Staging::new();
-    let mut off = 0u64;
-    let read = svc
-        .read_taken(&taken, |piece| {
-            st.write_at(staging_dir, piece, off).inspect_err(|e| {
-                staging_error(staging_dir, e);
-            })?;
-            off += piece.len() as u64;
-            Ok(())
-        })
-        .await;
+    let read = svc.read_taken(&taken, st.filler(staging_dir)).await;
     if let Err(e) = read {
-        tracing::warn!(error = %e, "cannot read back a file that was streaming into chunks");
-        d.failed = Some(e.errno());
-        return Err(e.errno());
+        return Err(lose(
+            d,
+            &e,
+            "cannot read back a file that was streaming into chunks",
+        ));
     }
     d.staging = Some(st);
     Ok(())
@@ -629,10 +630,12 @@ pub async fn commit(
                 Ok(())
             }
             Err(e) => {
-                tracing::warn!(bucket, key, error = %e, "POSIX commit failed");
-                d.failed = Some(e.errno());
                 of.set_dirty(false);
-                Err(e.errno())
+                Err(lose(
+                    d,
+                    &e,
+                    &format!("POSIX commit of {bucket}/{key} failed"),
+                ))
             }
         };
     }
