@@ -12,21 +12,28 @@
 //! gateway run journals what it is about to write, in append logs of the index pool,
 //! `lode.intent.<incarnation:08x>.<generation:08x>`, 20-byte records:
 //! * an **intent** (before the first chunk of a block is written): a block of up to
-//!   [`BLOCK`] chunk names (one millisecond, consecutive sequence numbers) a writer reserves;
-//! * a **mark** (in `finish`, once every chunk is written, before the catalog commit that names
-//!   them): the block's chunks may be committed, so they are never swept.
+//!   [`BLOCK`] chunk names (one millisecond, consecutive sequence numbers) a writer reserves.
+//!   Intents are journaled ahead of need, [`AHEAD`] blocks in one append, so a write takes a
+//!   block whose intent is already durable and sends its first chunk at once; a block left
+//!   unused for 30 s (or a quarter of `dead_after`) is dropped, never used;
+//! * a **mark** (in `finish`, sent with the write's last chunks, durable before the catalog
+//!   commit that names them): the block's chunks may be committed, so they are never swept.
 //!
 //! Every run keeps `lode.alive.<incarnation>` fresh (its collector writes the time there every
 //! pass). Any gateway's collector that finds a run silent for [`RadosBlobConfig::dead_after`]
 //! sweeps its journal: it first **claims** each log (`lode.state`: `live` -> `swept`), then
-//! removes the chunks of every block that has an intent and no mark, then the log. Every
+//! removes the chunks of every block that has an intent and no mark (the names of a block
+//! journaled ahead and never used are not there: nothing to remove), then the log. Every
 //! append of a run is guarded by `cmpxattr lode.state == live`, so a run that was only paused
-//! (SIGSTOP, a network partition) and comes back fails its next mark, and its write fails
-//! instead of committing chunks that were swept. A gateway killed between a mark and its
-//! commit (milliseconds) leaves that write's chunks as orphans for `lode fsck --cluster
-//! --repair`. A live run removes a generation of its journal once it is no longer current and
-//! no writer that journaled in it is still open. Cost: one journal append before a write's
-//! first chunk (and every [`BLOCK`] chunks) and one at its end; none for inline objects.
+//! (SIGSTOP, a network partition) and comes back fails its next mark (or intent: its blocks
+//! journaled ahead are stale by then), and its write fails instead of committing chunks that
+//! were swept. A gateway killed after a mark and before its commit (the last chunk's write
+//! and the commit: milliseconds) leaves that write's chunks as orphans for `lode fsck
+//! --cluster --repair`. A live run removes a generation of its journal once it is no longer
+//! current and no writer (or block journaled ahead) that journaled in it is still open.
+//! Cost: one journal append at a write's end, sent beside its last chunk (none for inline
+//! objects); the intents' appends are off the write's path while blocks are ready (one append
+//! per [`AHEAD`] writes).
 //!
 //! # Released chunks: the GC queue
 //! Released chunks are removed after a grace period, so that readers on any gateway (which
@@ -52,7 +59,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use lode_blob::{
@@ -96,6 +103,12 @@ const ALIVE_MS: &str = "lode.alive";
 const STATE: &str = "lode.state";
 /// Chunk names one journal intent reserves.
 pub const BLOCK: u32 = 16;
+/// Blocks of chunk names journaled ahead of need (a write's first chunk then waits for no
+/// journal append).
+const AHEAD: usize = 32;
+/// A block journaled ahead is used within this long of its journaling (or a quarter of
+/// `dead_after`, if less), else dropped.
+const AHEAD_FRESH: Duration = Duration::from_secs(30);
 /// Journal record kinds.
 const INTENT: u32 = 1;
 const MARK: u32 = 2;
@@ -201,6 +214,12 @@ struct Inner {
     journal: std::sync::Mutex<Journal>,
     /// Held by the task writing the journal's queued appends.
     flush_lock: tokio::sync::Mutex<()>,
+    /// Blocks journaled ahead of need, with when.
+    ahead: std::sync::Mutex<VecDeque<(Block, Instant)>>,
+    /// A task (or a waiting writer) is journaling blocks ahead.
+    refilling: std::sync::atomic::AtomicBool,
+    /// Writes that found no block ready and waited for a journal append.
+    journal_waits: AtomicU64,
     /// The liveness record exists (written before the first intent).
     alive: tokio::sync::OnceCell<()>,
     /// Bytes appended to this run's GC logs (the generation is `gc_bytes / GC_ROLL`).
@@ -260,6 +279,9 @@ impl RadosBlobStore {
                 seq: AtomicU64::new(0),
                 journal: Default::default(),
                 flush_lock: tokio::sync::Mutex::new(()),
+                ahead: Default::default(),
+                refilling: Default::default(),
+                journal_waits: AtomicU64::new(0),
                 alive: tokio::sync::OnceCell::new(),
                 gc_bytes: AtomicU64::new(0),
                 collector: std::sync::Once::new(),
@@ -279,6 +301,12 @@ impl RadosBlobStore {
     /// One collector pass over every GC log of the namespace, now.
     pub async fn collect_once(&self) -> Result<GcPass, RadosError> {
         self.inner.collect_once().await
+    }
+
+    /// How many writes found no block of chunk names journaled ahead and waited for the
+    /// journal append before their first chunk.
+    pub fn journal_waits(&self) -> u64 {
+        self.inner.journal_waits.load(Ordering::Relaxed)
     }
 }
 
@@ -326,10 +354,97 @@ fn record(kind: u32, base: u64, count: u32) -> Vec<u8> {
 }
 
 impl Inner {
-    /// Reserves a block of [`BLOCK`] chunk names (one millisecond, consecutive sequence
-    /// numbers) and journals the intent, durably, before any of them is written. Returns the
-    /// block with the generation the writer is now counted in.
-    async fn reserve(&self, counted: &mut Vec<u32>) -> Result<Block, ChunkError> {
+    /// A block of [`BLOCK`] chunk names whose intent is durable, for a writer counted in the
+    /// journal generations `counted`. Blocks are journaled ahead of need ([`AHEAD`] at a
+    /// time, in one append): a write takes one that is ready and its first chunk goes out at
+    /// once; only when none is ready does it wait for the append, which journals the next
+    /// blocks with its own.
+    async fn reserve(self: &Arc<Self>, counted: &mut Vec<u32>) -> Result<Block, ChunkError> {
+        let b = match self.take_ahead() {
+            Some(b) => {
+                self.refill();
+                b
+            }
+            None => {
+                self.journal_waits.fetch_add(1, Ordering::Relaxed);
+                let lead = !self.refilling.swap(true, Ordering::AcqRel);
+                let r = self.journal_blocks(if lead { 1 + AHEAD } else { 1 }).await;
+                if lead {
+                    self.refilling.store(false, Ordering::Release);
+                }
+                let mut blocks = r?.into_iter();
+                let b = blocks.next().expect("one block at least");
+                let now = Instant::now();
+                self.ahead
+                    .lock()
+                    .expect("ahead")
+                    .extend(blocks.map(|b| (b, now)));
+                b
+            }
+        };
+        // The block's hold on its generation passes to the writer (one per writer).
+        if counted.contains(&b.generation) {
+            self.writer_done(&[b.generation]);
+        } else {
+            counted.push(b.generation);
+        }
+        Ok(b)
+    }
+
+    /// A block journaled ahead, if one is fresh (its names carry the time it was reserved,
+    /// which `lode fsck --cluster` reads as the chunk's age; and a run paused past
+    /// `dead_after` must journal anew, so that its swept journal fails the write before any
+    /// chunk is written). Stale ones are dropped.
+    fn take_ahead(self: &Arc<Self>) -> Option<Block> {
+        let fresh = self.cfg.dead_after.min(AHEAD_FRESH * 4) / 4;
+        let mut stale = vec![];
+        let b = {
+            let mut ahead = self.ahead.lock().expect("ahead");
+            loop {
+                match ahead.pop_front() {
+                    Some((b, at)) if at.elapsed() < fresh => break Some(b),
+                    Some((b, _)) => stale.push(b.generation),
+                    None => break None,
+                }
+            }
+        };
+        self.writer_done(&stale);
+        b
+    }
+
+    /// Tops the blocks journaled ahead up to [`AHEAD`], in the background.
+    fn refill(self: &Arc<Self>) {
+        if self.ahead.lock().expect("ahead").len() * 2 > AHEAD
+            || self.refilling.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let Ok(h) = tokio::runtime::Handle::try_current() else {
+            self.refilling.store(false, Ordering::Release);
+            return;
+        };
+        let me = Arc::clone(self);
+        h.spawn(async move {
+            let n = AHEAD.saturating_sub(me.ahead.lock().expect("ahead").len());
+            match me.journal_blocks(n.max(1)).await {
+                Ok(blocks) => {
+                    let now = Instant::now();
+                    me.ahead
+                        .lock()
+                        .expect("ahead")
+                        .extend(blocks.into_iter().map(|b| (b, now)));
+                }
+                Err(e) => tracing::debug!(error = %e, "journaling chunk names ahead failed"),
+            }
+            me.refilling.store(false, Ordering::Release);
+        });
+    }
+
+    /// Reserves `n` blocks of [`BLOCK`] chunk names (one millisecond, consecutive sequence
+    /// numbers each) and journals their intents, durably, in one append. Each block holds its
+    /// journal generation (counted open) until a writer takes that hold over or it is dropped;
+    /// on error the holds are let go here.
+    async fn journal_blocks(self: &Arc<Self>, n: usize) -> Result<Vec<Block>, ChunkError> {
         self.alive
             .get_or_try_init(|| async {
                 self.heartbeat().await.map_err(io_err)?;
@@ -337,36 +452,52 @@ impl Inner {
             })
             .await?;
         let ms = now_ms();
-        let seq = loop {
-            let s = self.seq.fetch_add(u64::from(BLOCK), Ordering::Relaxed) & 0xf_ffff;
-            // A block never wraps the 20-bit sequence inside one name's millisecond.
-            if s + u64::from(BLOCK) <= 0x10_0000 {
-                break s;
-            }
-        };
-        let base = (ms << 20) | seq;
-        let (generation, done) = {
+        let mut blocks = Vec::with_capacity(n);
+        let mut waits = Vec::with_capacity(n);
+        {
             // The generation, whether this append creates its log, and the queue position are
             // decided together: a log's creating append is queued before any other of it.
             let mut j = self.journal.lock().expect("journal");
-            let g = (j.bytes / JOURNAL_ROLL) as u32;
-            j.bytes += GC_REC as u64;
-            if !counted.contains(&g) {
+            for _ in 0..n {
+                let seq = loop {
+                    let s = self.seq.fetch_add(u64::from(BLOCK), Ordering::Relaxed) & 0xf_ffff;
+                    // A block never wraps the 20-bit sequence inside one name's millisecond.
+                    if s + u64::from(BLOCK) <= 0x10_0000 {
+                        break s;
+                    }
+                };
+                let base = (ms << 20) | seq;
+                let g = (j.bytes / JOURNAL_ROLL) as u32;
+                j.bytes += GC_REC as u64;
                 *j.open.entry(g).or_default() += 1;
-                counted.push(g);
+                let create = j.created.insert(g);
+                waits.push(Self::enqueue(
+                    &mut j,
+                    g,
+                    create,
+                    record(INTENT, base, BLOCK),
+                ));
+                blocks.push(Block {
+                    base,
+                    used: 0,
+                    generation: g,
+                });
             }
-            let create = j.created.insert(g);
-            (
-                g,
-                Self::enqueue(&mut j, g, create, record(INTENT, base, BLOCK)),
-            )
-        };
-        self.append(done).await?;
-        Ok(Block {
-            base,
-            used: 0,
-            generation,
-        })
+        }
+        let mut failed = None;
+        for w in waits {
+            if let Err(e) = self.append(w).await {
+                failed.get_or_insert(e);
+            }
+        }
+        match failed {
+            None => Ok(blocks),
+            Some(e) => {
+                let held: Vec<u32> = blocks.iter().map(|b| b.generation).collect();
+                self.writer_done(&held);
+                Err(e)
+            }
+        }
     }
 
     /// Marks `blocks` as written (their chunks may be committed now: never swept).
@@ -882,9 +1013,12 @@ impl BlobWriter for Writer {
     async fn finish(
         mut self: Box<Self>,
     ) -> Result<(Vec<ChunkRef>, Box<dyn PendingBlobs>), ChunkError> {
-        self.drain().await?;
-        // Journaled as written before the catalog commit names them (never swept after).
-        self.inner.mark(&self.blocks).await?;
+        // Journaled as written before the catalog commit names them (never swept after), sent
+        // with the last chunks' writes rather than after them: the commit waits for both.
+        let (inner, blocks) = (Arc::clone(&self.inner), self.blocks.clone());
+        let (written, marked) = tokio::join!(self.drain(), inner.mark(&blocks));
+        written?;
+        marked?;
         let chunks = std::mem::take(&mut self.done);
         Ok((
             chunks.clone(),

@@ -223,3 +223,52 @@ async fn chunks_of_writes_cut_off_by_a_dead_gateway_are_swept() {
     );
     assert!(late.finish().await.is_err(), "a swept run's mark must fail");
 }
+
+/// A write takes a block of chunk names whose intent was journaled ahead, so its first chunk
+/// waits for no journal append: only the first write of a run (and one after the blocks went
+/// stale) waits. A stale block is never used: its names would carry an old time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_take_chunk_names_journaled_ahead_and_never_stale_ones() {
+    let Some((s, _io, gc)) = store(Duration::from_secs(1)).await else {
+        return;
+    };
+    let write = |n: u8| {
+        let s = &s;
+        async move {
+            let mut b = AlignedBuf::with_capacity(4096);
+            b.extend_from_slice(&[n; 4096]);
+            let mut w = s.writer(1);
+            w.push(b).await.unwrap();
+            let (chunks, p) = w.finish().await.unwrap();
+            p.commit();
+            chunks[0]
+        }
+    };
+    for n in 0..10 {
+        write(n).await;
+    }
+    assert_eq!(
+        s.journal_waits(),
+        1,
+        "only the run's first write waits for an intent"
+    );
+    // dead_after is 3 s here: a block journaled ahead is fresh for 0.75 s.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let c = write(10).await;
+    assert_eq!(s.journal_waits(), 2, "stale blocks are dropped, not used");
+    assert!(
+        c.id.index >> 20 >= before,
+        "the chunk's name carries the time of its block's intent"
+    );
+    assert_eq!(s.read(&c).await.unwrap()[0], 10);
+    assert!(
+        !gc.list_objects(Some("lode.intent."))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}

@@ -54,6 +54,11 @@ impl Failpoints {
         })
     }
 
+    /// Whether any failpoint is armed.
+    pub fn armed(&self) -> bool {
+        self.inner.armed.load(Ordering::Relaxed)
+    }
+
     /// Passes `name`; aborts the process when it is armed and its count runs out.
     pub fn hit(&self, name: &str) {
         if !self.inner.armed.load(Ordering::Relaxed) {
