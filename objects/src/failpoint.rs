@@ -61,7 +61,7 @@ impl Failpoints {
 
     /// Passes `name`; aborts the process when it is armed and its count runs out.
     pub fn hit(&self, name: &str) {
-        if !self.inner.armed.load(Ordering::Relaxed) {
+        if !self.armed() {
             return;
         }
         for (n, left) in &self.inner.points {
