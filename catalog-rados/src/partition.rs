@@ -31,7 +31,10 @@
 //!    token applied per log entry.
 //! 4. **Seal**: one op on P sets `hi = split`, `next = Q` and bumps the epoch. Commits of keys
 //!    at or above the split key now fail their guard, re-read, and follow `next` to Q, where
-//!    they wait (milliseconds) while Q is `building`.
+//!    they wait (milliseconds) while Q is `building`. The same op shortens the claim to the
+//!    sealed lease (5 s): what is left is two ops, and a split whose gateway died here must
+//!    not hold writes of the moved range for the whole lease. Waiting readers and writers ask
+//!    every second whether the claim ran out, and then finish the split themselves.
 //! 5. **Final catch-up**: the log is frozen now (no key at or above the split key can be
 //!    written in P); apply every entry whose token changed since it was applied.
 //! 6. **Activate** Q (remove `building`), then **clean** P: `omap_rm_range` of the moved ranges
@@ -86,6 +89,11 @@ const COPY_BYTES: usize = 4 << 20;
 /// Reading a partition that is being activated waits at most this long before it tries to
 /// finish the split itself (if its claim ran out).
 const WAIT_STEP_MS: u64 = 5;
+/// A sealed split's claim runs this long at most ([`PartitionConfig::sealed_lease`]).
+const SEALED_LEASE: Duration = Duration::from_secs(5);
+/// A read waiting for a new partition to be activated asks this often whether the split's
+/// claim ran out (its gateway died), and then finishes the split itself.
+const TAKEOVER_CHECK: Duration = Duration::from_secs(1);
 
 /// How a bucket's index is partitioned.
 #[derive(Debug, Clone)]
@@ -108,6 +116,13 @@ impl Default for PartitionConfig {
 }
 
 impl PartitionConfig {
+    /// How long a sealed split's claim runs: writes of the moved range wait while the new
+    /// partition builds, and what is left after the seal is two ops, so a split whose gateway
+    /// died there is taken over this soon (not after the whole copy's lease).
+    pub(crate) fn sealed_lease(&self) -> Duration {
+        self.split_lease.min(SEALED_LEASE)
+    }
+
     fn check_every(&self) -> u64 {
         (self.split_keys / 8).max(1)
     }
@@ -430,6 +445,7 @@ impl Inner {
             .unwrap_or_else(|| first.clone());
         let start = Instant::now();
         let mut waited = 0u64;
+        let mut checked = start;
         loop {
             let r = match self.io.operate_read(&oid, op().getxattrs()).await {
                 Err(e) if e.is_not_found() => {
@@ -458,9 +474,10 @@ impl Inner {
                 self.resolve_closing(bucket, &oid, &part).await?
             } else if part.building {
                 if let Some(parent) = &part.parent
-                    && start.elapsed() > self.cfg.split_lease
+                    && checked.elapsed() >= TAKEOVER_CHECK
                 {
                     // Its split may have died: finish it (a no-op while its claim holds).
+                    checked = Instant::now();
                     if let Err(e) = self.finish_split(bucket, parent).await {
                         tracing::warn!(
                             bucket,
@@ -1113,7 +1130,7 @@ impl Inner {
             "finishing a split whose claim ran out"
         );
         let builder = token();
-        let deadline = now_ms() + self.cfg.split_lease.as_millis() as i64;
+        let deadline = now_ms() + self.cfg.sealed_lease().as_millis() as i64;
         let raw = Claim::encode(&old.split, &old.to, &builder, deadline);
         let op = WriteOp::new()
             .cmpxattr(SPLIT, CmpOp::Eq, &old.raw)
@@ -1129,6 +1146,7 @@ impl Inner {
             .map_err(err)?;
         let qpart = Part::of(&q);
         let mut b = Builder::new(self, bucket, oid, claim, part);
+        b.sealed = true;
         if qpart.building {
             // Q's builder as read (a takeover cut short may have left an older one there);
             // P's claim, swapped above, already fences out any other takeover.
@@ -1158,6 +1176,8 @@ struct Builder<'a> {
     /// The token applied per log key.
     applied: HashMap<Vec<u8>, Bytes>,
     renewed: Instant,
+    /// P is sealed (its claim runs for the sealed lease).
+    sealed: bool,
 }
 
 impl<'a> Builder<'a> {
@@ -1170,6 +1190,7 @@ impl<'a> Builder<'a> {
             part,
             applied: HashMap::new(),
             renewed: Instant::now(),
+            sealed: false,
         }
     }
 
@@ -1187,12 +1208,17 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// Renews the claim when a third of the lease has passed.
+    /// Renews the claim when a third of the lease has passed (the sealed lease once sealed).
     async fn renew(&mut self) -> Result<()> {
-        if self.renewed.elapsed() < self.inner.cfg.split_lease / 3 {
+        let lease = if self.sealed {
+            self.inner.cfg.sealed_lease()
+        } else {
+            self.inner.cfg.split_lease
+        };
+        if self.renewed.elapsed() < lease / 3 {
             return Ok(());
         }
-        let deadline = now_ms() + self.inner.cfg.split_lease.as_millis() as i64;
+        let deadline = now_ms() + lease.as_millis() as i64;
         let raw = Claim::encode(
             &self.claim.split,
             &self.claim.to,
@@ -1351,7 +1377,8 @@ impl<'a> Builder<'a> {
     }
 
     /// Seals P: its range ends at the split key and `next` names Q; the epoch bump makes
-    /// every commit that read the old range read again.
+    /// every commit that read the old range read again. The same op shortens the claim to
+    /// [`PartitionConfig::sealed_lease`]: from now on writes of the moved range wait for Q.
     async fn seal(&mut self) -> Result<()> {
         for _ in 0..crate::RETRIES {
             let r = self
@@ -1360,13 +1387,24 @@ impl<'a> Builder<'a> {
                 .await
                 .map_err(err)?;
             let p = Part::of(&r);
+            let deadline = now_ms() + self.inner.cfg.sealed_lease().as_millis() as i64;
+            let raw = Claim::encode(
+                &self.claim.split,
+                &self.claim.to,
+                &self.claim.builder,
+                deadline,
+            );
             let op = WriteOp::new()
                 .cmpxattr(SPLIT, CmpOp::Eq, &self.claim.raw)
                 .cmpxattr(EPOCH, CmpOp::Eq, &p.epoch)
                 .setxattr(EPOCH, next_epoch(&p.epoch))
                 .setxattr(HI, &self.claim.split)
-                .setxattr(NEXT, self.claim.to.as_bytes());
+                .setxattr(NEXT, self.claim.to.as_bytes())
+                .setxattr(SPLIT, &raw);
             if self.inner.try_write_at(self.oid, op).await? {
+                self.claim = Claim::decode(&raw).expect("encoded above");
+                self.renewed = Instant::now();
+                self.sealed = true;
                 self.inner.routes.learn(
                     self.bucket,
                     self.claim.split.clone(),

@@ -825,6 +825,57 @@ async fn a_takeover_cut_short_is_taken_over_again() {
     assert_eq!(list_all(&live, "r", 6).await, want);
 }
 
+/// A split whose gateway died after the seal holds the writes of the moved range only for the
+/// sealed lease (5 s), not the copy's lease (30 s here): the seal shortened the claim, and a
+/// writer waiting for the new partition finishes the split itself once the claim ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sealed_split_holds_its_range_only_for_the_sealed_lease() {
+    let Some(c) = cluster().await else { return };
+    let ns = namespace("sealed");
+    let lease = Duration::from_secs(30);
+    let dead = partitioned(&c, &ns, 1_000_000, lease).await;
+    let live = partitioned(&c, &ns, 1_000_000, lease).await;
+    let io = io_of(&c, &ns).await;
+    live.create_bucket("s", bucket_rec()).await.unwrap();
+    for i in 0..20 {
+        let key = format!("k{i:02}");
+        put_rec(&live, "s", &key, &key).await.unwrap();
+    }
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    assert!(
+        dead.split_until("s", "k10", SplitStop::Sealed)
+            .await
+            .unwrap()
+    );
+    let x = io
+        .operate_read("lode.idx.s", lode_rados::ReadOp::new().getxattrs())
+        .await
+        .unwrap();
+    let claim = String::from_utf8(x.xattr("lode.split").unwrap().to_vec()).unwrap();
+    let deadline: i64 = claim.rsplit('|').next().unwrap().parse().unwrap();
+    assert!(
+        deadline <= before + 5_000 + 2_000 && deadline >= before + 4_000,
+        "the sealed claim runs for the sealed lease: {claim} (sealed at about {before})"
+    );
+    // A write in the moved range waits for Q, then finishes the split and lands.
+    put_rec(&live, "s", "k15", "new").await.unwrap();
+    assert_eq!(live.get("s", "k15").await.unwrap().unwrap().etag, "new");
+    let parts = settled(&live, "s").await;
+    assert_eq!(parts.len(), 2);
+    assert_clean_partitions(&io, &parts).await;
+    let want: Vec<(String, String)> = (0..20)
+        .map(|i| {
+            let k = format!("k{i:02}");
+            let v = if i == 15 { "new".to_owned() } else { k.clone() };
+            (k, v)
+        })
+        .collect();
+    assert_eq!(list_all(&live, "s", 6).await, want);
+}
+
 /// Concurrent commits of new keys go as group commits (one op per partition for the keys
 /// waiting): among racing commits of one key exactly one sees it absent, whether the others
 /// carry `If-None-Match: *` (then they fail) or not (then they replace it and return the
