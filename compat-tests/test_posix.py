@@ -657,6 +657,39 @@ def test_collision_across_a_listing_page_boundary(pb, ps3):
     assert os.path.isdir(os.path.join(d, "f0999"))
 
 
+def test_a_directory_of_many_pages_is_listed_ahead_and_whole(pb, ps3):
+    """A directory of more than a page is listed ahead of the kernel's reads, at most 16 pages
+    (of 1000) ahead. Every name comes once, in a listing read straight through and in one whose
+    reader stops for longer than the lister waits for it (5 s: it stops, so a handle left
+    open unread holds no thread, and the reader lists on from where it stopped). Cluster mode
+    lists the same way over the RADOS catalog; there the directory has 2,500 names (its
+    creates are slower), so the lister never fills its window."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    b, d = pb
+    n = 2_500 if CLUSTER_MODE else 17_500
+    names = [f"n{i:05d}" for i in range(n)]
+
+    def make(name):
+        with open(os.path.join(d, name), "wb"):
+            pass
+
+    with ThreadPoolExecutor(8) as ex:
+        list(ex.map(make, names))
+    os.mkdir(os.path.join(d, "n01000.d"))
+    want = sorted(names + ["n01000.d"])
+    listed = os.listdir(d)
+    assert len(listed) == len(set(listed)) and sorted(listed) == want
+    with os.scandir(d) as it:
+        first = [next(it).name for _ in range(10)]
+        time.sleep(6)
+        rest = [e.name for e in it]
+    got = first + rest
+    assert len(got) == len(set(got)), "a name came twice"
+    assert sorted(got) == want
+    assert [e for e in got if os.path.isdir(os.path.join(d, e))] == ["n01000.d"]
+
+
 def test_keys_that_cannot_be_names_are_hidden(pb, ps3):
     b, d = pb
     hidden = ["x//y", "x/./dot", "x/../up", "x/" + "L" * 256, "./top", "../top2"]

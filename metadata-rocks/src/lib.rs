@@ -37,6 +37,9 @@ impl RocksConfig {
     }
 }
 
+/// What a cursor reads at once from a table file when the next block is not cached.
+const CURSOR_READAHEAD: usize = 128 << 10;
+
 pub struct RocksMetadataStore {
     db: Db,
     sync: bool,
@@ -118,8 +121,14 @@ impl MetadataStore for RocksMetadataStore {
     }
 
     fn cursor(&self, table: Table) -> Result<Box<dyn Cursor + '_>, MetaError> {
+        // An explicit readahead: RocksDB then reads ahead only when a block is not in its
+        // cache. Its implicit one asks the kernel to read ahead (a `readahead` syscall, and
+        // after the page cache was dropped real device reads) for every few blocks a scan
+        // steps into, cached or not: a sixth of a cold directory listing's time.
+        let mut ro = ReadOptions::default();
+        ro.set_readahead_size(CURSOR_READAHEAD);
         Ok(Box::new(RocksCursor {
-            it: self.db.raw_iterator_cf(self.cf(table)),
+            it: self.db.raw_iterator_cf_opt(self.cf(table), ro),
         }))
     }
 

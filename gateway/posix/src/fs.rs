@@ -20,6 +20,7 @@ use fuser::{
 use lode_objects::bucket_events::{self, Origin};
 use lode_objects::{Integrity, ObjectMeta, ObjectRecord, ObjectService, SegmentCache, WriteCond};
 
+use super::ahead::{self, Ahead};
 use super::inodes::{Inodes, Kind, NodePath, ROOT};
 use super::names::{self, Attrs, DIR_CONTENT_TYPE};
 use super::open::{self, FileData, OpenFile, Snapshot};
@@ -71,6 +72,16 @@ struct DirHandle {
     /// [`LodeFs::seq`] when the handle was opened: a listing that completes with it unchanged
     /// is remembered ([`Listed`]).
     seq0: u64,
+    /// The pages being listed ahead (a directory of more than one page).
+    ahead: Option<Arc<Ahead>>,
+}
+
+impl Drop for DirHandle {
+    fn drop(&mut self) {
+        if let Some(a) = &self.ahead {
+            a.close();
+        }
+    }
 }
 
 /// What a whole listing of a directory showed to be a directory, remembered for lookups.
@@ -936,48 +947,54 @@ impl LodeFs {
             return Ok(());
         }
         let prefix = dh.path.dir_prefix();
-        // Only each object's summary is decoded (no checksums, segments or string copies).
-        let mut held = std::mem::take(&mut dh.held);
-        let before = held.len();
-        let page = self.svc.list_summaries_blocking(
-            &dh.path.bucket,
-            &prefix,
-            dh.after.as_deref(),
-            1000,
-            &mut |key, rec| {
-                if let Some(n) = names::entry_name(&prefix, key) {
-                    held.push(DirEntry {
-                        name: n.to_owned(),
-                        kind: Kind::File,
-                        file: Some((
-                            rec.size,
-                            rec.last_modified_ms,
-                            Attrs::from_user(rec.meta.user.iter().copied()),
-                        )),
-                    });
-                }
-            },
-        );
-        let page = match page {
+        let listed_ahead = match &dh.ahead {
+            Some(a) => a.next(),
+            None => None,
+        };
+        if listed_ahead.is_none() {
+            dh.ahead = None;
+        }
+        let page = match listed_ahead.unwrap_or_else(|| {
+            ahead::list_page(&self.svc, &dh.path.bucket, &prefix, dh.after.as_deref())
+        }) {
             Ok(p) => p,
             Err(e) => {
-                // Entries held from the previous page stay held for a retry; none of this one.
-                held.truncate(before);
-                dh.held = held;
-                return Err(e.errno());
+                // Listed again from `after` on a retry, inline.
+                dh.ahead = None;
+                return Err(e);
             }
         };
-        for cp in &page.common_prefixes {
-            if let Some(n) = names::entry_name(&prefix, cp) {
-                dh.dirs.insert(n.to_owned());
-                dh.entries.push(DirEntry {
-                    name: n.to_owned(),
-                    kind: Kind::Dir,
-                    file: None,
-                });
-            }
+        if page.truncated
+            && dh.ahead.is_none()
+            && let Some(last) = &page.last
+        {
+            // More than a page: list the rest ahead of the kernel's reads.
+            dh.ahead = Some(Ahead::start(
+                &self.rt.h,
+                Arc::clone(&self.svc),
+                dh.path.bucket.clone(),
+                prefix.clone(),
+                last.clone(),
+            ));
         }
-        for e in held {
+        for n in page.dirs {
+            dh.dirs.insert(n.clone());
+            dh.entries.push(DirEntry {
+                name: n,
+                kind: Kind::Dir,
+                file: None,
+            });
+        }
+        let held = std::mem::take(&mut dh.held);
+        let files = page
+            .objects
+            .into_iter()
+            .map(|(name, size, ms, a)| DirEntry {
+                name,
+                kind: Kind::File,
+                file: Some((size, ms, a)),
+            });
+        for e in held.into_iter().chain(files) {
             if dh.dirs.contains(&e.name) {
                 continue;
             }
@@ -1075,6 +1092,11 @@ impl LodeFs {
         let mut i = offset as usize;
         loop {
             while i >= dh.entries.len() && !dh.done {
+                if i > offset as usize && dh.ahead.as_ref().is_some_and(|a| !a.ready()) {
+                    // Reply with what is listed: the kernel takes it in while the next
+                    // page is listed, instead of waiting for it.
+                    return Ok(dh.path.bucket.clone());
+                }
                 self.fill(&mut dh)?;
             }
             let Some(e) = dh.entries.get(i) else { break };
@@ -1523,6 +1545,7 @@ impl Filesystem for LodeFs {
                 held: vec![],
                 dirs: HashSet::new(),
                 seq0: self.seq.load(Ordering::Acquire),
+                ahead: None,
             })),
         );
         reply.opened(FileHandle(fh), FopenFlags::empty());

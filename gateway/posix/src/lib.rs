@@ -12,6 +12,7 @@
 
 pub use lode_door::{access, error, profile};
 
+mod ahead;
 pub mod fs;
 pub mod inodes;
 pub mod names;
