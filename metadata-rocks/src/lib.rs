@@ -37,8 +37,10 @@ impl RocksConfig {
     }
 }
 
-/// What a cursor reads at once from a table file when the next block is not cached.
-const CURSOR_READAHEAD: usize = 128 << 10;
+/// What a cursor reads at once from a table file when the next block is not cached: 16
+/// blocks, enough for a scan and not much more than one block's read time for a seek that
+/// needs a single block.
+const CURSOR_READAHEAD: usize = 64 << 10;
 
 pub struct RocksMetadataStore {
     db: Db,
