@@ -12,6 +12,7 @@
 //! itself, so a listing ahead and one inline give the same entries.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -28,6 +29,33 @@ pub(crate) const PAGE: usize = 1000;
 /// A lister with no room waits this long for the reader, then stops (a handle left open
 /// unread does not hold a thread); the reader lists inline from where it stopped.
 const IDLE: Duration = Duration::from_secs(5);
+/// Listers running at most, over every open directory: they run on the blocking pool, which
+/// the rest of the gateway shares, so many slow readers of large directories must not fill it
+/// with waiting listers. Past this, a directory is listed inline, page by page, as its reader
+/// asks.
+const MAX_LISTERS: usize = 16;
+
+static LISTERS: AtomicUsize = AtomicUsize::new(0);
+
+/// One lister's place among [`MAX_LISTERS`], given back when it stops.
+struct Slot;
+
+impl Slot {
+    fn take() -> Option<Self> {
+        LISTERS
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < MAX_LISTERS).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Slot)
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        LISTERS.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// One catalog page of a directory: its objects (name, size, last-modified, attributes), its
 /// common prefixes (directory names), and where it ended.
@@ -87,14 +115,16 @@ pub(crate) struct Ahead {
 }
 
 impl Ahead {
-    /// Starts listing `prefix` of `bucket` after `after` on the blocking pool of `rt`.
+    /// Starts listing `prefix` of `bucket` after `after` on the blocking pool of `rt`; `None`
+    /// when [`MAX_LISTERS`] are running already.
     pub(crate) fn start(
         rt: &tokio::runtime::Handle,
         svc: Arc<ObjectService>,
         bucket: String,
         prefix: String,
         after: String,
-    ) -> Arc<Self> {
+    ) -> Option<Arc<Self>> {
+        let slot = Slot::take()?;
         let me = Arc::new(Self {
             state: Mutex::new(State {
                 pages: VecDeque::new(),
@@ -104,8 +134,11 @@ impl Ahead {
             cv: Condvar::new(),
         });
         let a = Arc::clone(&me);
-        rt.spawn_blocking(move || a.run(&svc, &bucket, &prefix, after));
-        me
+        rt.spawn_blocking(move || {
+            let _slot = slot;
+            a.run(&svc, &bucket, &prefix, after);
+        });
+        Some(me)
     }
 
     fn run(&self, svc: &ObjectService, bucket: &str, prefix: &str, mut after: String) {
@@ -163,5 +196,21 @@ impl Ahead {
     pub(crate) fn close(&self) {
         self.state.lock().expect("ahead").closed = true;
         self.cv.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn at_most_max_listers_run_and_a_stopped_one_frees_its_place() {
+        let slots: Vec<Slot> = std::iter::from_fn(Slot::take)
+            .take(MAX_LISTERS + 1)
+            .collect();
+        assert_eq!(slots.len(), MAX_LISTERS);
+        assert!(Slot::take().is_none());
+        drop(slots);
+        assert!(Slot::take().is_some());
     }
 }

@@ -969,13 +969,13 @@ impl LodeFs {
             && let Some(last) = &page.last
         {
             // More than a page: list the rest ahead of the kernel's reads.
-            dh.ahead = Some(Ahead::start(
+            dh.ahead = Ahead::start(
                 &self.rt.h,
                 Arc::clone(&self.svc),
                 dh.path.bucket.clone(),
                 prefix.clone(),
                 last.clone(),
-            ));
+            );
         }
         for n in page.dirs {
             dh.dirs.insert(n.clone());
