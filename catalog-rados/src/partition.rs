@@ -1208,6 +1208,17 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// This split's claim, running for `lease` from now.
+    fn claim_for(&self, lease: Duration) -> Bytes {
+        let deadline = now_ms() + lease.as_millis() as i64;
+        Claim::encode(
+            &self.claim.split,
+            &self.claim.to,
+            &self.claim.builder,
+            deadline,
+        )
+    }
+
     /// Renews the claim when a third of the lease has passed (the sealed lease once sealed).
     async fn renew(&mut self) -> Result<()> {
         let lease = if self.sealed {
@@ -1218,13 +1229,7 @@ impl<'a> Builder<'a> {
         if self.renewed.elapsed() < lease / 3 {
             return Ok(());
         }
-        let deadline = now_ms() + lease.as_millis() as i64;
-        let raw = Claim::encode(
-            &self.claim.split,
-            &self.claim.to,
-            &self.claim.builder,
-            deadline,
-        );
+        let raw = self.claim_for(lease);
         let op = WriteOp::new()
             .cmpxattr(SPLIT, CmpOp::Eq, &self.claim.raw)
             .setxattr(SPLIT, &raw);
@@ -1387,13 +1392,7 @@ impl<'a> Builder<'a> {
                 .await
                 .map_err(err)?;
             let p = Part::of(&r);
-            let deadline = now_ms() + self.inner.cfg.sealed_lease().as_millis() as i64;
-            let raw = Claim::encode(
-                &self.claim.split,
-                &self.claim.to,
-                &self.claim.builder,
-                deadline,
-            );
+            let raw = self.claim_for(self.inner.cfg.sealed_lease());
             let op = WriteOp::new()
                 .cmpxattr(SPLIT, CmpOp::Eq, &self.claim.raw)
                 .cmpxattr(EPOCH, CmpOp::Eq, &p.epoch)

@@ -12,13 +12,13 @@
 //! itself, so a listing ahead and one inline give the same entries.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use lode_objects::ObjectService;
 
 use crate::error::ToErrno;
+use crate::slots::Slots;
 
 use crate::names::{self, Attrs};
 
@@ -35,27 +35,8 @@ const IDLE: Duration = Duration::from_secs(5);
 /// asks.
 const MAX_LISTERS: usize = 16;
 
-static LISTERS: AtomicUsize = AtomicUsize::new(0);
-
-/// One lister's place among [`MAX_LISTERS`], given back when it stops.
-struct Slot;
-
-impl Slot {
-    fn take() -> Option<Self> {
-        LISTERS
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < MAX_LISTERS).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| Slot)
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        LISTERS.fetch_sub(1, Ordering::AcqRel);
-    }
-}
+/// The listers' places, each given back when its lister stops.
+static LISTERS: Slots = Slots::new(MAX_LISTERS);
 
 /// One catalog page of a directory: its objects (name, size, last-modified, attributes), its
 /// common prefixes (directory names), and where it ended.
@@ -124,7 +105,7 @@ impl Ahead {
         prefix: String,
         after: String,
     ) -> Option<Arc<Self>> {
-        let slot = Slot::take()?;
+        let slot = LISTERS.take()?;
         let me = Arc::new(Self {
             state: Mutex::new(State {
                 pages: VecDeque::new(),
@@ -196,21 +177,5 @@ impl Ahead {
     pub(crate) fn close(&self) {
         self.state.lock().expect("ahead").closed = true;
         self.cv.notify_all();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn at_most_max_listers_run_and_a_stopped_one_frees_its_place() {
-        let slots: Vec<Slot> = std::iter::from_fn(Slot::take)
-            .take(MAX_LISTERS + 1)
-            .collect();
-        assert_eq!(slots.len(), MAX_LISTERS);
-        assert!(Slot::take().is_none());
-        drop(slots);
-        assert!(Slot::take().is_some());
     }
 }

@@ -17,6 +17,7 @@ pub mod fs;
 pub mod inodes;
 pub mod names;
 pub mod open;
+mod slots;
 pub use fs::negotiate;
 
 use std::path::{Path, PathBuf};

@@ -28,6 +28,7 @@ use lode_objects::{Integrity, ObjResult, ObjectMeta, ObjectService, TakenIn, Wri
 
 use super::names::Attrs;
 use crate::error::ToErrno;
+use crate::slots::{Slot, Slots};
 
 /// What `stat` shows of an open file without waiting for its data lock.
 #[derive(Debug, Clone, Copy)]
@@ -50,7 +51,8 @@ pub const MAX_STREAMS: usize = 16;
 /// Pieces of a streaming file in flight between the FUSE thread and the object service.
 const STREAM_DEPTH: usize = 8;
 
-static STREAMS: AtomicUsize = AtomicUsize::new(0);
+/// The places of the files streaming, each held while its file streams.
+static STREAMS: Slots = Slots::new(MAX_STREAMS);
 
 /// Bytes of [`MEMORY_BUDGET`] not taken.
 static BUDGET_LEFT: AtomicU64 = AtomicU64::new(MEMORY_BUDGET);
@@ -212,26 +214,6 @@ impl Drop for Staging {
         if let Store::Mem(v) = &self.0 {
             give_budget(v.len() as u64);
         }
-    }
-}
-
-/// One of the [`MAX_STREAMS`] places for a streaming file, held while it streams.
-struct Slot;
-
-impl Slot {
-    fn take() -> Option<Slot> {
-        STREAMS
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < MAX_STREAMS).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| Slot)
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        STREAMS.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -482,7 +464,7 @@ fn start_stream(
     d: &mut FileData,
     bucket: &str,
 ) {
-    let Some(slot) = Slot::take() else {
+    let Some(slot) = STREAMS.take() else {
         return;
     };
     let Some(st) = d.staging.take() else {
