@@ -189,6 +189,79 @@ def test_names_that_become_directories_after_a_listing_resolve_as_directories(pb
     assert not os.path.exists(os.path.join(d, "n3"))
 
 
+def test_a_lookup_after_a_listing_sees_every_change_made_since(pb, ps3):
+    """A lookup right after a whole listing answers from the listing's attributes; every
+    change through the mount (write, truncate, chmod, utime, unlink, rename) and through S3
+    must void them. Each step lists the directory again (so a valid listing is remembered),
+    makes one change, drops the kernel's own caches and looks the name up."""
+
+    def forget():
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("2")
+
+    b, d = pb
+    for n, size in [("a", 10), ("b", 20), ("c", 30), ("e", 40)]:
+        ps3.put_object(Bucket=b, Key=n, Body=b"x" * size)
+    path = lambda n: os.path.join(d, n)  # noqa: E731
+
+    def relisted():
+        with os.scandir(d) as it:
+            seen = {e.name: e.stat() for e in it}
+        forget()
+        return seen
+
+    seen = relisted()
+    assert os.stat(path("a")).st_size == 10 == seen["a"].st_size
+    assert os.stat(path("b")).st_mtime == seen["b"].st_mtime
+
+    relisted()
+    with open(path("a"), "wb") as f:
+        f.write(b"y" * 11)
+    forget()
+    assert os.stat(path("a")).st_size == 11
+
+    relisted()
+    with open(path("a"), "ab") as f:
+        f.write(b"z" * 5)
+    forget()
+    assert os.stat(path("a")).st_size == 16
+
+    relisted()
+    os.truncate(path("b"), 3)
+    forget()
+    assert os.stat(path("b")).st_size == 3
+
+    relisted()
+    os.chmod(path("b"), 0o600)
+    forget()
+    assert os.stat(path("b")).st_mode & 0o7777 == 0o600
+
+    relisted()
+    os.utime(path("c"), (1_000_000_000, 1_000_000_000))
+    forget()
+    assert os.stat(path("c")).st_mtime == 1_000_000_000
+
+    relisted()
+    os.unlink(path("c"))
+    forget()
+    assert not os.path.exists(path("c"))
+
+    relisted()
+    os.rename(path("b"), path("b2"))
+    forget()
+    assert not os.path.exists(path("b")) and os.stat(path("b2")).st_size == 3
+
+    relisted()
+    ps3.put_object(Bucket=b, Key="e", Body=b"w" * 41)
+    forget()
+    assert os.stat(path("e")).st_size == 41
+
+    relisted()
+    ps3.delete_object(Bucket=b, Key="e")
+    forget()
+    assert not os.path.exists(path("e"))
+
+
 def test_file_lifecycle_create_write_read_truncate_unlink(pb, ps3):
     b, d = pb
     p = os.path.join(d, "f.bin")

@@ -22,6 +22,7 @@ use lode_objects::{Integrity, ObjectMeta, ObjectRecord, ObjectService, SegmentCa
 
 use super::ahead::{self, Ahead};
 use super::inodes::{Inodes, Kind, NodePath, ROOT};
+use super::listed::{DirEntry, Listings, Stamp};
 use super::names::{self, Attrs, DIR_CONTENT_TYPE};
 use super::open::{self, FileData, OpenFile, Snapshot};
 use crate::error::{ObjError, ToErrno};
@@ -51,27 +52,20 @@ struct Handle {
     cache: Arc<tokio::sync::Mutex<SegmentCache>>,
 }
 
-/// One entry of a directory being read.
-struct DirEntry {
-    name: String,
-    kind: Kind,
-    /// For files: size, last-modified and attributes (from the listing itself).
-    file: Option<(u64, i64, Attrs)>,
-}
-
 struct DirHandle {
     path: NodePath,
     ino: u64,
-    entries: Vec<DirEntry>,
+    /// Shared with the remembered listing once it is whole ([`Listings::remember`]).
+    entries: Arc<Vec<DirEntry>>,
     /// Listing state: the last key or prefix listed, whether done.
     after: Option<String>,
     done: bool,
     /// Objects held back until we know no directory of the same name follows.
     held: Vec<DirEntry>,
     dirs: HashSet<String>,
-    /// [`LodeFs::seq`] when the handle was opened: a listing that completes with it unchanged
-    /// is remembered ([`Listed`]).
-    seq0: u64,
+    /// When the handle was opened: a listing that completes with nothing changed since is
+    /// remembered ([`Listings`]).
+    began: Stamp,
     /// The pages being listed ahead (a directory of more than one page).
     ahead: Option<Arc<Ahead>>,
 }
@@ -84,19 +78,11 @@ impl Drop for DirHandle {
     }
 }
 
-/// What a whole listing of a directory showed to be a directory, remembered for lookups.
-/// Valid while [`LodeFs::seq`] is what it was when the listing began (every S3-side change,
-/// any gateway's in cluster mode, and every mkdir and rename through this mount bump it) and
-/// for at most the mount's attribute TTL (what bounds a lost cluster notify, as for the
-/// kernel's own caches).
-struct Listed {
-    seq: u64,
-    at: Instant,
-    dirs: HashSet<String>,
+impl DirHandle {
+    fn push(&mut self, e: DirEntry) {
+        Arc::make_mut(&mut self.entries).push(e);
+    }
 }
-
-/// Directories whose listing [`LodeFs::listed`] remembers at most (then it starts over).
-const LISTED_MAX: usize = 4096;
 
 /// The runtime the door runs its service calls on: each is a request of the POSIX door, as
 /// the mount's user (the events of its changes say so).
@@ -127,11 +113,8 @@ pub struct LodeFs {
     seq: Arc<AtomicU64>,
     handles: Mutex<HashMap<u64, Handle>>,
     dirs: Mutex<HashMap<u64, Arc<Mutex<DirHandle>>>>,
-    /// By bucket and directory key (not inode: numbers change when the kernel forgets one):
-    /// the last whole listing's directories. A lookup of a name it lists
-    /// as a file then skips the range scan that asks whether `name/` holds keys, which was the
-    /// largest part of a cold `stat` after a listing (`ls -l`, `find`, a dataset's scan).
-    listed: Mutex<HashMap<String, HashMap<String, Listed>>>,
+    /// What whole listings showed, for lookups.
+    listings: Listings,
     next_fh: AtomicU64,
     started: SystemTime,
 }
@@ -165,17 +148,19 @@ enum Found {
 }
 
 impl LodeFs {
-    pub fn new(
+    /// The mount's `seq` is the one `listings` was made with ([`Listings::names`]).
+    pub(crate) fn new(
         svc: Arc<ObjectService>,
         profile: Arc<crate::profile::Profile>,
         users: Arc<lode_objects::users::Users>,
         rt: tokio::runtime::Handle,
         inodes: Arc<Inodes>,
-        seq: Arc<AtomicU64>,
+        listings: Listings,
         cfg: FsConfig,
     ) -> Self {
         let mut origin = Origin::new(bucket_events::Door::Posix);
         origin.principal = Some(cfg.user.clone());
+        let seq = listings.names();
         LodeFs {
             svc,
             profile,
@@ -186,7 +171,7 @@ impl LodeFs {
             seq,
             handles: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
-            listed: Mutex::new(HashMap::new()),
+            listings,
             next_fh: AtomicU64::new(1),
             started: SystemTime::now(),
         }
@@ -329,36 +314,31 @@ impl LodeFs {
         Ok(Some(Found::Dir(marker)))
     }
 
-    /// Remembers what the whole listing in `dh` showed to be directories, if nothing changed
-    /// while it ran.
-    fn remember_listing(&self, dh: &DirHandle) {
-        if self.cfg.ttl.is_zero() || self.seq.load(Ordering::Acquire) != dh.seq0 {
-            return;
+    /// A file's attributes from a listing: size, last-modified, POSIX attributes.
+    fn file_attr(&self, ino: u64, &(size, ms, a): &(u64, i64, Attrs)) -> FileAttr {
+        self.attr(ino, Kind::File, size, a.mtime.unwrap_or(ms_time(ms)), a)
+    }
+
+    /// A lookup answered from a still valid listing of the directory `parent`
+    /// ([`Listings::file`]): a file it listed, which no open handle of this mount shadows.
+    fn listed_file(&self, parent: u64, name: &str) -> Option<(NodePath, (u64, i64, Attrs))> {
+        let p = self.path(parent).ok()?;
+        if !matches!(p.kind, Kind::Dir | Kind::Bucket) {
+            return None;
         }
-        let mut l = self.listed.lock().expect("listed");
-        if l.values().map(HashMap::len).sum::<usize>() >= LISTED_MAX {
-            l.clear();
+        if let Some((ino, _)) = self.inodes.find(parent, name)
+            && self.inodes.opened(ino).is_some()
+        {
+            return None;
         }
-        l.entry(dh.path.bucket.clone()).or_default().insert(
-            dh.path.key.clone(),
-            Listed {
-                seq: dh.seq0,
-                at: Instant::now(),
-                dirs: dh.dirs.clone(),
-            },
-        );
+        let file = self.listings.file(&p.bucket, &p.key, name)?;
+        Some((p, file))
     }
 
     /// Whether a still valid listing of the directory `parent` shows that `name` is not a
     /// directory.
     fn listed_as_file(&self, parent: &NodePath, name: &str) -> bool {
-        let l = self.listed.lock().expect("listed");
-        let known = l.get(&parent.bucket).and_then(|b| b.get(&parent.key));
-        known.is_some_and(|d| {
-            d.seq == self.seq.load(Ordering::Acquire)
-                && d.at.elapsed() < self.cfg.ttl
-                && !d.dirs.contains(name)
-        })
+        self.listings.is_file(&parent.bucket, &parent.key, name)
     }
 
     /// A change through this mount that may make a name a directory: remembered listings and
@@ -937,7 +917,7 @@ impl LodeFs {
                 .block_on(self.svc.list_buckets())
                 .map_err(|e| e.errno())?;
             for (name, _) in buckets {
-                dh.entries.push(DirEntry {
+                dh.push(DirEntry {
                     name,
                     kind: Kind::Bucket,
                     file: None,
@@ -979,7 +959,7 @@ impl LodeFs {
         }
         for n in page.dirs {
             dh.dirs.insert(n.clone());
-            dh.entries.push(DirEntry {
+            dh.push(DirEntry {
                 name: n,
                 kind: Kind::Dir,
                 file: None,
@@ -1008,16 +988,15 @@ impl LodeFs {
             if later {
                 dh.held.push(e);
             } else {
-                dh.entries.push(e);
+                dh.push(e);
             }
         }
         dh.after = page.last.clone();
         if !page.truncated {
             dh.done = true;
-            self.remember_listing(dh);
             for e in std::mem::take(&mut dh.held) {
                 if !dh.dirs.contains(&e.name) {
-                    dh.entries.push(e);
+                    dh.push(e);
                 }
             }
             for (name, ino) in self.inodes.pending_children(dh.ino) {
@@ -1037,7 +1016,7 @@ impl LodeFs {
                             mtime: self.started,
                             attrs: Attrs::default(),
                         });
-                    dh.entries.push(DirEntry {
+                    dh.push(DirEntry {
                         name,
                         kind: Kind::File,
                         file: Some((
@@ -1051,6 +1030,13 @@ impl LodeFs {
                     });
                 }
             }
+            self.listings.remember(
+                &dh.path.bucket,
+                &dh.path.key,
+                dh.began,
+                &dh.dirs,
+                &dh.entries,
+            );
         }
         Ok(())
     }
@@ -1058,9 +1044,7 @@ impl LodeFs {
     /// Entry attributes for readdirplus.
     fn entry_attr(&self, dh: &DirHandle, e: &DirEntry, ino: u64) -> FileAttr {
         match (e.kind, &e.file) {
-            (Kind::File, Some((size, ms, a))) => {
-                self.attr(ino, Kind::File, *size, a.mtime.unwrap_or(ms_time(*ms)), *a)
-            }
+            (Kind::File, Some(file)) => self.file_attr(ino, file),
             (Kind::Bucket, _) => match self.svc.bucket_blocking(&e.name) {
                 Ok(Some(b)) => self.found_attr(ino, &Found::Bucket(b.created_ms, b.owner)),
                 _ => self.attr(ino, Kind::Bucket, 0, self.started, Attrs::default()),
@@ -1155,6 +1139,10 @@ impl Filesystem for LodeFs {
         let t0 = Instant::now();
         let seq0 = self.seq.load(Ordering::Acquire);
         let r = name_str(name).and_then(|n| {
+            if let Some((p, file)) = self.listed_file(parent.0, n) {
+                let ino = self.inodes.lookup(parent.0, n, Kind::File);
+                return Ok((self.file_attr(ino, &file), p.bucket));
+            }
             let (p, f) = self.resolve(parent.0, n)?;
             let ino = self.inodes.lookup(parent.0, n, Self::kind_of(&f));
             Ok((self.found_attr(ino, &f), p.bucket))
@@ -1539,12 +1527,12 @@ impl Filesystem for LodeFs {
             Arc::new(Mutex::new(DirHandle {
                 path: p,
                 ino: ino.0,
-                entries,
+                entries: Arc::new(entries),
                 after: None,
                 done: false,
                 held: vec![],
                 dirs: HashSet::new(),
-                seq0: self.seq.load(Ordering::Acquire),
+                began: self.listings.stamp(),
                 ahead: None,
             })),
         );

@@ -15,6 +15,7 @@ pub use lode_door::{access, error, profile};
 mod ahead;
 pub mod fs;
 pub mod inodes;
+mod listed;
 pub mod names;
 pub mod open;
 mod slots;
@@ -174,6 +175,7 @@ pub fn mount(
     })?;
     let inodes = Arc::new(Inodes::default());
     let seq = Arc::new(AtomicU64::new(0));
+    let writes = Arc::new(AtomicU64::new(0));
     let fscfg = fs::FsConfig {
         ttl: Duration::from_millis(cfg.attr_ttl_ms),
         uid: cfg
@@ -195,7 +197,7 @@ pub fn mount(
         users,
         rt.clone(),
         Arc::clone(&inodes),
-        Arc::clone(&seq),
+        listed::Listings::new(fscfg.ttl, Arc::clone(&seq), Arc::clone(&writes)),
         fscfg,
     );
     let mut fc = Config::default();
@@ -223,6 +225,7 @@ pub fn mount(
         inodes,
         notifier,
         seq,
+        writes,
         svc: Arc::downgrade(&svc),
     });
     svc.add_listener(Arc::clone(&inval) as Arc<dyn ChangeListener>);
@@ -266,6 +269,8 @@ struct Invalidator {
     inodes: Arc<Inodes>,
     notifier: Notifier,
     seq: Arc<AtomicU64>,
+    /// Bumped by every change through this mount (voids remembered listings' attributes).
+    writes: Arc<AtomicU64>,
     svc: Weak<ObjectService>,
 }
 
@@ -304,8 +309,9 @@ impl ChangeListener for Invalidator {
     fn object_changed(&self, change: &ObjectChange) {
         // This mount's own changes: the kernel learnt them from the request that made them,
         // and an invalidation from inside that request would wait for the directory lock the
-        // kernel holds for it.
+        // kernel holds for it. Its remembered listings' attributes are void.
         if change.door == Some(Door::Posix) {
+            self.writes.fetch_add(1, Ordering::AcqRel);
             return;
         }
         let (bucket, key, deleted) = (&change.bucket[..], &change.key[..], change.deleted());
@@ -343,6 +349,7 @@ impl ChangeListener for Invalidator {
 
     fn bucket_changed(&self, bucket: &str, door: Option<Door>) {
         if door == Some(Door::Posix) {
+            self.writes.fetch_add(1, Ordering::AcqRel);
             return;
         }
         self.seq.fetch_add(1, Ordering::AcqRel);
