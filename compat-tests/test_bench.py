@@ -56,8 +56,9 @@ def test_bench_list_workload(lode_server, tmp_path):
     assert p.returncode == 0, p.stderr.decode() + p.stdout.decode()
     assert "full listing: 2500 keys" in p.stdout.decode()
     r = json.loads(out.read_text())
-    assert set(r["classes"]) == {"first-1k", "first", "delim", "page"}
+    assert set(r["classes"]) == {"first-1k", "first", "delim", "delim-touch", "delim-changed", "page"}
     assert r["classes"]["page"]["ops"] == 3 and r["classes"]["first"]["ops"] == 20
+    assert r["classes"]["delim-changed"]["ops"] == 20 == r["classes"]["delim-touch"]["ops"]
 
 
 def bench(lode_server, workload, *args, timeout=600):

@@ -633,6 +633,36 @@ pub async fn run(a: BenchArgs) -> crate::error::Result<serde_json::Value> {
                     .collect();
                 results.push(run_jobs(&target, jobs, 1, class).await?);
             }
+            // The delimiter listing again, each after a 1-byte PUT beside the listed keys
+            // (the same index partition while the bucket has one): a listing of a directory
+            // that just changed, which no cache of an unchanged one can serve.
+            let dp = format!("{prefix}/big/");
+            let dp = if a.posix.is_some() {
+                dp.trim_end_matches('/').to_owned()
+            } else {
+                dp
+            };
+            let jobs = (0..reps)
+                .flat_map(|i| {
+                    [
+                        (
+                            "delim-touch",
+                            Op::Put {
+                                key: format!("{prefix}/big-touch-{}", i % 8),
+                                body: Bytes::from_static(b"t"),
+                            },
+                        ),
+                        (
+                            "delim-changed",
+                            Op::List {
+                                prefix: dp.clone(),
+                                delimiter: true,
+                            },
+                        ),
+                    ]
+                })
+                .collect();
+            results.push(run_jobs(&target, jobs, 1, "delim-changed").await?);
             let keys = full_listing(&target, &format!("{prefix}/big/"), &mut results).await?;
             if keys != a.objects {
                 bail!(

@@ -59,6 +59,7 @@
 
 mod batch;
 mod outbox;
+mod pages;
 mod partition;
 mod versions;
 
@@ -285,11 +286,19 @@ pub struct Inner {
     batches: batch::Batches,
     /// Event entries of armed commits, and this run's registry of where they are.
     outbox: outbox::Outbox,
+    /// Delimiter listings remembered with the partition version they were read at.
+    pages: pages::Pages,
     /// Itself, for the background splits it starts.
     me: std::sync::Weak<Inner>,
 }
 
 impl RadosCatalog {
+    /// How many listings answered from a remembered page ([`pages`]), for tests.
+    #[doc(hidden)]
+    pub fn remembered_page_hits(&self) -> u64 {
+        self.pages.hits()
+    }
+
     /// Opens the catalog in `pool` (which must exist, be replicated and hold omap) of `cluster`,
     /// in RADOS namespace `namespace` (empty: the default).
     pub async fn open(cluster: &Arc<Cluster>, pool: &str, namespace: &str) -> Result<Self> {
@@ -338,6 +347,7 @@ impl RadosCatalog {
             routes: partition::Routes::default(),
             batches: batch::Batches::default(),
             outbox,
+            pages: pages::Pages::default(),
             me: me.clone(),
         });
         Ok(Self { inner })
@@ -1008,9 +1018,18 @@ impl Catalog for RadosCatalog {
         // of a read was that prefix's keys (large directories), the next reads are small, so
         // that finding each next directory does not carry a page of keys that are skipped.
         let mut read_max = PAGE;
-        loop {
+        // Which partition, at which version, each read met ([`pages`]).
+        let mut reads = vec![];
+        'reads: loop {
             let n = (fold.wanted() as u64).min(read_max);
-            let (entries, more) = self.scan(bucket, &after, &filter, n).await?;
+            let (entries, more) = self
+                .scan_noting(bucket, &after, &filter, n, &mut reads)
+                .await?;
+            if let [first] = &reads[..]
+                && let Some(page) = self.pages.hit(bucket, q, first)
+            {
+                return Ok(page);
+            }
             // Entries of the read skipped under the common prefix it ended in (read already:
             // small directories cost no read of their own).
             let mut tail = 0u64;
@@ -1030,10 +1049,7 @@ impl Catalog for RadosCatalog {
                             page.last = fold.skipping().map(str::to_owned);
                         }
                     }
-                    Step::Full => {
-                        (page.common_prefixes, page.truncated) = fold.finish();
-                        return Ok(page);
-                    }
+                    Step::Full => break 'reads,
                 }
             }
             match fold.skipping() {
@@ -1048,13 +1064,13 @@ impl Catalog for RadosCatalog {
                         (n * 8).min(PAGE)
                     };
                 }
-                _ if !more || entries.is_empty() => {
-                    (page.common_prefixes, page.truncated) = fold.finish();
-                    return Ok(page);
-                }
+                _ if !more || entries.is_empty() => break 'reads,
                 _ => read_max = (n * 8).min(PAGE),
             }
         }
+        (page.common_prefixes, page.truncated) = fold.finish();
+        self.pages.remember(bucket, q, &reads, &page);
+        Ok(page)
     }
 
     async fn rename(

@@ -550,6 +550,20 @@ impl Inner {
         filter: &[u8],
         max: u64,
     ) -> Result<(Vec<(Vec<u8>, Bytes)>, bool)> {
+        self.scan_noting(bucket, after, filter, max, &mut vec![])
+            .await
+    }
+
+    /// [`scan`](Self::scan), adding to `reads` the partition object and version each of its
+    /// reads met.
+    pub(crate) async fn scan_noting(
+        &self,
+        bucket: &str,
+        after: &[u8],
+        filter: &[u8],
+        max: u64,
+        reads: &mut Vec<crate::pages::Read>,
+    ) -> Result<(Vec<(Vec<u8>, Bytes)>, bool)> {
         let mut pos = if after > filter {
             pos_of(after).to_vec()
         } else {
@@ -561,6 +575,7 @@ impl Inner {
                     ReadOp::new().omap_get_vals(after, filter, max)
                 })
                 .await?;
+            reads.push((l.oid.clone(), l.r.version));
             let page = l.r.omap_vals.unwrap_or_default();
             let n = page.entries.len();
             let mut entries = page.entries;

@@ -1005,6 +1005,89 @@ async fn delimiter_listings_over_large_and_small_directories() {
     }
 }
 
+/// A delimiter listing that took several reads of one partition is remembered with the
+/// partition's version; the same query answers from it only while that version holds: a key
+/// written under a listed directory, a new directory, a directory emptied, and a write through
+/// another gateway each make the next listing read the partition again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_remembered_delimiter_page_serves_only_an_unchanged_partition() {
+    let Some(c) = cluster().await else { return };
+    let ns = namespace("pages");
+    let cat = partitioned(&c, &ns, 1_000_000, Duration::from_secs(30)).await;
+    let other = partitioned(&c, &ns, 1_000_000, Duration::from_secs(30)).await;
+    cat.create_bucket("b", bucket_rec()).await.unwrap();
+    let mut keys = vec!["z".to_owned()];
+    for (dir, n) in [("a", 1100), ("b", 5), ("c", 1100)] {
+        keys.extend((0..n).map(|i| format!("{dir}/{i:04}")));
+    }
+    use futures::StreamExt;
+    let mut jobs =
+        futures::stream::iter(keys.iter().map(|k| put_rec(&cat, "b", k, "e"))).buffer_unordered(32);
+    while let Some(r) = jobs.next().await {
+        r.unwrap();
+    }
+    let q = ListQuery {
+        prefix: "",
+        delimiter: Some("/"),
+        after: None,
+        max: 1000,
+    };
+    let listed = |p: lode_catalog::ListPage| {
+        let mut v: Vec<String> = p.objects.into_iter().map(|(k, _)| k).collect();
+        v.extend(p.common_prefixes);
+        v.sort();
+        v
+    };
+    let hits = || cat.remembered_page_hits();
+    assert_eq!(
+        listed(cat.list("b", &q).await.unwrap()),
+        ["a/", "b/", "c/", "z"]
+    );
+    assert_eq!(hits(), 0);
+    assert_eq!(
+        listed(cat.list("b", &q).await.unwrap()),
+        ["a/", "b/", "c/", "z"]
+    );
+    assert_eq!(hits(), 1, "the unchanged partition's page is used");
+    // Another query is not that page.
+    let q2 = ListQuery { max: 2, ..q };
+    assert_eq!(listed(cat.list("b", &q2).await.unwrap()), ["a/", "b/"]);
+    assert_eq!(hits(), 1);
+
+    put_rec(&cat, "b", "b/new", "e").await.unwrap();
+    assert_eq!(
+        listed(cat.list("b", &q).await.unwrap()),
+        ["a/", "b/", "c/", "z"]
+    );
+    assert_eq!(hits(), 1, "a write to the partition voids the page");
+    put_rec(&cat, "b", "bb/1", "e").await.unwrap();
+    assert_eq!(
+        listed(cat.list("b", &q).await.unwrap()),
+        ["a/", "b/", "bb/", "c/", "z"]
+    );
+    for k in (0..5)
+        .map(|i| format!("b/{i:04}"))
+        .chain(["b/new".to_owned()])
+    {
+        cat.delete("b", &k, &Cond::default()).await.unwrap();
+    }
+    assert_eq!(
+        listed(cat.list("b", &q).await.unwrap()),
+        ["a/", "bb/", "c/", "z"]
+    );
+    assert_eq!(
+        listed(cat.list("b", &q).await.unwrap()),
+        ["a/", "bb/", "c/", "z"]
+    );
+    assert_eq!(hits(), 2);
+    put_rec(&other, "b", "y", "e").await.unwrap();
+    assert_eq!(
+        listed(cat.list("b", &q).await.unwrap()),
+        ["a/", "bb/", "c/", "y", "z"]
+    );
+    assert_eq!(hits(), 2, "another gateway's write voids the page");
+}
+
 /// A gateway that used a bucket a moment ago knows it exists without IO (the hint that spares
 /// a chunked PUT its bucket check); once another gateway deleted it, the next commit through
 /// the first answers `NoSuchBucket` (blind or not) and the hint is dropped; a bucket made

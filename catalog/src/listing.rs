@@ -24,7 +24,7 @@ pub struct ListQuery<'a> {
 }
 
 /// One page of objects.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct ListPage {
     pub objects: Vec<(String, crate::ObjectRecord)>,
     pub common_prefixes: Vec<String>,
