@@ -65,7 +65,7 @@ mod versions;
 
 pub use partition::{PartitionConfig, SplitStop};
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -297,6 +297,15 @@ impl RadosCatalog {
     #[doc(hidden)]
     pub fn remembered_page_hits(&self) -> u64 {
         self.pages.hits()
+    }
+
+    /// How many seeks of delimiter listings were taken from reads made ahead ([`pages`]), for
+    /// tests.
+    #[doc(hidden)]
+    pub fn seeks_taken_ahead(&self) -> u64 {
+        self.pages
+            .taken_ahead
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Opens the catalog in `pool` (which must exist, be replicated and hold omap) of `cluster`,
@@ -1018,13 +1027,56 @@ impl Catalog for RadosCatalog {
         // of a read was that prefix's keys (large directories), the next reads are small, so
         // that finding each next directory does not carry a page of keys that are skipped.
         let mut read_max = PAGE;
-        // Which partition, at which version, each read met ([`pages`]).
-        let mut reads = vec![];
+        // Which partition, at which version, each read met, and where the walk sought
+        // ([`pages`]).
+        let (mut reads, mut sought) = (vec![], vec![]);
+        // The seeks the last listing of this query made, made now beside the first read.
+        let mut ahead: HashMap<Vec<u8>, _> = HashMap::new();
+        let (first, made_ahead) = {
+            let hints = self.pages.seeks(bucket, q);
+            let first = self.scan_noting(
+                bucket,
+                &after,
+                &filter,
+                (fold.wanted() as u64).min(PAGE),
+                &mut reads,
+            );
+            let seeks = futures::future::join_all(hints.into_iter().map(|from| async {
+                let mut r = vec![];
+                let got = self
+                    .scan_noting(bucket, &from, &filter, SEEK_READ, &mut r)
+                    .await;
+                (from, got, r)
+            }));
+            futures::future::join(first, seeks).await
+        };
+        for (from, got, r) in made_ahead {
+            if let Ok(got) = got {
+                ahead.insert(from, (got, r));
+            }
+        }
+        let mut first = Some(first?);
         'reads: loop {
             let n = (fold.wanted() as u64).min(read_max);
-            let (entries, more) = self
-                .scan_noting(bucket, &after, &filter, n, &mut reads)
-                .await?;
+            let (entries, more) = match first.take() {
+                Some(got) => got,
+                None => match ahead.remove(&after) {
+                    Some((got, r)) if n == SEEK_READ => {
+                        self.pages
+                            .taken_ahead
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        reads.extend(r);
+                        got
+                    }
+                    _ => {
+                        self.scan_noting(bucket, &after, &filter, n, &mut reads)
+                            .await?
+                    }
+                },
+            };
+            if n == SEEK_READ {
+                sought.push(after.clone());
+            }
             if let [first] = &reads[..]
                 && let Some(page) = self.pages.hit(bucket, q, first)
             {
@@ -1069,7 +1121,7 @@ impl Catalog for RadosCatalog {
             }
         }
         (page.common_prefixes, page.truncated) = fold.finish();
-        self.pages.remember(bucket, q, &reads, &page);
+        self.pages.remember(bucket, q, &reads, sought, &page);
         Ok(page)
     }
 

@@ -7,7 +7,13 @@
 //! same version (RADOS bumps it on every write to the object), no key under it changed, and
 //! the rest of the page is what the remembered reads found. Repeated listings of an unchanged
 //! directory (every data loader worker listing its dataset's shards, `aws s3 sync` polling)
-//! then cost one read; a changed partition is listed as before.
+//! then cost one read.
+//!
+//! A changed partition is listed again, but the seeks the last listing of the query made are
+//! remembered too (where each started): the next listing makes them all at once, beside its
+//! first read, and takes each result when its walk reaches that point. A directory added
+//! since is sought as before; a seek no longer reached is one small read spent. Each read is
+//! still a read of the partition made during the request, as the sequential walk's are.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -15,8 +21,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use lode_catalog::{ListPage, ListQuery};
 
-/// Pages remembered at most (then it starts over).
+/// Queries remembered at most (then it starts over).
 const PAGES_MAX: usize = 64;
+/// Seeks remembered (and made ahead) per query at most.
+pub(crate) const SEEKS_MAX: usize = 32;
 /// Entries (objects and common prefixes) remembered at most over all pages.
 const ENTRIES_MAX: usize = 1 << 14;
 
@@ -44,10 +52,20 @@ impl Query {
 /// Which partition object a read of a listing came from, at which version.
 pub(crate) type Read = (String, u64);
 
+/// What the last listing of a query found.
+struct Remembered {
+    /// The page, with the one partition version all its reads met (if they did).
+    page: Option<(Read, ListPage)>,
+    /// Where its seeks started (omap keys).
+    seeks: Vec<Vec<u8>>,
+}
+
 #[derive(Default)]
 pub(crate) struct Pages {
-    map: Mutex<HashMap<Query, (Read, ListPage)>>,
+    map: Mutex<HashMap<Query, Remembered>>,
     hits: AtomicU64,
+    /// Seeks made ahead that a walk took.
+    pub(crate) taken_ahead: AtomicU64,
 }
 
 impl Pages {
@@ -56,7 +74,7 @@ impl Pages {
     pub(crate) fn hit(&self, bucket: &str, q: &ListQuery<'_>, first: &Read) -> Option<ListPage> {
         let key = Query::of(bucket, q)?;
         let m = self.map.lock().expect("pages");
-        let (read, page) = m.get(&key)?;
+        let (read, page) = m.get(&key)?.page.as_ref()?;
         if read != first {
             return None;
         }
@@ -69,31 +87,49 @@ impl Pages {
         self.hits.load(Ordering::Relaxed)
     }
 
-    /// Remembers a delimiter listing's page if it took more than one read (one read costs as
-    /// much as the check) and every read was of one partition at one version.
+    /// Where the last listing of `q` in `bucket` sought.
+    pub(crate) fn seeks(&self, bucket: &str, q: &ListQuery<'_>) -> Vec<Vec<u8>> {
+        let Some(key) = Query::of(bucket, q) else {
+            return vec![];
+        };
+        let m = self.map.lock().expect("pages");
+        m.get(&key).map(|r| r.seeks.clone()).unwrap_or_default()
+    }
+
+    /// Remembers a delimiter listing that took more than one read (one read costs as much as
+    /// the check): where it sought, and its page if every read met one partition at one
+    /// version.
     pub(crate) fn remember(
         &self,
         bucket: &str,
         q: &ListQuery<'_>,
         reads: &[Read],
+        seeks: Vec<Vec<u8>>,
         page: &ListPage,
     ) {
         let Some(key) = Query::of(bucket, q) else {
             return;
         };
         let [first, rest @ ..] = reads else { return };
-        let size = page.objects.len() + page.common_prefixes.len();
-        if rest.is_empty() || rest.iter().any(|r| r != first) || size > ENTRIES_MAX {
+        if rest.is_empty() {
             return;
         }
+        let size = page.objects.len() + page.common_prefixes.len();
+        let whole = rest.iter().all(|r| r == first) && size <= ENTRIES_MAX;
+        let page = whole.then(|| (first.clone(), page.clone()));
+        let weight = |r: &Remembered| {
+            r.page
+                .as_ref()
+                .map_or(0, |(_, p)| p.objects.len() + p.common_prefixes.len())
+        };
         let mut m = self.map.lock().expect("pages");
-        let held: usize = m
-            .values()
-            .map(|(_, p)| p.objects.len() + p.common_prefixes.len())
-            .sum();
-        if m.len() >= PAGES_MAX || held + size > ENTRIES_MAX {
+        let held: usize = m.values().map(weight).sum();
+        let mut seeks = seeks;
+        seeks.truncate(SEEKS_MAX);
+        let new = Remembered { page, seeks };
+        if m.len() >= PAGES_MAX || held + weight(&new) > ENTRIES_MAX {
             m.clear();
         }
-        m.insert(key, (first.clone(), page.clone()));
+        m.insert(key, new);
     }
 }

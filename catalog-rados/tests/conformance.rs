@@ -1055,11 +1055,16 @@ async fn a_remembered_delimiter_page_serves_only_an_unchanged_partition() {
     assert_eq!(hits(), 1);
 
     put_rec(&cat, "b", "b/new", "e").await.unwrap();
+    assert_eq!(cat.seeks_taken_ahead(), 0);
     assert_eq!(
         listed(cat.list("b", &q).await.unwrap()),
         ["a/", "b/", "c/", "z"]
     );
     assert_eq!(hits(), 1, "a write to the partition voids the page");
+    assert!(
+        cat.seeks_taken_ahead() >= 1,
+        "the last listing's seeks were made ahead"
+    );
     put_rec(&cat, "b", "bb/1", "e").await.unwrap();
     assert_eq!(
         listed(cat.list("b", &q).await.unwrap()),
@@ -1086,6 +1091,19 @@ async fn a_remembered_delimiter_page_serves_only_an_unchanged_partition() {
         ["a/", "bb/", "c/", "y", "z"]
     );
     assert_eq!(hits(), 2, "another gateway's write voids the page");
+    let mut jobs = futures::stream::iter((0..1100).map(|i| format!("bc/{i:04}")))
+        .map(|k| {
+            let cat = &cat;
+            async move { put_rec(cat, "b", &k, "e").await }
+        })
+        .buffer_unordered(32);
+    while let Some(r) = jobs.next().await {
+        r.unwrap();
+    }
+    let want = ["a/", "bb/", "bc/", "c/", "y", "z"];
+    assert_eq!(listed(cat.list("b", &q).await.unwrap()), want);
+    assert_eq!(listed(cat.list("b", &q).await.unwrap()), want);
+    assert_eq!(hits(), 3);
 }
 
 /// A gateway that used a bucket a moment ago knows it exists without IO (the hint that spares
