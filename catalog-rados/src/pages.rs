@@ -12,8 +12,11 @@
 //! A changed partition is listed again, but the seeks the last listing of the query made are
 //! remembered too (where each started): the next listing makes them all at once, beside its
 //! first read, and takes each result when its walk reaches that point. A directory added
-//! since is sought as before; a seek no longer reached is one small read spent. Each read is
-//! still a read of the partition made during the request, as the sequential walk's are.
+//! since is sought as before; a seek no longer reached is one small read spent (so are the
+//! seeks made beside a first read that then finds the page unchanged: up to [`SEEKS_MAX`]
+//! reads of [`crate::SEEK_READ`] entries, against the round trips in series they save when it
+//! changed). Each read is still a read of the partition made during the request, as the
+//! sequential walk's are.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

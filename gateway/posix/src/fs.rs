@@ -999,6 +999,15 @@ impl LodeFs {
                     dh.push(e);
                 }
             }
+            // What the catalog holds is remembered; files not committed yet are not (an open
+            // file is looked up anew, and one whose commit fails must not stay listed).
+            self.listings.remember(
+                &dh.path.bucket,
+                &dh.path.key,
+                dh.began,
+                &dh.dirs,
+                &dh.entries,
+            );
             for (name, ino) in self.inodes.pending_children(dh.ino) {
                 let listed = self
                     .svc
@@ -1030,13 +1039,6 @@ impl LodeFs {
                     });
                 }
             }
-            self.listings.remember(
-                &dh.path.bucket,
-                &dh.path.key,
-                dh.began,
-                &dh.dirs,
-                &dh.entries,
-            );
         }
         Ok(())
     }
