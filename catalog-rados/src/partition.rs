@@ -86,8 +86,9 @@ const LOG: u8 = b'l';
 const COPY_BATCH: usize = 256;
 /// Bytes per copy write (values included).
 const COPY_BYTES: usize = 4 << 20;
-/// Reading a partition that is being activated waits at most this long before it tries to
-/// finish the split itself (if its claim ran out).
+/// A read or write of a partition that is being activated pauses this long times the waits
+/// so far (at most 50 ms) before it looks again; whether the claim ran out, so that it
+/// finishes the split itself, it asks every [`TAKEOVER_CHECK`].
 const WAIT_STEP_MS: u64 = 5;
 /// A sealed split's claim runs this long at most ([`PartitionConfig::sealed_lease`]).
 const SEALED_LEASE: Duration = Duration::from_secs(5);
