@@ -303,9 +303,7 @@ impl RadosCatalog {
     /// tests.
     #[doc(hidden)]
     pub fn seeks_taken_ahead(&self) -> u64 {
-        self.pages
-            .taken_ahead
-            .load(std::sync::atomic::Ordering::Relaxed)
+        self.pages.taken_ahead()
     }
 
     /// Opens the catalog in `pool` (which must exist, be replicated and hold omap) of `cluster`,
@@ -1030,10 +1028,13 @@ impl Catalog for RadosCatalog {
         // Which partition, at which version, each read met, and where the walk sought
         // ([`pages`]).
         let (mut reads, mut sought) = (vec![], vec![]);
+        let query = pages::Query::of(bucket, q);
         // The seeks the last listing of this query made, made now beside the first read.
-        let mut ahead: HashMap<Vec<u8>, _> = HashMap::new();
         let (first, made_ahead) = {
-            let hints = self.pages.seeks(bucket, q);
+            let hints = query
+                .as_ref()
+                .map(|k| self.pages.seeks(k))
+                .unwrap_or_default();
             let first = self.scan_noting(
                 bucket,
                 &after,
@@ -1050,38 +1051,39 @@ impl Catalog for RadosCatalog {
             }));
             futures::future::join(first, seeks).await
         };
-        for (from, got, r) in made_ahead {
-            if let Ok(got) = got {
-                ahead.insert(from, (got, r));
-            }
+        let mut ahead: HashMap<Vec<u8>, _> = made_ahead
+            .into_iter()
+            .filter_map(|(from, got, r)| Some((from, (got.ok()?, r))))
+            .collect();
+        let first = first?;
+        if let Some(k) = &query
+            && let [r] = &reads[..]
+            && let Some(page) = self.pages.hit(k, r)
+        {
+            return Ok(page);
         }
-        let mut first = Some(first?);
+        let mut first = Some(first);
         'reads: loop {
             let n = (fold.wanted() as u64).min(read_max);
             let (entries, more) = match first.take() {
                 Some(got) => got,
-                None => match ahead.remove(&after) {
-                    Some((got, r)) if n == SEEK_READ => {
-                        self.pages
-                            .taken_ahead
-                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        reads.extend(r);
-                        got
+                None => {
+                    if n == SEEK_READ {
+                        sought.push(after.clone());
                     }
-                    _ => {
-                        self.scan_noting(bucket, &after, &filter, n, &mut reads)
-                            .await?
+                    match ahead.remove(&after) {
+                        Some((got, r)) if n == SEEK_READ => {
+                            self.pages.took_ahead();
+                            reads.extend(r);
+                            got
+                        }
+                        _ => {
+                            self.scan_noting(bucket, &after, &filter, n, &mut reads)
+                                .await?
+                        }
                     }
-                },
+                }
             };
-            if n == SEEK_READ {
-                sought.push(after.clone());
-            }
-            if let [first] = &reads[..]
-                && let Some(page) = self.pages.hit(bucket, q, first)
-            {
-                return Ok(page);
-            }
             // Entries of the read skipped under the common prefix it ended in (read already:
             // small directories cost no read of their own).
             let mut tail = 0u64;
@@ -1121,7 +1123,9 @@ impl Catalog for RadosCatalog {
             }
         }
         (page.common_prefixes, page.truncated) = fold.finish();
-        self.pages.remember(bucket, q, &reads, sought, &page);
+        if let Some(k) = query {
+            self.pages.remember(k, &reads, sought, &page);
+        }
         Ok(page)
     }
 

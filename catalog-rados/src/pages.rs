@@ -31,8 +31,9 @@ pub(crate) const SEEKS_MAX: usize = 32;
 /// Entries (objects and common prefixes) remembered at most over all pages.
 const ENTRIES_MAX: usize = 1 << 14;
 
+/// A delimiter listing's query in one bucket: what a page is remembered by.
 #[derive(Hash, PartialEq, Eq)]
-struct Query {
+pub(crate) struct Query {
     bucket: String,
     prefix: String,
     delimiter: String,
@@ -41,7 +42,8 @@ struct Query {
 }
 
 impl Query {
-    fn of(bucket: &str, q: &ListQuery<'_>) -> Option<Self> {
+    /// `None` without a delimiter (nothing is remembered).
+    pub(crate) fn of(bucket: &str, q: &ListQuery<'_>) -> Option<Self> {
         Some(Query {
             bucket: bucket.to_owned(),
             prefix: q.prefix.to_owned(),
@@ -68,16 +70,15 @@ pub(crate) struct Pages {
     map: Mutex<HashMap<Query, Remembered>>,
     hits: AtomicU64,
     /// Seeks made ahead that a walk took.
-    pub(crate) taken_ahead: AtomicU64,
+    taken_ahead: AtomicU64,
 }
 
 impl Pages {
-    /// The page remembered for `q` in `bucket`, if its reads were all `first`: the partition
-    /// and version the listing's first read met now.
-    pub(crate) fn hit(&self, bucket: &str, q: &ListQuery<'_>, first: &Read) -> Option<ListPage> {
-        let key = Query::of(bucket, q)?;
+    /// The page remembered for `key`, if its reads were all `first`: the partition and version
+    /// the listing's first read met now.
+    pub(crate) fn hit(&self, key: &Query, first: &Read) -> Option<ListPage> {
         let m = self.map.lock().expect("pages");
-        let (read, page) = m.get(&key)?.page.as_ref()?;
+        let (read, page) = m.get(key)?.page.as_ref()?;
         if read != first {
             return None;
         }
@@ -90,13 +91,20 @@ impl Pages {
         self.hits.load(Ordering::Relaxed)
     }
 
-    /// Where the last listing of `q` in `bucket` sought.
-    pub(crate) fn seeks(&self, bucket: &str, q: &ListQuery<'_>) -> Vec<Vec<u8>> {
-        let Some(key) = Query::of(bucket, q) else {
-            return vec![];
-        };
+    /// A walk took a seek made ahead.
+    pub(crate) fn took_ahead(&self) {
+        self.taken_ahead.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many seeks made ahead walks took.
+    pub(crate) fn taken_ahead(&self) -> u64 {
+        self.taken_ahead.load(Ordering::Relaxed)
+    }
+
+    /// Where the last listing of `key` sought.
+    pub(crate) fn seeks(&self, key: &Query) -> Vec<Vec<u8>> {
         let m = self.map.lock().expect("pages");
-        m.get(&key).map(|r| r.seeks.clone()).unwrap_or_default()
+        m.get(key).map(|r| r.seeks.clone()).unwrap_or_default()
     }
 
     /// Remembers a delimiter listing that took more than one read (one read costs as much as
@@ -104,15 +112,11 @@ impl Pages {
     /// version.
     pub(crate) fn remember(
         &self,
-        bucket: &str,
-        q: &ListQuery<'_>,
+        key: Query,
         reads: &[Read],
         seeks: Vec<Vec<u8>>,
         page: &ListPage,
     ) {
-        let Some(key) = Query::of(bucket, q) else {
-            return;
-        };
         let [first, rest @ ..] = reads else { return };
         if rest.is_empty() {
             return;

@@ -146,8 +146,8 @@ impl Listings {
 
     /// Whether a still valid listing of directory `key` shows that `name` is not a directory.
     pub(crate) fn is_file(&self, bucket: &str, key: &str, name: &str) -> bool {
-        self.with(bucket, key, |d| (!d.dirs.contains(name)).then_some(()))
-            .is_some()
+        self.with(bucket, key, |d| Some(!d.dirs.contains(name)))
+            .unwrap_or(false)
     }
 
     /// The size, last-modified and attributes a still valid listing of directory `key` shows
