@@ -1117,6 +1117,12 @@ impl BlobStore for RadosBlobStore {
         Box::new(())
     }
 
+    fn ids_are_never_reused(&self) -> bool {
+        // A chunk object's name carries its writer's incarnation and a sequence number; it is
+        // written once, whole, and removed (never rewritten) after its release grace.
+        true
+    }
+
     fn release(&self, chunks: Vec<ChunkRef>) {
         self.inner.queue(chunks);
     }

@@ -135,6 +135,14 @@ pub trait BlobStore: Send + Sync + 'static {
     /// Hold a [`BlobStore::read_guard`] taken before the lookup that named the chunk.
     async fn read(&self, chunk: &ChunkRef) -> Result<Bytes, ChunkError>;
     fn read_guard(&self) -> BlobGuard;
+    /// Whether a chunk id names the same bytes for as long as it can be read: never rewritten,
+    /// never given to other bytes after a release (RADOS: chunk objects written once under
+    /// unique names; not the local store, which reuses freed extents). A reader may then read a
+    /// chunk it expects before the lookup that names it, and keep the bytes if the lookup
+    /// names the same [`ChunkRef`]. Default: no.
+    fn ids_are_never_reused(&self) -> bool {
+        false
+    }
     /// Chunks whose last reference a committed change dropped: gone once readers are done.
     fn release(&self, chunks: Vec<ChunkRef>);
     /// (free, total) bytes.

@@ -26,6 +26,8 @@ pub const METRIC_SCRUB_PASSES: &str = "lode_scrub_passes_total";
 pub const METRIC_SCRUB_LAST: &str = "lode_scrub_last_pass_end_timestamp_seconds";
 /// Cluster mode: RADOS operations sent, labelled by pool and kind (read, write).
 pub const METRIC_RADOS_OPS: &str = "lode_rados_ops_total";
+/// GETs' first-chunk reads started beside the lookup, by outcome (used, wasted).
+pub const METRIC_EARLY_READS: &str = "lode_get_early_reads_total";
 
 /// More Prometheus text for `/metrics` (the backend's own counters).
 pub type MetricsFn = Arc<dyn Fn() -> String + Send + Sync>;
@@ -171,6 +173,17 @@ fn event_metrics(svc: &ObjectService) -> String {
         }
     }
     out
+}
+
+/// GETs whose first chunk was read beside the record lookup (cluster mode), by whether the
+/// record named that chunk (`lode_objects::early_read`).
+fn early_read_metrics(svc: &ObjectService) -> String {
+    let name = METRIC_EARLY_READS;
+    let c = svc.early_read_counts();
+    format!(
+        "# HELP {name} GET first-chunk reads started beside the record lookup, by outcome (used: the record named that chunk).\n# TYPE {name} counter\n{name}{{outcome=\"used\"}} {}\n{name}{{outcome=\"wasted\"}} {}\n",
+        c.used, c.wasted
+    )
 }
 
 /// The lifecycle worker's counters (`lode_lifecycle_*`).
@@ -698,6 +711,7 @@ pub async fn serve(listener: TcpListener, admin: Admin) {
                             metrics(svc, scrub, profile)
                                 + &lifecycle_metrics(lifecycle)
                                 + &event_metrics(svc)
+                                + &early_read_metrics(svc)
                                 + &extra_metrics.as_ref().map(|f| f()).unwrap_or_default(),
                         ),
                         _ => (

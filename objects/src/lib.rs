@@ -24,6 +24,7 @@ pub mod acl;
 pub mod bucket_events;
 pub mod checksum;
 pub mod cors;
+pub mod early_read;
 pub mod encryption;
 pub mod encryption_ops;
 pub mod error;

@@ -105,6 +105,7 @@ impl ObjectService {
                 record,
                 guard,
                 key: None,
+                early: None,
             }),
             None => Err(ObjError::NoSuchKey),
         }

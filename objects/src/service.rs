@@ -89,6 +89,8 @@ pub struct ObjectService {
     pub(crate) enc: std::sync::OnceLock<Arc<crate::encryption::Encryption>>,
     /// Event notification destinations (unset: none configured).
     deliveries: std::sync::OnceLock<Arc<crate::event_delivery::Deliveries>>,
+    /// The first chunk of each key lately read, for GETs that read it beside the lookup.
+    first_chunks: Arc<crate::early_read::FirstChunks>,
 }
 
 /// Buckets' versioning states as this gateway read them lately. In cluster mode the other
@@ -380,6 +382,8 @@ pub struct ObjectHandle {
     pub(crate) guard: BlobGuard,
     /// The data key of an encrypted record, once [`ObjectService::unlock`] found it.
     pub(crate) key: Option<Arc<crate::sse::DataKey>>,
+    /// Its first chunk, read beside the lookup ([`ObjectService::open_object_to_get`]).
+    pub(crate) early: Option<crate::early_read::EarlyRead>,
 }
 
 pub struct PutResult {
@@ -400,6 +404,14 @@ fn chunk_loc(c: &ChunkRef) -> ChunkLoc {
         alloc_len: c.id.len,
         data_len: c.data_len,
         crc32c: c.crc32c,
+    }
+}
+
+/// The chunk a record's data starts in (`None`: inline, empty, or its segments not loaded).
+fn first_chunk(r: &ObjectRecord) -> Option<ChunkRef> {
+    match r.segments.first() {
+        Some(Segment::Chunk(c)) => Some(chunk_ref(c)),
+        _ => None,
     }
 }
 
@@ -602,6 +614,7 @@ impl ObjectService {
             announcer: Default::default(),
             enc: Default::default(),
             deliveries: Default::default(),
+            first_chunks: Default::default(),
         })
     }
 
@@ -1730,6 +1743,7 @@ impl ObjectService {
             // Nothing else knows these chunks: no commit can free them under this read.
             guard: self.blobs.read_guard(),
             key: taken.sse.as_ref().map(|(_, k)| Arc::clone(k)),
+            early: None,
         };
         let size = taken.ing.size;
         self.feed(h, size, &mut sink).await
@@ -1957,11 +1971,13 @@ impl ObjectService {
             std::mem::take(&mut record.meta.lock),
             now_ms(),
         )?;
+        let first = first_chunk(&record);
         let put = self.catalog.put(bucket, key, record, &cond, refs);
         let done = match self.with_events(bucket, how, put).await? {
             Ok(d) => d,
             Err(e) => return Err(keep_if_maybe_applied(e, alloc)),
         };
+        self.note_first_chunk(bucket, key, first);
         if let Some(a) = alloc {
             a.commit();
         }
@@ -1983,7 +1999,44 @@ impl ObjectService {
             record,
             guard,
             key: None,
+            early: None,
         })
+    }
+
+    /// [`Self::open_object`] for a GET, which reads the data next: where the blob store never
+    /// reuses a chunk id, the first chunk this key's record named when last read here is read
+    /// beside the lookup, and [`Self::read_range`] takes those bytes if the record names that
+    /// chunk still (`crate::early_read`).
+    pub async fn open_object_to_get(&self, bucket: &str, key: &str) -> ObjResult<ObjectHandle> {
+        check_key(key)?;
+        let guard = self.blobs.read_guard();
+        let early = self.first_chunks.start(&self.blobs, bucket, key);
+        let found = match self.catalog.get_cached(bucket, key) {
+            Some(r) => r?,
+            None => self.catalog.get(bucket, key).await?,
+        };
+        let first = found.as_ref().and_then(first_chunk);
+        self.note_first_chunk(bucket, key, first);
+        let record = found.ok_or(ObjError::NoSuchKey)?;
+        Ok(ObjectHandle {
+            record,
+            guard,
+            key: None,
+            // Dropped (and counted wasted) unless the record names that chunk.
+            early: early.filter(|e| first.is_some_and(|c| e.is_of(&c))),
+        })
+    }
+
+    /// Notes the first chunk the current record of a key names (`None`: none, or no record).
+    fn note_first_chunk(&self, bucket: &str, key: &str, first: Option<ChunkRef>) {
+        if self.blobs.ids_are_never_reused() {
+            self.first_chunks.note(bucket, key, first);
+        }
+    }
+
+    /// GETs whose first chunk was read beside the lookup: used, and wasted.
+    pub fn early_read_counts(&self) -> crate::early_read::EarlyCounts {
+        self.first_chunks.counts()
     }
 
     /// The record of an object without its inline payload: what HEAD, GetObjectAttributes and
@@ -2008,6 +2061,7 @@ impl ObjectService {
     ) -> impl Stream<Item = Result<Bytes, ObjError>> + Send + 'static {
         let sse = h.record.meta.sse.clone().map(Arc::new);
         let key = h.key.clone();
+        let mut read_early = h.early;
         let mut early = None;
         let lens = match crate::encryption::plain_lens(&h.record) {
             Ok(l) => l,
@@ -2021,7 +2075,15 @@ impl ObjectService {
                 "a read of an encrypted object that was not unlocked".into(),
             ));
         }
-        let mut pieces: Vec<(usize, Segment, u64, u64, u64)> = vec![];
+        #[allow(clippy::type_complexity)]
+        let mut pieces: Vec<(
+            usize,
+            Segment,
+            u64,
+            u64,
+            u64,
+            Option<crate::early_read::EarlyRead>,
+        )> = vec![];
         let mut pos = 0u64;
         if early.is_none() {
             for (i, (s, &len)) in h.record.segments.iter().zip(&lens).enumerate() {
@@ -2029,7 +2091,11 @@ impl ObjectService {
                 if s1 > start && s0 < end {
                     let from = start.max(s0) - s0;
                     let to = end.min(s1) - s0;
-                    pieces.push((i, s.clone(), from, to, len));
+                    let ahead = match s {
+                        Segment::Chunk(c) => read_early.take_if(|e| e.is_of(&chunk_ref(c))),
+                        _ => None,
+                    };
+                    pieces.push((i, s.clone(), from, to, len, ahead));
                 }
                 pos = s1;
             }
@@ -2039,14 +2105,23 @@ impl ObjectService {
         futures::stream::iter(early.map(Err))
             .chain(
                 futures::stream::iter(pieces)
-                    .map(move |(i, seg, from, to, len)| {
+                    .map(move |(i, seg, from, to, len, ahead)| {
                         let blobs = Arc::clone(&blobs);
                         let (sse, key) = (sse.clone(), key.clone());
                         async move {
                             let stored = match seg {
                                 Segment::Inline(b) => Bytes::from(b),
                                 Segment::Detached(_) => return Err(unloaded()),
-                                Segment::Chunk(c) => blobs.read(&chunk_ref(&c)).await?,
+                                Segment::Chunk(c) => {
+                                    let early = match ahead {
+                                        Some(e) => e.bytes().await,
+                                        None => None,
+                                    };
+                                    match early {
+                                        Some(b) => b,
+                                        None => blobs.read(&chunk_ref(&c)).await?,
+                                    }
+                                }
                             };
                             match (sse, key) {
                                 // Opening a large span takes a millisecond or more: not on
@@ -2094,6 +2169,7 @@ impl ObjectService {
         cond.versioning = self.versioning_of(bucket).await?;
         let delete = self.catalog.delete(bucket, key, &cond);
         let done = self.with_events(bucket, How::Delete, delete).await??;
+        self.note_first_chunk(bucket, key, None);
         self.release_chunks(done.released);
         Ok(Deleted {
             version_id: done.version_id,
@@ -2185,6 +2261,7 @@ impl ObjectService {
             record,
             guard,
             key: None,
+            early: None,
         })
     }
 
@@ -3058,6 +3135,139 @@ mod announcement_tests {
         )
         .await
         .map(drop)
+    }
+
+    /// A local blob store that says its ids are never reused (as RADOS's are), and counts
+    /// its reads: the early read's logic around the blob boundary, on one process.
+    struct Unique(lode_datapath::LocalBlobStore, std::sync::atomic::AtomicU64);
+
+    #[async_trait::async_trait]
+    impl BlobStore for Unique {
+        fn backend_name(&self) -> &'static str {
+            "unique"
+        }
+        fn writer(&self, depth: usize) -> Box<dyn BlobWriter> {
+            self.0.writer(depth)
+        }
+        async fn read(&self, c: &ChunkRef) -> Result<Bytes, lode_blob::ChunkError> {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.0.read(c).await
+        }
+        fn read_guard(&self) -> BlobGuard {
+            self.0.read_guard()
+        }
+        fn ids_are_never_reused(&self) -> bool {
+            true
+        }
+        fn release(&self, chunks: Vec<ChunkRef>) {
+            // Never reused: released chunks are not given back in this test.
+            drop(chunks);
+        }
+        fn space(&self) -> (u64, u64) {
+            self.0.space()
+        }
+        fn is_poisoned(&self) -> bool {
+            self.0.is_poisoned()
+        }
+    }
+
+    async fn put_bytes(svc: &ObjectService, key: &str, b: &Bytes) {
+        let body = futures::stream::iter(vec![Ok::<_, std::io::Error>(b.clone())]);
+        svc.put_object(
+            "bkt",
+            key,
+            ObjectMeta::default(),
+            body,
+            Some(b.len() as i64),
+            Integrity::default(),
+            WriteCond::default(),
+        )
+        .await
+        .unwrap();
+    }
+
+    async fn get_bytes(svc: &ObjectService, key: &str, range: (u64, u64)) -> ObjResult<Bytes> {
+        let h = svc.open_object_to_get("bkt", key).await?;
+        let parts: Vec<Bytes> = svc
+            .read_range(h, range.0, range.1)
+            .map(|r| r.unwrap())
+            .collect()
+            .await;
+        Ok(parts.concat().into())
+    }
+
+    /// Two gateways over one catalog: a GET on `a` reads the chunk `a` last saw for the key
+    /// beside the lookup, and serves it only if the record names it still. Overwrites and
+    /// deletes through `b` are seen at once (each wastes one early read); an inline object and
+    /// a store that reuses ids start none.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_get_serves_its_early_read_only_if_the_record_names_that_chunk() {
+        use crate::early_read::EarlyCounts;
+        let catalog: Arc<dyn Catalog> = Arc::new(lode_catalog_kv::mem_catalog());
+        let dp = Arc::new(Datapath::new(
+            Arc::new(MemChunkStore::new(&[64 << 20])),
+            true,
+        ));
+        let unique = || {
+            let local = lode_datapath::LocalBlobStore::new(Arc::clone(&dp));
+            let u = Arc::new(Unique(local, Default::default()));
+            let svc =
+                ObjectService::open(Arc::clone(&catalog), u.clone(), ServiceConfig::default())
+                    .unwrap();
+            (svc, u)
+        };
+        let ((a, a_blobs), (b, _)) = (unique(), unique());
+        let reads = || a_blobs.1.load(std::sync::atomic::Ordering::Relaxed);
+        a.create_bucket("bkt", "o").await.unwrap();
+        let counts = |used, wasted| EarlyCounts { used, wasted };
+        let v = |n: u8| Bytes::from(vec![n; 100_000]);
+        // A's own PUT noted the chunk: its first GET reads it early and uses it.
+        put_bytes(&a, "k", &v(1)).await;
+        assert_eq!(get_bytes(&a, "k", (0, 100_000)).await.unwrap(), v(1));
+        assert_eq!(a.early_read_counts(), counts(1, 0));
+        assert_eq!(reads(), 1, "the early read is the GET's only read");
+        // Overwritten through b: a's guess is stale, dropped; the new bytes are served.
+        put_bytes(&b, "k", &v(2)).await;
+        assert_eq!(get_bytes(&a, "k", (0, 100_000)).await.unwrap(), v(2));
+        assert_eq!(a.early_read_counts(), counts(1, 1));
+        assert!(reads() <= 3, "at most the wasted read and the right one");
+        // a saw the new record: its next GETs use the early read (a range too).
+        assert_eq!(
+            get_bytes(&a, "k", (10, 20)).await.unwrap(),
+            v(2).slice(10..20)
+        );
+        assert_eq!(a.early_read_counts(), counts(2, 1));
+        // Deleted through b: NoSuchKey, the early read wasted, the guess forgotten.
+        b.delete_object("bkt", "k").await.unwrap();
+        assert!(matches!(
+            get_bytes(&a, "k", (0, 1)).await,
+            Err(ObjError::NoSuchKey)
+        ));
+        assert_eq!(a.early_read_counts(), counts(2, 2));
+        put_bytes(&b, "k", &v(3)).await;
+        assert_eq!(get_bytes(&a, "k", (0, 100_000)).await.unwrap(), v(3));
+        assert_eq!(
+            a.early_read_counts(),
+            counts(2, 2),
+            "no guess after the 404"
+        );
+        // An inline object names no chunk: nothing is read early.
+        put_bytes(&a, "small", &Bytes::from_static(b"tiny")).await;
+        assert_eq!(get_bytes(&a, "small", (0, 4)).await.unwrap(), "tiny");
+        assert_eq!(get_bytes(&a, "small", (0, 4)).await.unwrap(), "tiny");
+        assert_eq!(a.early_read_counts(), counts(2, 2));
+        // A store that reuses ids (the local one): never.
+        let local = ObjectService::open(
+            Arc::clone(&catalog),
+            Arc::new(lode_datapath::LocalBlobStore::new(Arc::clone(&dp))),
+            ServiceConfig::default(),
+        )
+        .unwrap();
+        put_bytes(&local, "l", &v(4)).await;
+        assert_eq!(get_bytes(&local, "l", (0, 100_000)).await.unwrap(), v(4));
+        assert_eq!(get_bytes(&local, "l", (0, 100_000)).await.unwrap(), v(4));
+        assert_eq!(local.early_read_counts(), counts(0, 0));
+        assert!(local.first_chunks.is_empty());
     }
 
     struct Down;

@@ -136,7 +136,7 @@ impl LodeS3 {
     ) -> S3Result<lode_objects::ObjectHandle> {
         let r = match version_id {
             Some(v) => self.svc.open_object_version(bucket, key, v).await,
-            None => self.svc.open_object(bucket, key).await,
+            None => self.svc.open_object_to_get(bucket, key).await,
         };
         match r {
             Err(ObjError::NoSuchKey) => Err(self.absent(bucket, key).await),
