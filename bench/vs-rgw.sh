@@ -34,7 +34,9 @@ cleanup() {
     rm -rf "$WORK"
 }
 trap cleanup EXIT
-"$ROOT/scripts/ceph-dev.sh" start "$CEPH" >/dev/null
+# 12 GiB per OSD (sparse): the blender's data set, bursts and both servers' copies fill the
+# default 4 GiB ones.
+CEPH_DEV_BLOCK_SIZE="${CEPH_DEV_BLOCK_SIZE:-12G}" "$ROOT/scripts/ceph-dev.sh" start "$CEPH" >/dev/null
 CONF="$CEPH/ceph.conf"
 # radosgw: beast with tcp_nodelay (its default waits 40 ms for delayed ACKs on small replies).
 # It forces a secure-only connection to the monitors (rgw_main.cc's defaults), which an

@@ -58,6 +58,7 @@
 //! answers `EXDEV`, and `mv` copies).
 
 mod batch;
+mod heat;
 mod outbox;
 mod pages;
 mod partition;
@@ -245,6 +246,10 @@ pub(crate) fn lost_race(e: &RadosError) -> bool {
 
 /// What a read of a partition found.
 struct Snapshot {
+    /// The bucket, and the escaped key whose partition this is (what a commit notes for
+    /// [`heat`]).
+    bucket: String,
+    pos: Vec<u8>,
     oid: String,
     part: partition::Part,
     version: u64,
@@ -288,6 +293,8 @@ pub struct Inner {
     outbox: outbox::Outbox,
     /// Delimiter listings remembered with the partition version they were read at.
     pages: pages::Pages,
+    /// Each partition's reads and writes lately, for splits by load.
+    heat: heat::Heat,
     /// Itself, for the background splits it starts.
     me: std::sync::Weak<Inner>,
 }
@@ -355,6 +362,7 @@ impl RadosCatalog {
             batches: batch::Batches::default(),
             outbox,
             pages: pages::Pages::default(),
+            heat: Default::default(),
             me: me.clone(),
         });
         Ok(Self { inner })
@@ -500,6 +508,8 @@ impl Inner {
             .locate(bucket, key, || ReadOp::new().omap_get_vals_by_keys(keys))
             .await?;
         Ok(Snapshot {
+            bucket: bucket.to_owned(),
+            pos: key.to_vec(),
             version: l.r.version,
             epoch: l.part.epoch.clone(),
             vals: l.r.omap_vals_by_keys.unwrap_or_default(),
@@ -535,6 +545,8 @@ impl Inner {
                 vals.extend(page.entries);
             }
             return Ok(Snapshot {
+                bucket: bucket.to_owned(),
+                pos: key.to_vec(),
                 version: l.r.version,
                 epoch: l.part.epoch.clone(),
                 vals,
@@ -547,7 +559,11 @@ impl Inner {
     /// Runs a guarded write on the snapshot's partition; `Ok(false)` when a guard failed
     /// (re-read and retry).
     async fn try_write(&self, s: &Snapshot, op: WriteOp) -> Result<bool> {
-        self.try_write_at(&s.oid, op).await
+        let done = self.try_write_at(&s.oid, op).await?;
+        if done {
+            self.note_load(&s.bucket, &s.oid, &s.pos, true);
+        }
+        Ok(done)
     }
 
     /// An upload's parts (under `parts_prefix`) and `keys`, read at one partition version;
@@ -742,6 +758,7 @@ impl Inner {
         }
         self.outbox.stored(&oid, &ev);
         self.note_insert(bucket, &oid, &p);
+        self.note_load(bucket, &oid, &p, true);
         Ok(Some((None, Some(new))))
     }
 }
@@ -847,6 +864,7 @@ impl Catalog for RadosCatalog {
         let s = self
             .read_keys(bucket, &pos(key), &[k.clone(), d.clone()])
             .await?;
+        self.note_load(bucket, &s.oid, &s.pos, false);
         let Some(v) = find(&s.vals, &k) else {
             return Ok(None);
         };
@@ -855,6 +873,7 @@ impl Catalog for RadosCatalog {
 
     async fn head(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
         let s = self.read_keys(bucket, &pos(key), &[okey(key)]).await?;
+        self.note_load(bucket, &s.oid, &s.pos, false);
         s.vals
             .first()
             .map(|(_, v)| Ok(records::decode_head(v)?))
@@ -1291,6 +1310,8 @@ impl Catalog for RadosCatalog {
             // A split's leftovers past the partition's end are not its keys.
             vals.retain(|(k, _)| l.part.holds(&k[1..]));
             let s = Snapshot {
+                bucket: bucket.to_owned(),
+                pos: pos(prefix),
                 version: l.r.version,
                 epoch: l.part.epoch.clone(),
                 vals,

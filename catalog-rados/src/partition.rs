@@ -54,6 +54,9 @@
 //! partition is the last one and this gateway's recent keys are all in its top quarter
 //! (monotonic names, `shard-000123`), at the 15/16 key: the new last partition starts nearly
 //! empty and takes the new keys, the old one stays nearly full and is not written any more.
+//!
+//! A partition of any size is also split for load ([`crate::heat`]) when one key range of it
+//! is written while another is read: between the two, so the reads stop waiting for the writes.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -105,6 +108,9 @@ pub struct PartitionConfig {
     /// A split claims its partition for this long, renewed while it copies; a claim that ran
     /// out is finished or abandoned by whichever gateway finds it.
     pub split_lease: Duration,
+    /// Split a partition between a key range being written and one being read at once
+    /// ([`crate::heat`]).
+    pub load_splits: bool,
 }
 
 impl Default for PartitionConfig {
@@ -112,6 +118,7 @@ impl Default for PartitionConfig {
         Self {
             split_keys: 50_000,
             split_lease: Duration::from_secs(30),
+            load_splits: true,
         }
     }
 }
@@ -811,6 +818,7 @@ impl Inner {
             }
         }
         self.routes.forget(bucket);
+        self.heat.forget(bucket);
         Ok(())
     }
 
@@ -842,15 +850,18 @@ impl Inner {
     // ------------------------------------------------------------------ splits
 
     /// How many partitions have a background split check running (begun by a commit's
-    /// [`Inner::note_insert`], which marks it before the commit returns).
+    /// [`Inner::note_insert`], which marks it before the commit returns), or a split for load
+    /// ([`Inner::note_load`]).
     pub(crate) fn splits_running(&self) -> usize {
-        self.routes
+        let checks = self
+            .routes
             .inserts
             .lock()
             .unwrap()
             .values()
             .filter(|s| s.running)
-            .count()
+            .count();
+        checks + self.heat.running()
     }
 
     /// Notes a new key committed in partition `oid`; every `split_keys / 8` of them, counts
@@ -896,6 +907,45 @@ impl Inner {
                 s.running = false;
             }
         });
+    }
+
+    /// Notes a commit (`write`) or a point read of escaped key `pos` in partition `oid`, and
+    /// splits the partition for load in the background when [`crate::heat`] says so.
+    pub(crate) fn note_load(&self, bucket: &str, oid: &str, pos: &[u8], write: bool) {
+        if !self.cfg.load_splits {
+            return;
+        }
+        let Some((bucket, at)) = self.heat.note(bucket, oid, pos, write) else {
+            return;
+        };
+        let (Some(me), Ok(rt)) = (self.me.upgrade(), tokio::runtime::Handle::try_current()) else {
+            self.heat.done(oid);
+            return;
+        };
+        let oid = oid.to_owned();
+        rt.spawn(async move {
+            if let Err(e) = me.split_for_load(&bucket, &oid, at).await {
+                tracing::warn!(bucket, partition = oid, error = %e, "index partition split for load failed");
+            }
+            me.heat.done(&oid);
+        });
+    }
+
+    /// Splits partition `oid` at `at`, between the keys written and the keys read
+    /// ([`crate::heat`]). `Ok(false)` if another split holds it or `at` is not inside it.
+    pub(crate) async fn split_for_load(
+        &self,
+        bucket: &str,
+        oid: &str,
+        at: Vec<u8>,
+    ) -> Result<bool> {
+        tracing::info!(
+            bucket,
+            partition = oid,
+            at = %String::from_utf8_lossy(&at),
+            "splitting an index partition for load, between the keys written and the keys read"
+        );
+        self.split(bucket, oid, &at).await
     }
 
     /// The escaped object keys in a partition's range, in order (pages of keys only), each

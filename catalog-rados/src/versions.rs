@@ -736,6 +736,8 @@ impl Inner {
                 .await?;
             let newest = l.r.omap_vals.clone().unwrap_or_default();
             let s = Snapshot {
+                bucket: bucket.to_owned(),
+                pos: pos(key),
                 version: l.r.version,
                 epoch: l.part.epoch.clone(),
                 vals: l.r.omap_vals_by_keys.clone().unwrap_or_default(),

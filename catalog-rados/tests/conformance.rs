@@ -361,6 +361,7 @@ async fn partitioned(c: &Arc<Cluster>, ns: &str, split_keys: u64, lease: Duratio
     let cfg = PartitionConfig {
         split_keys,
         split_lease: lease,
+        ..Default::default()
     };
     RadosCatalog::open_with(c, POOL, ns, cfg).await.unwrap()
 }
@@ -1384,4 +1385,96 @@ async fn version_listings_racing_versioned_writes_list_each_version_once() {
     }
     writer.await.unwrap();
     assert!(round > 1, "listings ran while the writer wrote");
+}
+
+/// A partition written in one key range while it is read in another is split between the two
+/// (splits for load): the reads then go to a partition that the writes do not touch, and keys
+/// written later on the writes' side stay there. Reads and writes of one range split nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_partition_written_in_one_range_and_read_in_another_is_split_between_them() {
+    let Some(c) = cluster().await else { return };
+    let ns = namespace("load");
+    let cat = Arc::new(partitioned(&c, &ns, 1_000_000, Duration::from_secs(30)).await);
+    cat.create_bucket("h", bucket_rec()).await.unwrap();
+    for i in 0..200 {
+        put_rec(&*cat, "h", &format!("samples/{i:04}"), "s")
+            .await
+            .unwrap();
+    }
+    for i in 0..5 {
+        put_rec(&*cat, "h", &format!("ckpt/{i}"), "c")
+            .await
+            .unwrap();
+    }
+    // Reads of the samples while one writer does `write(n)`, until `until` or `done()`.
+    let run = |write: fn(u64) -> String, until: Duration, done: fn(usize) -> bool| {
+        let cat = Arc::clone(&cat);
+        async move {
+            let start = std::time::Instant::now();
+            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let reader = {
+                let (cat, stop) = (Arc::clone(&cat), Arc::clone(&stop));
+                tokio::spawn(async move {
+                    let mut i = 0u64;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let k = format!("samples/{:04}", (i * 37) % 200);
+                        assert!(cat.head("h", &k).await.unwrap().is_some(), "{k}");
+                        i += 1;
+                    }
+                })
+            };
+            let mut n = 0u64;
+            while start.elapsed() < until {
+                put_rec(&*cat, "h", &write(n), "w").await.unwrap();
+                n += 1;
+                if n.is_multiple_of(20) && done(cat.partitions("h").await.unwrap().len()) {
+                    break;
+                }
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            reader.await.unwrap();
+            n
+        }
+    };
+    // 1. Overwrites of the samples while they are read: 2.5 s (two windows and more), no split.
+    run(
+        |n| format!("samples/{:04}", (n * 13) % 200),
+        Duration::from_millis(2500),
+        |_| false,
+    )
+    .await;
+    let parts = settled(&cat, "h").await;
+    assert_eq!(parts.len(), 1, "{parts:?}");
+    // 2. An ingest of new keys and checkpoint overwrites while the samples are read: split
+    //    between `ingest/` and `samples/` (at `j`, so that later ingest keys stay below).
+    let ingested = run(
+        |n| {
+            if n.is_multiple_of(4) {
+                format!("ckpt/{}", n % 5)
+            } else {
+                format!("ingest/{n:06}")
+            }
+        },
+        Duration::from_secs(30),
+        |parts| parts > 1,
+    )
+    .await;
+    let parts = settled(&cat, "h").await;
+    assert_eq!(parts.len(), 2, "{parts:?}");
+    assert_eq!(parts[1].lo, b"j".to_vec(), "{parts:?}");
+    assert_eq!(parts[1].keys, 200, "the samples, alone: {parts:?}");
+    let ingest_keys = (0..ingested).filter(|n| !n.is_multiple_of(4)).count();
+    assert_eq!(parts[0].keys, 5 + ingest_keys, "{parts:?}");
+    let io = io_of(&c, &ns).await;
+    assert_clean_partitions(&io, &parts).await;
+    // Every key is listed, across the boundary.
+    assert_eq!(list_all(&*cat, "h", 97).await.len(), 205 + ingest_keys);
+    // 3. The same load again: the partitions are split already, nothing more happens.
+    run(
+        |n| format!("ingest/{:06}", 1_000_000 + n),
+        Duration::from_millis(2500),
+        |_| false,
+    )
+    .await;
+    assert_eq!(settled(&cat, "h").await.len(), 2);
 }
