@@ -137,9 +137,11 @@ impl Heat {
         if map.len() >= WATCHED && !map.contains_key(oid) {
             map.retain(|_, w| w.running);
         }
-        let w = map
-            .entry(oid.to_owned())
-            .or_insert_with(|| Window::new(bucket, now));
+        // No allocation for a partition already watched (every read and commit passes here).
+        if !map.contains_key(oid) {
+            map.insert(oid.to_owned(), Window::new(bucket, now));
+        }
+        let w = map.get_mut(oid).expect("just inserted");
         let mut due = None;
         if now.duration_since(w.start) >= WINDOW {
             let cut = w.judge();
