@@ -12,7 +12,8 @@
 //! Each gateway watches, per partition and per [`WINDOW`], the commits it makes there (the
 //! lowest and highest key written) and the point reads it makes there (a sample of their keys).
 //! When both are busy ([`MIN_WRITES`], [`MIN_READS`]) and at least 90% of the sampled reads fall
-//! above the highest key written (or below the lowest), the partition is split there in the
+//! above the highest key written (or below the lowest), for [`STREAK`] windows in a row (a load
+//! that lasts, not one burst of a benchmark's phases), the partition is split there in the
 //! background: above the writes at the shortest boundary past the highest key written
 //! ([`separator`]), so that keys written later just above it stay with the writes; below them
 //! at the lowest key written. Nothing else changes (the split is the size split's, with its crash
@@ -29,6 +30,8 @@ pub(crate) const WINDOW: Duration = Duration::from_secs(1);
 pub(crate) const MIN_WRITES: u32 = 10;
 /// Point reads in a window for a partition to count as read.
 pub(crate) const MIN_READS: u32 = 50;
+/// Windows in a row that must each ask for a split (a load that lasts, not a burst).
+pub(crate) const STREAK: u32 = 3;
 /// A partition is split for load at most this often (by one gateway).
 pub(crate) const EVERY: Duration = Duration::from_secs(60);
 /// Read keys sampled per window (the first ones).
@@ -66,6 +69,8 @@ struct Window {
     sample: Vec<Vec<u8>>,
     last_split: Option<Instant>,
     running: bool,
+    /// Windows in a row, up to the last one closed, that asked for a split.
+    streak: u32,
 }
 
 impl Window {
@@ -80,6 +85,7 @@ impl Window {
             sample: vec![],
             last_split: None,
             running: false,
+            streak: 0,
         }
     }
 
@@ -143,20 +149,26 @@ impl Heat {
         }
         let w = map.get_mut(oid).expect("just inserted");
         let mut due = None;
-        if now.duration_since(w.start) >= WINDOW {
-            let cut = w.judge();
+        let took = now.duration_since(w.start);
+        if took >= WINDOW {
+            // A window stretched by a pause (no op for a while) does not show a sustained load.
+            let cut = if took <= 2 * WINDOW { w.judge() } else { None };
+            let streak = if cut.is_some() { w.streak + 1 } else { 0 };
             let (last, running) = (w.last_split, w.running);
             *w = Window {
                 last_split: last,
                 running,
+                streak,
                 ..Window::new(bucket, now)
             };
             if let Some(c) = cut
+                && w.streak >= STREAK
                 && !w.running
                 && w.last_split.is_none_or(|t| now.duration_since(t) >= EVERY)
             {
                 w.running = true;
                 w.last_split = Some(now);
+                w.streak = 0;
                 due = Some((w.bucket.clone(), c));
             }
         }
@@ -212,76 +224,94 @@ impl Heat {
 mod tests {
     use super::*;
 
-    /// Feeds one window of `writes` commits (keys from `w`) and `reads` reads (keys from `r`),
-    /// interleaved, then one note after it; returns what that note asked.
-    fn window(
+    /// Feeds `k` windows from `t` on, each of `writes` commits (keys from `w`) and `reads`
+    /// reads (keys from `r`) interleaved (each closed by the next one's first note, which must
+    /// ask nothing), then closes the last with one more note; returns what that note asked.
+    fn windows(
         h: &Heat,
         t: Instant,
+        k: u32,
         writes: u32,
         w: impl Fn(u32) -> String,
         reads: u32,
         r: impl Fn(u32) -> String,
     ) -> Option<(String, Vec<u8>)> {
-        for i in 0..writes.max(reads) {
-            if i < writes {
-                assert_eq!(h.note_at("b", "p", w(i).as_bytes(), true, t), None);
-            }
-            if i < reads {
-                assert_eq!(h.note_at("b", "p", r(i).as_bytes(), false, t), None);
+        for j in 0..k {
+            let start = t + WINDOW * j;
+            for i in 0..writes.max(reads) {
+                let at = if i == 0 { start } else { start + WINDOW / 2 };
+                if i < writes {
+                    assert_eq!(h.note_at("b", "p", w(i).as_bytes(), true, at), None);
+                }
+                if i < reads {
+                    assert_eq!(h.note_at("b", "p", r(i).as_bytes(), false, at), None);
+                }
             }
         }
-        h.note_at("b", "p", b"x", false, t + WINDOW)
+        h.note_at("b", "p", b"x", false, t + WINDOW * k)
+    }
+
+    fn ingest(i: u32) -> String {
+        format!("ingest/{i:04}")
+    }
+
+    fn samples(i: u32) -> String {
+        format!("samples/{i:04}")
     }
 
     #[test]
-    fn reads_above_the_writes_split_after_the_highest_key_written() {
+    fn reads_above_the_writes_split_past_the_highest_key_written_after_a_streak() {
         let h = Heat::default();
         let t = Instant::now();
-        let got = window(
-            &h,
-            t,
-            20,
-            |i| format!("ingest/{i:04}"),
-            100,
-            |i| format!("samples/{i:04}"),
-        );
-        // Ingest keys written later (`ingest/0020`...) stay below it.
+        // One window short of the streak asks nothing.
+        assert_eq!(windows(&h, t, STREAK - 1, 20, ingest, 100, samples), None);
+        let h = Heat::default();
+        // Ingest keys written later (`ingest/0020`...) stay below `j`.
+        let got = windows(&h, t, STREAK, 20, ingest, 100, samples);
         assert_eq!(got, Some(("b".into(), b"j".to_vec())));
         // Not again while it runs, nor within EVERY of it.
-        let t2 = t + WINDOW;
-        let again = window(
-            &h,
-            t2,
-            20,
-            |i| format!("ingest/{i:04}"),
-            100,
-            |i| format!("samples/{i:04}"),
-        );
-        assert_eq!(again, None);
+        let t2 = t + WINDOW * (STREAK + 1);
+        assert_eq!(windows(&h, t2, STREAK, 20, ingest, 100, samples), None);
         h.done("p");
-        let again = window(
-            &h,
-            t2 + WINDOW,
-            20,
-            |i| format!("ingest/{i:04}"),
-            100,
-            |i| format!("samples/{i:04}"),
-        );
-        assert_eq!(again, None, "within EVERY of the last split");
+        let t3 = t2 + WINDOW * (STREAK + 1);
+        assert_eq!(windows(&h, t3, STREAK, 20, ingest, 100, samples), None);
+        // After EVERY, a load that lasts splits again.
+        let t4 = t + EVERY + WINDOW;
+        assert!(windows(&h, t4, STREAK, 20, ingest, 100, samples).is_some());
     }
 
     #[test]
     fn reads_below_the_writes_split_at_the_lowest_key_written() {
         let h = Heat::default();
-        let got = window(
+        let got = windows(
             &h,
             Instant::now(),
+            STREAK,
             20,
             |i| format!("shard-{:06}", 5000 + i),
             100,
             |i| format!("shard-{:06}", i * 7),
         );
         assert_eq!(got, Some(("b".into(), b"shard-005000".to_vec())));
+    }
+
+    #[test]
+    fn a_pause_breaks_the_streak() {
+        let t = Instant::now();
+        let end = t + WINDOW * (STREAK - 1);
+        // Without a pause, one more window completes the streak...
+        let h = Heat::default();
+        assert_eq!(windows(&h, t, STREAK - 1, 20, ingest, 100, samples), None);
+        assert!(windows(&h, end, 1, 20, ingest, 100, samples).is_some());
+        // ...after a pause of 5 s it starts over.
+        let h = Heat::default();
+        assert_eq!(windows(&h, t, STREAK - 1, 20, ingest, 100, samples), None);
+        let later = end + Duration::from_secs(5);
+        assert_eq!(windows(&h, later, 1, 20, ingest, 100, samples), None);
+        assert_eq!(
+            windows(&h, later + WINDOW, STREAK - 2, 20, ingest, 100, samples),
+            None
+        );
     }
 
     #[test]
@@ -302,22 +332,25 @@ mod tests {
     #[test]
     fn interleaved_or_quiet_ranges_are_not_split() {
         let t = Instant::now();
+        let k = STREAK + 2;
         // Reads and writes over the same keys.
         let h = Heat::default();
-        let same = window(
+        let same = windows(
             &h,
             t,
+            k,
             50,
             |i| format!("k{:04}", i * 2),
             200,
             |i| format!("k{i:04}"),
         );
         assert_eq!(same, None);
-        // Too few writes, or too few reads, in the window.
+        // Too few writes, or too few reads, in each window.
         let h = Heat::default();
-        let few = window(
+        let few = windows(
             &h,
             t,
+            k,
             MIN_WRITES - 1,
             |i| format!("a{i}"),
             200,
@@ -325,9 +358,10 @@ mod tests {
         );
         assert_eq!(few, None);
         let h = Heat::default();
-        let few = window(
+        let few = windows(
             &h,
             t,
+            k,
             50,
             |i| format!("a{i}"),
             MIN_READS - 1,
@@ -336,9 +370,10 @@ mod tests {
         assert_eq!(few, None);
         // 20% of the reads in the written range.
         let h = Heat::default();
-        let mixed = window(
+        let mixed = windows(
             &h,
             t,
+            k,
             50,
             |i| format!("a{i:03}"),
             100,

@@ -1436,10 +1436,11 @@ async fn a_partition_written_in_one_range_and_read_in_another_is_split_between_t
             n
         }
     };
-    // 1. Overwrites of the samples while they are read: 2.5 s (two windows and more), no split.
+    // 1. Overwrites of the samples while they are read: 4.5 s (more windows than a split for
+    //    load needs in a row), no split.
     run(
         |n| format!("samples/{:04}", (n * 13) % 200),
-        Duration::from_millis(2500),
+        Duration::from_millis(4500),
         |_| false,
     )
     .await;
@@ -1472,7 +1473,7 @@ async fn a_partition_written_in_one_range_and_read_in_another_is_split_between_t
     // 3. The same load again: the partitions are split already, nothing more happens.
     run(
         |n| format!("ingest/{:06}", 1_000_000 + n),
-        Duration::from_millis(2500),
+        Duration::from_millis(4500),
         |_| false,
     )
     .await;
