@@ -1164,11 +1164,15 @@ def pool_stored(pool):
 
 
 def wait_flag(pool, full, timeout=90):
+    """Waits until the mon flags `pool` full (or not), and every OSD holds that map: until
+    then an OSD still judges writes by its older map (a write lands on a pool the mon already
+    flagged full)."""
     import time
     deadline = time.monotonic() + timeout
     while ("full_quota" in pool_flags(pool)) != full:
         assert time.monotonic() < deadline, f"{pool}: full_quota still {not full} after {timeout} s"
         time.sleep(0.5)
+    osds_have_map(json.loads(ceph("osd", "dump", "-f", "json").stdout)["epoch"])
 
 
 def test_a_full_data_pool_answers_507_at_once_and_deletes_still_free_space(tmp_path):

@@ -5,8 +5,9 @@
 //! the sum of two tails (RGW keeps a small object's first bytes in its head object: one read).
 //! Where the blob store never gives a chunk id to other bytes
 //! ([`BlobStore::ids_are_never_reused`]; RADOS chunk objects are written once under unique
-//! names), a gateway remembers the first chunk each key's record named when it was last read,
-//! and a GET of that key starts reading that chunk at once, beside its record lookup.
+//! names), a gateway remembers the first chunk each key's record named when it last read or
+//! wrote the key, and a GET of that key starts reading that chunk at once, beside its record
+//! lookup.
 //!
 //! The record stays the only authority: the bytes read early are used only if the record the
 //! lookup returned names exactly that chunk (id, length, crc32c), which then holds exactly those
