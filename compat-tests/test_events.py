@@ -416,6 +416,40 @@ def test_a_gateway_killed_after_acknowledging_has_its_events_delivered_by_anothe
             g.remove()
 
 
+@pytest.mark.skipif(not CLUSTER_MODE, reason="two gateways over one cluster")
+def test_a_gateway_stopped_gracefully_hands_its_events_to_another_at_once(tmp_path, receiver):
+    """Gateway A acknowledges writes while the receiver is down, then stops gracefully
+    (SIGTERM, as in a rolling restart). It hands its outbox off as it stops, so gateway B
+    adopts it at its next upkeep tick (every 5 s), not once A's 20 s lease has run out, and
+    delivers every event. (Without the hand-off none could arrive before the lease: A renewed
+    it until it stopped.)"""
+    a = start_server(tmp_path, notify_toml(receiver.port), gateways=2)
+    b = a.peers[1]
+    try:
+        s3a = make_client(a.endpoint)
+        s3a.create_bucket(Bucket="handoff")
+        configure(s3a, "handoff")
+        receiver.wait(lambda: receiver.messages(), what="the test event")
+        receiver.stop()
+        keys = [f"k{i:03d}" for i in range(20)]
+        for k in keys:
+            s3a.put_object(Bucket="handoff", Key=k, Body=b"x")
+        a.stop()  # (the receiver is still down: A cannot deliver any of them itself)
+        stopped = time.monotonic()
+        receiver.start()
+        recs = receiver.wait(lambda: (r := receiver.records("handoff")) and len(r) >= 20 and r, timeout=90,
+                             what="the stopped gateway's 20 events")
+        took = time.monotonic() - stopped
+        print(f"the stopped gateway's events arrived {took:.1f} s after its stop")
+        assert sorted({r["s3"]["object"]["key"] for r in recs}) == keys
+        assert metric(b, "lode_events_delivered_total") >= 20
+        # A tick (5 s) plus delivery, well inside the lease (20 s) the hand-off skips.
+        assert took < 15, f"the events came {took:.1f} s after the stop: adopted only after the lease?"
+    finally:
+        for g in a.peers:
+            g.remove()
+
+
 def sns_client(endpoint):
     import boto3
     from botocore.config import Config

@@ -1685,6 +1685,10 @@ impl Catalog for RadosCatalog {
         self.outbox.remove(dest, seqs).await
     }
 
+    async fn hand_off(&self) -> Result<()> {
+        self.outbox.hand_off().await
+    }
+
     async fn outbox_len(&self, dest: &str) -> Result<u64> {
         self.outbox.len(&self.me, dest).await
     }

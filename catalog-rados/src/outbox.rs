@@ -129,6 +129,8 @@ impl Hot {
 #[derive(Default)]
 struct State {
     started: bool,
+    /// Handed off at a graceful stop ([`Outbox::hand_off`]): no more renewals or adoptions.
+    handed_off: bool,
     /// This run's registry object (a new one if another run took the last one over).
     registry: String,
     /// Places named in the current registry.
@@ -225,12 +227,15 @@ impl Outbox {
         self.state().started = true;
         let me = me.clone();
         tokio::spawn(async move {
+            // The first round at once: a gateway restarting adopts what the run before it
+            // handed off (or what a run gone for a lease left) before it waits a tick.
             loop {
-                tokio::time::sleep(TICK).await;
                 let Some(inner) = me.upgrade() else { return };
                 if let Err(e) = inner.outbox.tick().await {
                     tracing::warn!(error = %e, "event outbox upkeep failed; retrying");
                 }
+                drop(inner);
+                tokio::time::sleep(TICK).await;
             }
         });
         tracing::debug!(registry = %self.registry(), "event outbox registry made");
@@ -259,6 +264,9 @@ impl Outbox {
     /// Renews this run's registry and the adopted ones, adopts the registries of runs gone,
     /// removes adopted ones that are empty.
     async fn tick(&self) -> Result<()> {
+        if self.state().handed_off {
+            return Ok(());
+        }
         let now = now_ms();
         self.own_write(|| WriteOp::new().setxattr(ALIVE, stamp(now)))
             .await?;
@@ -316,6 +324,43 @@ impl Outbox {
                 Err(e) => return Err(err(e)),
             }
         }
+        Ok(())
+    }
+
+    /// A graceful stop: this run's registry and those it adopted are marked as not renewed
+    /// since the epoch (each write guarded by this run still owning it), so the next tick of
+    /// any live gateway, or of this one's successor at its start, adopts them at once instead
+    /// of a [`LEASE`] later. Renewals and adoptions stop. An entry this run was delivering
+    /// while it stopped may be delivered again by the adopter (at least once, as after a
+    /// stall).
+    pub(crate) async fn hand_off(&self) -> Result<()> {
+        let (mine, adopted) = {
+            let mut st = self.state();
+            if !st.started || std::mem::replace(&mut st.handed_off, true) {
+                return Ok(());
+            }
+            (
+                st.registry.clone(),
+                st.adopted.keys().cloned().collect::<Vec<_>>(),
+            )
+        };
+        let mut handed = 0;
+        for reg in std::iter::once(mine.clone()).chain(adopted) {
+            let op = WriteOp::new()
+                .cmpxattr(OWNER, CmpOp::Eq, &mine)
+                .setxattr(ALIVE, stamp(0));
+            match self.io.operate_write(&reg, op).await {
+                Ok(_) => handed += 1,
+                // Taken over already (this run had stalled), or removed by its adopter.
+                Err(e) if lost_race(&e) || e.is_not_found() => {}
+                Err(e) => return Err(err(e)),
+            }
+        }
+        tracing::info!(
+            registry = %mine,
+            handed,
+            "event outbox handed off: a live gateway adopts it at its next tick"
+        );
         Ok(())
     }
 

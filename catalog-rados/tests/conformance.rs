@@ -181,6 +181,52 @@ async fn a_gone_gateways_event_outbox_is_adopted() {
     }
 }
 
+/// A gateway stopping gracefully hands its event outbox off: another gateway adopts it at its
+/// next upkeep tick (every 5 s), not once the stopped gateway's 20 s lease ran out (the
+/// stopped one had renewed it just before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_gateway_stopping_hands_its_event_outbox_off_at_once() {
+    use lode_catalog::events::{EventDraft, armed};
+    let Some(c) = cluster().await else { return };
+    c.create_pool(POOL, &PoolSpec::replicated(3)).await.unwrap();
+    let ns = namespace("handoff");
+    let a: Arc<dyn Catalog> = Arc::new(RadosCatalog::open(&c, POOL, &ns).await.unwrap());
+    let b: Arc<dyn Catalog> = Arc::new(RadosCatalog::open(&c, POOL, &ns).await.unwrap());
+    a.create_bucket("ev", conformance::bucket_rec("o"))
+        .await
+        .unwrap();
+    let d: Arc<dyn EventDraft> = Arc::new(KeyDraft);
+    for k in ["k1", "k2"] {
+        let rec = conformance::record(k, &[]);
+        armed(
+            d.clone(),
+            a.put("ev", k, rec, &Cond::default(), Refs::Fresh),
+        )
+        .await
+        .unwrap();
+    }
+    let mine = a.outbox_scan("d", None, 10).await.unwrap();
+    assert_eq!(mine.len(), 2);
+    assert!(b.outbox_scan("d", None, 10).await.unwrap().is_empty());
+    a.hand_off().await.unwrap();
+    let handed = std::time::Instant::now();
+    let got = loop {
+        let got = b.outbox_scan("d", None, 10).await.unwrap();
+        if !got.is_empty() || handed.elapsed() > Duration::from_secs(30) {
+            break got;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(got, mine);
+    // One tick of B and its scan; a lease (20 s) would mean the hand-off did nothing.
+    assert!(
+        handed.elapsed() < Duration::from_secs(12),
+        "adopted {:?} after the hand-off",
+        handed.elapsed()
+    );
+    drop(a);
+}
+
 /// An erasure-coded pool cannot hold an index: a clear error, and nothing is written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_erasure_coded_index_pool_is_refused() {

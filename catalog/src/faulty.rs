@@ -293,4 +293,8 @@ impl Catalog for FaultyCatalog {
     async fn outbox_len(&self, dest: &str) -> Result<u64> {
         self.inner.outbox_len(dest).await
     }
+
+    async fn hand_off(&self) -> Result<()> {
+        self.inner.hand_off().await
+    }
 }

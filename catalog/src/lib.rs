@@ -972,6 +972,13 @@ pub trait Catalog: Send + Sync + 'static {
         let _ = dest;
         Ok(0)
     }
+
+    /// A graceful stop of this gateway, after its event deliveries stopped: what it answers
+    /// for in a shared backend (its event outbox) goes to the other gateways at once, not
+    /// after a lease. A backend of one process has nothing to hand off.
+    async fn hand_off(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -1355,6 +1355,7 @@ pub async fn serve(
     if let Some(m) = mount {
         tokio::task::spawn_blocking(move || m.unmount()).await?;
     }
+    svc.stop().await;
     let _ = TokioExecutor::new();
     Ok(())
 }

@@ -74,6 +74,8 @@ pub struct Destination {
     stopped: AtomicBool,
     /// ... and, the topic removed, drops what it had not delivered.
     drop_backlog: AtomicBool,
+    /// The gateway is stopping ([`Deliveries::halt`]): the worker ends, its backlog kept.
+    halted: AtomicBool,
 }
 
 impl Destination {
@@ -87,6 +89,7 @@ impl Destination {
             topic,
             stopped: AtomicBool::new(false),
             drop_backlog: AtomicBool::new(false),
+            halted: AtomicBool::new(false),
         }
     }
 }
@@ -125,6 +128,8 @@ pub struct Deliveries {
     topic_targets: OnceLock<TopicTargets>,
     /// The region events name (`awsRegion`).
     pub region: String,
+    /// Stopping: no worker starts any more ([`Deliveries::halt`]).
+    halted: AtomicBool,
 }
 
 impl Deliveries {
@@ -140,6 +145,7 @@ impl Deliveries {
             catalog: OnceLock::new(),
             topic_targets: OnceLock::new(),
             region: region.to_owned(),
+            halted: AtomicBool::new(false),
         }
     }
 
@@ -181,6 +187,11 @@ impl Deliveries {
     /// one, none any more for each gone.
     pub fn sync_topics(&self, topics: &[crate::topics::Topic]) {
         let mut dests = self.dests.write().expect("destinations");
+        // (Checked under the lock `halt` takes after setting it: either this sees it, or
+        // `halt` sees what this adds.)
+        if self.halted.load(Ordering::Acquire) {
+            return;
+        }
         let want: BTreeMap<&str, &crate::topics::Topic> =
             topics.iter().map(|t| (t.name.as_str(), t)).collect();
         let gone: Vec<String> = dests
@@ -272,6 +283,17 @@ impl Deliveries {
             .collect()
     }
 
+    /// A graceful stop: every worker ends at its next step (a delivery in flight completes),
+    /// nothing undelivered is dropped, and no topic starts a worker any more. The outbox then
+    /// goes to the other gateways ([`lode_catalog::Catalog::hand_off`]).
+    pub fn halt(&self) {
+        self.halted.store(true, Ordering::Release);
+        for d in self.dests().values() {
+            d.halted.store(true, Ordering::Release);
+            d.wake.notify_one();
+        }
+    }
+
     /// Starts one worker per destination over `catalog`'s outbox (on the current runtime).
     pub fn start(&self, catalog: Arc<dyn Catalog>) {
         if self.catalog.set(Arc::clone(&catalog)).is_err() {
@@ -302,6 +324,10 @@ async fn run(d: Arc<Destination>, catalog: Arc<dyn Catalog>) {
     let mut cursor = None;
     let mut whole_read = tokio::time::Instant::now();
     loop {
+        if d.halted.load(Ordering::Acquire) {
+            tracing::debug!(destination = %name, "the gateway is stopping: its delivery worker ends");
+            return;
+        }
         if d.stopped.load(Ordering::Relaxed) {
             // A removed topic: what it had not delivered can never be.
             if d.drop_backlog.load(Ordering::Relaxed)

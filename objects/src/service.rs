@@ -847,6 +847,19 @@ impl ObjectService {
         }
     }
 
+    /// A graceful stop, once requests are done: the event delivery workers end (keeping what
+    /// they had not delivered) and the catalog hands this gateway's outbox to the others, which
+    /// deliver it at their next tick (cluster mode; a rolling restart does not hold events for
+    /// a lease).
+    pub async fn stop(&self) {
+        if let Some(d) = self.deliveries.get() {
+            d.halt();
+        }
+        if let Err(e) = self.catalog.hand_off().await {
+            tracing::warn!(error = %e, "could not hand off the event outbox; other gateways adopt it after its lease");
+        }
+    }
+
     /// The event notification destinations (`None`: none configured).
     pub fn deliveries(&self) -> Option<&Arc<crate::event_delivery::Deliveries>> {
         self.deliveries.get()
