@@ -481,6 +481,11 @@ def test_rgw_style_topics_through_boto3s_sns_client(tmp_path, receiver):
         shown = sns.get_topic_attributes(TopicArn=amqp)["Attributes"]["push-endpoint"]
         assert "s3cr3t-pw" not in shown and shown.startswith("amqp://lode:")
         sns.delete_topic(TopicArn=amqp)
+        # A userinfo of one part (a NATS token) is a secret too.
+        tok = sns.create_topic(Name="tok", Attributes={"push-endpoint": "nats://s3cr3t-token@127.0.0.1:4222"})["TopicArn"]
+        shown = sns.get_topic_attributes(TopicArn=tok)["Attributes"]["push-endpoint"]
+        assert "s3cr3t-token" not in shown and shown.startswith("nats://"), shown
+        sns.delete_topic(TopicArn=tok)
         for bad, code_ in [({"Name": "bad.name"}, "InvalidParameter"),
                            ({"Name": "k", "Attributes": {"push-endpoint": "kafka://127.0.0.1:9092"}}, "InvalidParameter"),
                            ({"Name": "v", "Attributes": {"push-endpoint": url, "verify-ssl": "false"}}, "InvalidParameter")]:

@@ -42,20 +42,14 @@ impl Nats {
         if let Some(tls) = &self.tls {
             opts = opts.tls_client_config((**tls).clone()).require_tls(true);
         }
-        let client = opts
-            .connect(self.url.as_str())
-            .await
-            .map_err(|e| format!("connecting to {}: {e}", redact(&self.url)))?;
+        let client = opts.connect(self.url.as_str()).await.map_err(|e| {
+            format!(
+                "connecting to {}: {e}",
+                lode_objects::topics::redact(&self.url)
+            )
+        })?;
         *c = Some(client.clone());
         Ok(client)
-    }
-}
-
-/// `url` without a password, for errors and logs.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}://…@{}", &url[..s], &url[at + 1..]),
-        _ => url.to_owned(),
     }
 }
 
@@ -86,7 +80,9 @@ impl lode_objects::event_delivery::EventTarget for Nats {
 mod tests {
     #[test]
     fn passwords_stay_out_of_errors() {
-        assert_eq!(super::redact("nats://u:secret@h:4222"), "nats://…@h:4222");
-        assert_eq!(super::redact("nats://h:4222"), "nats://h:4222");
+        use lode_objects::topics::redact;
+        assert_eq!(redact("nats://u:secret@h:4222"), "nats://u:…@h:4222");
+        assert_eq!(redact("nats://token@h:4222"), "nats://…@h:4222");
+        assert_eq!(redact("nats://h:4222"), "nats://h:4222");
     }
 }

@@ -53,14 +53,15 @@ impl Topic {
     }
 }
 
-/// `url` without a password (`scheme://user:…@host`), for answers and logs.
+/// `url` without its secret, for answers and logs: `scheme://user:…@host` for a user and
+/// password, `scheme://…@host` for a userinfo of one part (a NATS token, say, is a secret too).
 pub fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s => {
             let auth = &url[s + 3..at];
             match auth.split_once(':') {
                 Some((user, _)) => format!("{}://{user}:…@{}", &url[..s], &url[at + 1..]),
-                None => url.to_owned(),
+                None => format!("{}://…@{}", &url[..s], &url[at + 1..]),
             }
         }
         _ => url.to_owned(),
@@ -89,5 +90,6 @@ mod tests {
         assert_eq!(Topic::key("t"), b"topic\0t");
         assert_eq!(redact("amqp://u:secret@h:5672/v"), "amqp://u:…@h:5672/v");
         assert_eq!(redact("http://h/x"), "http://h/x");
+        assert_eq!(redact("nats://s3cr3ttoken@h:4222"), "nats://…@h:4222");
     }
 }
