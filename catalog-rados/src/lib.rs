@@ -313,6 +313,13 @@ impl RadosCatalog {
         self.pages.taken_ahead()
     }
 
+    /// How many seeks of delimiter listings were made ahead of their walk ([`pages`]), for
+    /// tests.
+    #[doc(hidden)]
+    pub fn seeks_made_ahead(&self) -> u64 {
+        self.pages.made_ahead()
+    }
+
     /// Opens the catalog in `pool` (which must exist, be replicated and hold omap) of `cluster`,
     /// in RADOS namespace `namespace` (empty: the default).
     pub async fn open(cluster: &Arc<Cluster>, pool: &str, namespace: &str) -> Result<Self> {
@@ -1048,32 +1055,38 @@ impl Catalog for RadosCatalog {
         // ([`pages`]).
         let (mut reads, mut sought) = (vec![], vec![]);
         let query = pages::Query::of(bucket, q);
-        // The seeks the last listing of this query made, made now beside the first read.
-        let (first, made_ahead) = {
-            let hints = query
-                .as_ref()
-                .map(|k| self.pages.seeks(k))
-                .unwrap_or_default();
-            let first = self.scan_noting(
-                bucket,
-                &after,
-                &filter,
-                (fold.wanted() as u64).min(PAGE),
-                &mut reads,
-            );
-            let seeks = futures::future::join_all(hints.into_iter().map(|from| async {
+        // The seeks the last listing of this query made, made again ahead of the walk: beside
+        // the first read, or once it found the partition changed ([`pages`]).
+        let hints = query
+            .as_ref()
+            .map(|k| self.pages.seeks(k))
+            .unwrap_or_default();
+        let seek_all = |from: Vec<Vec<u8>>| {
+            self.pages.making_ahead(from.len());
+            futures::future::join_all(from.into_iter().map(|from| async {
                 let mut r = vec![];
                 let got = self
                     .scan_noting(bucket, &from, &filter, SEEK_READ, &mut r)
                     .await;
                 (from, got, r)
-            }));
-            futures::future::join(first, seeks).await
+            }))
         };
-        let mut ahead: HashMap<Vec<u8>, _> = made_ahead
-            .into_iter()
-            .filter_map(|(from, got, r)| Some((from, (got.ok()?, r))))
-            .collect();
+        let (beside, later) = if hints.beside_first {
+            (hints.from, vec![])
+        } else {
+            (vec![], hints.from)
+        };
+        let (first, made_ahead) = futures::future::join(
+            self.scan_noting(
+                bucket,
+                &after,
+                &filter,
+                (fold.wanted() as u64).min(PAGE),
+                &mut reads,
+            ),
+            seek_all(beside),
+        )
+        .await;
         let first = first?;
         if let Some(k) = &query
             && let [r] = &reads[..]
@@ -1081,6 +1094,12 @@ impl Catalog for RadosCatalog {
         {
             return Ok(page);
         }
+        let made_later = seek_all(later).await;
+        let mut ahead: HashMap<Vec<u8>, _> = made_ahead
+            .into_iter()
+            .chain(made_later)
+            .filter_map(|(from, got, r)| Some((from, (got.ok()?, r))))
+            .collect();
         let mut first = Some(first);
         'reads: loop {
             let n = (fold.wanted() as u64).min(read_max);

@@ -10,13 +10,15 @@
 //! then cost one read.
 //!
 //! A changed partition is listed again, but the seeks the last listing of the query made are
-//! remembered too (where each started): the next listing makes them all at once, beside its
-//! first read, and takes each result when its walk reaches that point. A directory added
-//! since is sought as before; a seek no longer reached is one small read spent (so are the
-//! seeks made beside a first read that then finds the page unchanged: up to [`SEEKS_MAX`]
-//! reads of [`crate::SEEK_READ`] entries, against the round trips in series they save when it
-//! changed). Each read is still a read of the partition made during the request, as the
-//! sequential walk's are.
+//! remembered too (where each started): the next listing makes them all at once and takes
+//! each result when its walk reaches that point. A directory added since is sought as before;
+//! a seek no longer reached is one small read spent. When the last listing of the query was
+//! answered from its remembered page, the next one most likely is too, so it makes the seeks
+//! only once its first read found the partition changed (one round trip later); otherwise it
+//! makes them beside its first read (saving that round trip when the partition keeps changing,
+//! and spending up to [`SEEKS_MAX`] reads of [`crate::SEEK_READ`] entries when it did not).
+//! Each read is still a read of the partition made during the request, as the sequential
+//! walk's are.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -63,6 +65,17 @@ struct Remembered {
     page: Option<(Read, ListPage)>,
     /// Where its seeks started (omap keys).
     seeks: Vec<Vec<u8>>,
+    /// The last listing of the query was answered from `page`.
+    hit_last: bool,
+}
+
+/// Where the last listing of a query sought, and when to seek there again.
+#[derive(Default)]
+pub(crate) struct Seeks {
+    pub(crate) from: Vec<Vec<u8>>,
+    /// Beside the first read (the last listing found the partition changed), or only once the
+    /// first read found it changed (the last one was answered from memory).
+    pub(crate) beside_first: bool,
 }
 
 #[derive(Default)]
@@ -71,19 +84,24 @@ pub(crate) struct Pages {
     hits: AtomicU64,
     /// Seeks made ahead that a walk took.
     taken_ahead: AtomicU64,
+    /// Seeks made ahead.
+    made_ahead: AtomicU64,
 }
 
 impl Pages {
     /// The page remembered for `key`, if its reads were all `first`: the partition and version
     /// the listing's first read met now.
     pub(crate) fn hit(&self, key: &Query, first: &Read) -> Option<ListPage> {
-        let m = self.map.lock().expect("pages");
-        let (read, page) = m.get(key)?.page.as_ref()?;
+        let mut m = self.map.lock().expect("pages");
+        let r = m.get_mut(key)?;
+        let (read, page) = r.page.as_ref()?;
         if read != first {
             return None;
         }
+        let page = page.clone();
+        r.hit_last = true;
         self.hits.fetch_add(1, Ordering::Relaxed);
-        Some(page.clone())
+        Some(page)
     }
 
     /// How many listings [`hit`](Self::hit) answered.
@@ -96,15 +114,30 @@ impl Pages {
         self.taken_ahead.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// `n` seeks are made ahead.
+    pub(crate) fn making_ahead(&self, n: usize) {
+        self.made_ahead.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// How many seeks were made ahead.
+    pub(crate) fn made_ahead(&self) -> u64 {
+        self.made_ahead.load(Ordering::Relaxed)
+    }
+
     /// How many seeks made ahead walks took.
     pub(crate) fn taken_ahead(&self) -> u64 {
         self.taken_ahead.load(Ordering::Relaxed)
     }
 
-    /// Where the last listing of `key` sought.
-    pub(crate) fn seeks(&self, key: &Query) -> Vec<Vec<u8>> {
+    /// Where the last listing of `key` sought, and when to seek there again.
+    pub(crate) fn seeks(&self, key: &Query) -> Seeks {
         let m = self.map.lock().expect("pages");
-        m.get(key).map(|r| r.seeks.clone()).unwrap_or_default()
+        m.get(key)
+            .map(|r| Seeks {
+                from: r.seeks.clone(),
+                beside_first: !r.hit_last,
+            })
+            .unwrap_or_default()
     }
 
     /// Remembers a delimiter listing that took more than one read (one read costs as much as
@@ -133,7 +166,11 @@ impl Pages {
         let held: usize = m.values().map(weight).sum();
         let mut seeks = seeks;
         seeks.truncate(SEEKS_MAX);
-        let new = Remembered { page, seeks };
+        let new = Remembered {
+            page,
+            seeks,
+            hit_last: false,
+        };
         if m.len() >= PAGES_MAX || held + weight(&new) > ENTRIES_MAX {
             m.clear();
         }
