@@ -15,9 +15,13 @@
 //! any gateway) they are dropped and the chunk is read as before. A guess costs at most one
 //! wasted read; nothing about the object is served from memory.
 //!
+//! A GET of one version by its id does the same, keyed by (bucket, key, version id): a
+//! version's record never changes, so once such a GET read it here, the next ones of that
+//! version (a dataset pinned to versions, read epoch after epoch) read early and guess right.
+//!
 //! The memory is bounded: two generations of at most [`GENERATION`] entries, each a hash of
-//! the (bucket, key) and a chunk ref (about 40 bytes). A hash collision only makes a wrong
-//! guess.
+//! the (bucket, key[, version id]) and a chunk ref (about 40 bytes). A hash collision only
+//! makes a wrong guess.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -51,20 +55,32 @@ pub struct EarlyCounts {
 }
 
 impl FirstChunks {
-    fn slot(&self, bucket: &str, key: &str) -> u64 {
-        self.hasher.hash_one((bucket, key))
+    fn slot(&self, bucket: &str, key: &str, version: Option<&str>) -> u64 {
+        self.hasher.hash_one((bucket, key, version))
     }
 
     /// The chunk this key's record named when last seen.
+    #[cfg(test)]
     fn guess(&self, bucket: &str, key: &str) -> Option<ChunkRef> {
-        let h = self.slot(bucket, key);
+        self.guess_slot(self.slot(bucket, key, None))
+    }
+
+    fn guess_slot(&self, h: u64) -> Option<ChunkRef> {
         let g = self.gens.lock().unwrap_or_else(|p| p.into_inner());
         g[0].get(&h).or_else(|| g[1].get(&h)).copied()
     }
 
     /// Notes the first chunk the key's record names now (`None`: none, e.g. an inline object).
     pub fn note(&self, bucket: &str, key: &str, first: Option<ChunkRef>) {
-        let h = self.slot(bucket, key);
+        self.note_slot(self.slot(bucket, key, None), first);
+    }
+
+    /// Notes the first chunk a version's record names (`None`: none, or no such version).
+    pub fn note_version(&self, bucket: &str, key: &str, version: &str, first: Option<ChunkRef>) {
+        self.note_slot(self.slot(bucket, key, Some(version)), first);
+    }
+
+    fn note_slot(&self, h: u64, first: Option<ChunkRef>) {
         let mut g = self.gens.lock().unwrap_or_else(|p| p.into_inner());
         match first {
             Some(c) => {
@@ -88,10 +104,25 @@ impl FirstChunks {
         bucket: &str,
         key: &str,
     ) -> Option<EarlyRead> {
+        self.start_slot(blobs, self.slot(bucket, key, None))
+    }
+
+    /// Starts reading the chunk last seen for one version of the key, if any.
+    pub fn start_version(
+        self: &Arc<Self>,
+        blobs: &Arc<dyn BlobStore>,
+        bucket: &str,
+        key: &str,
+        version: &str,
+    ) -> Option<EarlyRead> {
+        self.start_slot(blobs, self.slot(bucket, key, Some(version)))
+    }
+
+    fn start_slot(self: &Arc<Self>, blobs: &Arc<dyn BlobStore>, h: u64) -> Option<EarlyRead> {
         if !blobs.ids_are_never_reused() {
             return None;
         }
-        let chunk = self.guess(bucket, key)?;
+        let chunk = self.guess_slot(h)?;
         let b = Arc::clone(blobs);
         let task = tokio::spawn(async move { b.read(&chunk).await });
         Some(EarlyRead {
@@ -189,6 +220,13 @@ mod tests {
         f.note("b", "k", None);
         assert_eq!(f.guess("b", "k"), None);
         assert!(f.is_empty());
+        // A version is a key of its own, beside the key's current record.
+        f.note("b", "k", Some(chunk(3)));
+        f.note_version("b", "k", "v1", Some(chunk(4)));
+        assert_eq!(f.guess("b", "k"), Some(chunk(3)));
+        assert_eq!(f.guess_slot(f.slot("b", "k", Some("v1"))), Some(chunk(4)));
+        assert_eq!(f.guess_slot(f.slot("b", "k", Some("v2"))), None);
+        assert_eq!(f.len(), 2);
     }
 
     #[test]

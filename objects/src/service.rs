@@ -2278,6 +2278,36 @@ impl ObjectService {
         })
     }
 
+    /// [`Self::open_object_version`] for a GET, which reads the data next: a version's record
+    /// never changes, so its first chunk, remembered from the last GET of that version here, is
+    /// read beside the lookup (`crate::early_read`).
+    pub async fn open_object_version_to_get(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: &str,
+    ) -> ObjResult<ObjectHandle> {
+        check_key(key)?;
+        check_version_id(version_id)?;
+        let versions = self.catalog.supports_versions();
+        let early = if versions {
+            self.first_chunks
+                .start_version(&self.blobs, bucket, key, version_id)
+        } else {
+            None
+        };
+        let found = self.open_object_version(bucket, key, version_id).await;
+        let first = found.as_ref().ok().and_then(|h| first_chunk(&h.record));
+        if versions && self.blobs.ids_are_never_reused() {
+            self.first_chunks
+                .note_version(bucket, key, version_id, first);
+        }
+        let mut h = found?;
+        // Dropped (and counted wasted) unless the record names that chunk.
+        h.early = early.filter(|e| first.is_some_and(|c| e.is_of(&c)));
+        Ok(h)
+    }
+
     /// The newest version of a key (head form): the current one, or the delete marker that
     /// hides it (`None`: neither; always `None` where versions are not kept).
     pub async fn newest_version(&self, bucket: &str, key: &str) -> ObjResult<Option<ObjectRecord>> {
@@ -3281,6 +3311,71 @@ mod announcement_tests {
         assert_eq!(get_bytes(&local, "l", (0, 100_000)).await.unwrap(), v(4));
         assert_eq!(local.early_read_counts(), counts(0, 0));
         assert!(local.first_chunks.is_empty());
+
+        // A version by its id: the first GET of it here reads in series and remembers its
+        // chunk; the next ones read it early, each version its own bytes, the current
+        // version's guess apart.
+        a.create_bucket("ver", "o").await.unwrap();
+        a.set_bucket_versioning("ver", Versioning::Enabled)
+            .await
+            .unwrap();
+        let mut ids = vec![];
+        for n in [5, 6] {
+            let body = futures::stream::iter(vec![Ok::<_, std::io::Error>(v(n))]);
+            let put = b
+                .put_object(
+                    "ver",
+                    "k",
+                    ObjectMeta::default(),
+                    body,
+                    Some(100_000),
+                    Integrity::default(),
+                    WriteCond::default(),
+                )
+                .await
+                .unwrap();
+            ids.push(put.version_id.unwrap());
+        }
+        let get_version = |id: String| {
+            let a = &a;
+            async move {
+                let h = a.open_object_version_to_get("ver", "k", &id).await?;
+                let parts: Vec<Bytes> = a
+                    .read_range(h, 0, 100_000)
+                    .map(|r| r.unwrap())
+                    .collect()
+                    .await;
+                ObjResult::Ok(Bytes::from(parts.concat()))
+            }
+        };
+        let before = a.early_read_counts();
+        assert_eq!(get_version(ids[0].clone()).await.unwrap(), v(5));
+        assert_eq!(
+            a.early_read_counts(),
+            before,
+            "a version not seen here: no guess"
+        );
+        for _ in 0..2 {
+            assert_eq!(get_version(ids[0].clone()).await.unwrap(), v(5));
+            assert_eq!(get_version(ids[1].clone()).await.unwrap(), v(6));
+        }
+        assert_eq!(
+            a.early_read_counts(),
+            counts(before.used + 3, before.wasted),
+            "v1 twice and v2 once more read early, each used"
+        );
+        // A version deleted through b: NoSuchVersion, the early read wasted.
+        b.delete_object_version("ver", "k", &ids[0], &WriteCond::default(), false)
+            .await
+            .unwrap();
+        assert!(matches!(
+            get_version(ids[0].clone()).await,
+            Err(ObjError::NoSuchVersion)
+        ));
+        assert_eq!(
+            a.early_read_counts(),
+            counts(before.used + 3, before.wasted + 1)
+        );
     }
 
     struct Down;

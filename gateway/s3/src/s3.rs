@@ -133,10 +133,13 @@ impl LodeS3 {
         bucket: &str,
         key: &str,
         version_id: Option<&str>,
+        to_get: bool,
     ) -> S3Result<lode_objects::ObjectHandle> {
-        let r = match version_id {
-            Some(v) => self.svc.open_object_version(bucket, key, v).await,
-            None => self.svc.open_object_to_get(bucket, key).await,
+        let r = match (version_id, to_get) {
+            (Some(v), true) => self.svc.open_object_version_to_get(bucket, key, v).await,
+            (Some(v), false) => self.svc.open_object_version(bucket, key, v).await,
+            (None, true) => self.svc.open_object_to_get(bucket, key).await,
+            (None, false) => self.svc.open_object(bucket, key).await,
         };
         match r {
             Err(ObjError::NoSuchKey) => Err(self.absent(bucket, key).await),
@@ -154,7 +157,7 @@ impl LodeS3 {
     ) -> S3Result<ObjectRecord> {
         match version_id {
             Some(v) => Ok(self
-                .open_for_read(bucket, key, Some(v))
+                .open_for_read(bucket, key, Some(v), false)
                 .await?
                 .record
                 .into_head()),
@@ -1357,7 +1360,7 @@ impl S3 for LodeS3 {
         let t = self.transport(&req);
         let i = req.input;
         let mut h = self
-            .open_for_read(&i.bucket, &i.key, i.version_id.as_deref())
+            .open_for_read(&i.bucket, &i.key, i.version_id.as_deref(), true)
             .await?;
         let customer = crate::sse::customer_key(customer_headers!(i), t)?;
         self.svc.unlock(&mut h, customer.as_ref()).await.s3()?;
