@@ -678,6 +678,8 @@ impl Inner {
         let keys = version_reads(key, id);
         for _ in 0..RETRIES {
             let s = self.read_keys(bucket, &pos(key), &keys).await?;
+            // A point read, as a GET's: counted for splits for load ([`crate::heat`]).
+            self.note_load(bucket, &s.oid, &s.pos, false);
             if let Some(raw) = find(&s.vals, &k) {
                 let rec: ObjectRecord = decode(&raw)?;
                 if is_version(&rec, id) {

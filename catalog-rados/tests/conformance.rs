@@ -1450,6 +1450,75 @@ async fn version_listings_racing_versioned_writes_list_each_version_once() {
     assert!(round > 1, "listings ran while the writer wrote");
 }
 
+/// Reads of versions by their id are point reads, as GETs are: a versioned dataset read by
+/// version id while an ingest writes another key range of its partition splits between them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reads_of_versions_by_id_count_toward_a_split_for_load() {
+    let Some(c) = cluster().await else { return };
+    let ns = namespace("vload");
+    let cat = Arc::new(partitioned(&c, &ns, 1_000_000, Duration::from_secs(30)).await);
+    cat.create_bucket("hv", bucket_rec()).await.unwrap();
+    let en = Cond {
+        versioning: lode_catalog::Versioning::Enabled,
+        ..Default::default()
+    };
+    for i in 0..100 {
+        let k = format!("samples/{i:04}");
+        cat.put("hv", &k, conformance::record("s", &[]), &en, Refs::Fresh)
+            .await
+            .unwrap();
+    }
+    let q = lode_catalog::VersionQuery {
+        max: 1000,
+        ..Default::default()
+    };
+    let ids: Vec<(String, String)> = cat
+        .list_versions("hv", &q)
+        .await
+        .unwrap()
+        .entries
+        .into_iter()
+        .map(|e| (e.key, e.record.version_id.expect("a version id")))
+        .collect();
+    assert_eq!(ids.len(), 100);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (cat, stop, ids) = (Arc::clone(&cat), Arc::clone(&stop), ids.clone());
+        tokio::spawn(async move {
+            let mut i = 0usize;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let (k, id) = &ids[(i * 37) % ids.len()];
+                assert!(cat.get_version("hv", k, id).await.unwrap().is_some());
+                i += 1;
+            }
+        })
+    };
+    let start = std::time::Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < Duration::from_secs(30) {
+        let k = format!("ingest/{n:06}");
+        cat.put("hv", &k, conformance::record("w", &[]), &en, Refs::Fresh)
+            .await
+            .unwrap();
+        n += 1;
+        if n.is_multiple_of(20) && cat.partitions("hv").await.unwrap().len() > 1 {
+            break;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    reader.await.unwrap();
+    let parts = settled(&cat, "hv").await;
+    assert_eq!(
+        parts.len(),
+        2,
+        "split between the ingest and the samples: {parts:?}"
+    );
+    // Every version is where its key is, and reads back.
+    for (k, id) in &ids {
+        assert!(cat.get_version("hv", k, id).await.unwrap().is_some(), "{k}");
+    }
+}
+
 /// A partition written in one key range while it is read in another is split between the two
 /// (splits for load): the reads then go to a partition that the writes do not touch, and keys
 /// written later on the writes' side stay there. Reads and writes of one range split nothing.
