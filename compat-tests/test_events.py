@@ -384,6 +384,19 @@ def test_kill_9_under_load_loses_no_acknowledged_event(server, receiver):
     assert got <= listed
 
 
+def acknowledged_while_down(gw, receiver, bucket, keys):
+    """Through gateway `gw`: `bucket` made and configured (its test event delivered), then the
+    receiver stopped and a PUT of each of `keys` acknowledged. Returns the S3 client."""
+    s3 = make_client(gw.endpoint)
+    s3.create_bucket(Bucket=bucket)
+    configure(s3, bucket)
+    receiver.wait(lambda: receiver.messages(), what="the test event")
+    receiver.stop()
+    for k in keys:
+        s3.put_object(Bucket=bucket, Key=k, Body=b"x")
+    return s3
+
+
 @pytest.mark.skipif(not CLUSTER_MODE, reason="two gateways over one cluster")
 def test_a_gateway_killed_after_acknowledging_has_its_events_delivered_by_another(tmp_path, receiver):
     """Gateway A acknowledges writes while the receiver is down (so it cannot have delivered
@@ -392,14 +405,8 @@ def test_a_gateway_killed_after_acknowledging_has_its_events_delivered_by_anothe
     a = start_server(tmp_path, notify_toml(receiver.port), gateways=2)
     b = a.peers[1]
     try:
-        s3a = make_client(a.endpoint)
-        s3a.create_bucket(Bucket="adopt")
-        configure(s3a, "adopt")
-        receiver.wait(lambda: receiver.messages(), what="the test event")
-        receiver.stop()
         keys = [f"k{i:03d}" for i in range(40)]
-        for k in keys:
-            s3a.put_object(Bucket="adopt", Key=k, Body=b"x")
+        s3a = acknowledged_while_down(a, receiver, "adopt", keys)
         s3a.delete_object(Bucket="adopt", Key="k000")
         a.proc.kill()  # kill -9 right after the last acknowledgement
         a.proc.wait()
@@ -426,14 +433,8 @@ def test_a_gateway_stopped_gracefully_hands_its_events_to_another_at_once(tmp_pa
     a = start_server(tmp_path, notify_toml(receiver.port), gateways=2)
     b = a.peers[1]
     try:
-        s3a = make_client(a.endpoint)
-        s3a.create_bucket(Bucket="handoff")
-        configure(s3a, "handoff")
-        receiver.wait(lambda: receiver.messages(), what="the test event")
-        receiver.stop()
         keys = [f"k{i:03d}" for i in range(20)]
-        for k in keys:
-            s3a.put_object(Bucket="handoff", Key=k, Body=b"x")
+        acknowledged_while_down(a, receiver, "handoff", keys)
         a.stop()  # (the receiver is still down: A cannot deliver any of them itself)
         stopped = time.monotonic()
         receiver.start()

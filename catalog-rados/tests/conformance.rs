@@ -112,22 +112,22 @@ impl lode_catalog::events::EventDraft for KeyDraft {
     }
 }
 
-/// The event outbox across gateways: the entries of a gateway that went away (its lease ran
-/// out) are adopted by another one, which reads them in order and, once they are removed,
-/// removes the dead gateway's registry. A live gateway's entries are never adopted.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_gone_gateways_event_outbox_is_adopted() {
+/// Two gateways' catalogs over namespace `ns`; the first made bucket `ev` and committed a put
+/// of each of `keys` with an event for destination `d` (the key as its body).
+async fn two_gateways_with_events(
+    c: &Arc<Cluster>,
+    ns: &str,
+    keys: &[&str],
+) -> (Arc<dyn Catalog>, Arc<dyn Catalog>) {
     use lode_catalog::events::{EventDraft, armed};
-    let Some(c) = cluster().await else { return };
     c.create_pool(POOL, &PoolSpec::replicated(3)).await.unwrap();
-    let ns = namespace("adopt");
-    let a: Arc<dyn Catalog> = Arc::new(RadosCatalog::open(&c, POOL, &ns).await.unwrap());
-    let b: Arc<dyn Catalog> = Arc::new(RadosCatalog::open(&c, POOL, &ns).await.unwrap());
+    let a: Arc<dyn Catalog> = Arc::new(RadosCatalog::open(c, POOL, ns).await.unwrap());
+    let b: Arc<dyn Catalog> = Arc::new(RadosCatalog::open(c, POOL, ns).await.unwrap());
     a.create_bucket("ev", conformance::bucket_rec("o"))
         .await
         .unwrap();
     let d: Arc<dyn EventDraft> = Arc::new(KeyDraft);
-    for k in ["k1", "k2", "k3"] {
+    for k in keys {
         let rec = conformance::record(k, &[]);
         armed(
             d.clone(),
@@ -136,6 +136,17 @@ async fn a_gone_gateways_event_outbox_is_adopted() {
         .await
         .unwrap();
     }
+    (a, b)
+}
+
+/// The event outbox across gateways: the entries of a gateway that went away (its lease ran
+/// out) are adopted by another one, which reads them in order and, once they are removed,
+/// removes the dead gateway's registry. A live gateway's entries are never adopted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_gone_gateways_event_outbox_is_adopted() {
+    let Some(c) = cluster().await else { return };
+    let ns = namespace("adopt");
+    let (a, b) = two_gateways_with_events(&c, &ns, &["k1", "k2", "k3"]).await;
     let mine = a.outbox_scan("d", None, 10).await.unwrap();
     assert_eq!(mine.len(), 3);
     // B sees none of a live gateway's entries, however long it looks.
@@ -186,25 +197,9 @@ async fn a_gone_gateways_event_outbox_is_adopted() {
 /// stopped one had renewed it just before).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_gateway_stopping_hands_its_event_outbox_off_at_once() {
-    use lode_catalog::events::{EventDraft, armed};
     let Some(c) = cluster().await else { return };
-    c.create_pool(POOL, &PoolSpec::replicated(3)).await.unwrap();
     let ns = namespace("handoff");
-    let a: Arc<dyn Catalog> = Arc::new(RadosCatalog::open(&c, POOL, &ns).await.unwrap());
-    let b: Arc<dyn Catalog> = Arc::new(RadosCatalog::open(&c, POOL, &ns).await.unwrap());
-    a.create_bucket("ev", conformance::bucket_rec("o"))
-        .await
-        .unwrap();
-    let d: Arc<dyn EventDraft> = Arc::new(KeyDraft);
-    for k in ["k1", "k2"] {
-        let rec = conformance::record(k, &[]);
-        armed(
-            d.clone(),
-            a.put("ev", k, rec, &Cond::default(), Refs::Fresh),
-        )
-        .await
-        .unwrap();
-    }
+    let (a, b) = two_gateways_with_events(&c, &ns, &["k1", "k2"]).await;
     let mine = a.outbox_scan("d", None, 10).await.unwrap();
     assert_eq!(mine.len(), 2);
     assert!(b.outbox_scan("d", None, 10).await.unwrap().is_empty());
