@@ -171,6 +171,9 @@ pub(crate) struct Outbox {
     io: IoCtx,
     state: Mutex<State>,
     start: tokio::sync::Mutex<()>,
+    /// Held by an upkeep round: a hand-off waits for the one in flight, whose renewal would
+    /// otherwise land after it.
+    ticking: tokio::sync::Mutex<()>,
 }
 
 fn stamp(ms: i64) -> String {
@@ -183,6 +186,7 @@ impl Outbox {
             io,
             state: Mutex::default(),
             start: tokio::sync::Mutex::new(()),
+            ticking: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -264,6 +268,7 @@ impl Outbox {
     /// Renews this run's registry and the adopted ones, adopts the registries of runs gone,
     /// removes adopted ones that are empty.
     async fn tick(&self) -> Result<()> {
+        let _round = self.ticking.lock().await;
         if self.state().handed_off {
             return Ok(());
         }
@@ -334,11 +339,16 @@ impl Outbox {
     /// while it stopped may be delivered again by the adopter (at least once, as after a
     /// stall).
     pub(crate) async fn hand_off(&self) -> Result<()> {
-        let (mine, adopted) = {
+        {
             let mut st = self.state();
             if !st.started || std::mem::replace(&mut st.handed_off, true) {
                 return Ok(());
             }
+        }
+        // A round in flight (renewing, adopting) ends first; none starts after `handed_off`.
+        let _round = self.ticking.lock().await;
+        let (mine, adopted) = {
+            let st = self.state();
             (
                 st.registry.clone(),
                 st.adopted.keys().cloned().collect::<Vec<_>>(),
