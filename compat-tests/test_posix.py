@@ -14,6 +14,7 @@ import os
 import random
 import shutil
 import subprocess
+import tempfile
 import time
 import uuid
 
@@ -838,6 +839,49 @@ def test_refused_cases_and_their_errno(mounted, pb, ps3):
     expect_errno(errno.ENOTDIR, os.listdir, os.path.join(d, "f"))
     expect_errno(errno.ENOTEMPTY, os.rmdir, os.path.join(d, "d" * 200))
     shutil.rmtree(os.path.join(d, "d" * 200))
+
+
+def test_extended_attributes_are_not_supported_and_copies_still_work(pb):
+    # EOPNOTSUPP for every xattr call (SEMANTICS P15): the mount answers the first getxattr and
+    # listxattr with ENOSYS, and the kernel answers every later one itself, so a write() no
+    # longer costs a round trip asking for `security.capability`.
+    b, d = pb
+    f = os.path.join(d, "xa")
+    open(f, "w").write("x")
+    for _ in range(2):  # the first answer comes from the mount, the second from the kernel
+        expect_errno(errno.EOPNOTSUPP, os.getxattr, f, "user.k")
+        expect_errno(errno.EOPNOTSUPP, os.getxattr, f, "security.capability")
+        expect_errno(errno.EOPNOTSUPP, os.listxattr, f)
+    expect_errno(errno.EOPNOTSUPP, os.setxattr, f, "user.k", b"v")
+    # Copying tools take "not supported" as "none": cp -a and shutil.copy2 out of the mount.
+    out = tempfile.mkdtemp()
+    try:
+        subprocess.run(["cp", "-a", f, os.path.join(out, "a")], check=True)
+        shutil.copy2(f, os.path.join(out, "b"))
+        assert open(os.path.join(out, "a")).read() == open(os.path.join(out, "b")).read() == "x"
+    finally:
+        shutil.rmtree(out)
+
+
+def test_a_directory_remembered_through_creates_vanishes_with_its_last_key(pb, ps3):
+    # The mount remembers that a directory exists for the getattr the kernel sends after each
+    # create in it. An unlink through the mount, or a delete through S3, of its last key must
+    # still make it vanish at once.
+    b, d = pb
+    for side in ("mount", "s3"):
+        dn = "implied-" + side
+        ps3.put_object(Bucket=b, Key=dn + "/x", Body=b"x")  # no marker: the keys make it
+        for i in range(5):
+            open(os.path.join(d, dn, f"f{i}"), "w").write("f")
+            assert os.path.isdir(os.path.join(d, dn))
+        names = ["x"] + [f"f{i}" for i in range(5)]
+        for n in names:
+            if side == "mount":
+                os.unlink(os.path.join(d, dn, n))
+            else:
+                ps3.delete_object(Bucket=b, Key=f"{dn}/{n}")
+        expect_errno(errno.ENOENT, os.stat, os.path.join(d, dn))
+        assert dn not in os.listdir(d)
 
 
 def test_dot_dot_path_games_stay_inside(pb, mounted):

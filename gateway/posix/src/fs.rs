@@ -115,6 +115,8 @@ pub struct LodeFs {
     dirs: Mutex<HashMap<u64, Arc<Mutex<DirHandle>>>>,
     /// What whole listings showed, for lookups.
     listings: Listings,
+    /// Directories found to exist lately, for the kernel's `getattr` after each create.
+    seen_dirs: crate::listed::SeenDirs<Option<ObjectRecord>>,
     next_fh: AtomicU64,
     started: SystemTime,
 }
@@ -161,6 +163,7 @@ impl LodeFs {
         let mut origin = Origin::new(bucket_events::Door::Posix);
         origin.principal = Some(cfg.user.clone());
         let seq = listings.names();
+        let seen_dirs = crate::listed::SeenDirs::new(cfg.ttl, Arc::clone(&seq));
         LodeFs {
             svc,
             profile,
@@ -172,6 +175,7 @@ impl LodeFs {
             handles: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
             listings,
+            seen_dirs,
             next_fh: AtomicU64::new(1),
             started: SystemTime::now(),
         }
@@ -297,6 +301,10 @@ impl LodeFs {
 
     /// A directory: its marker record (if any), or ENOENT if nothing lies under `prefix`.
     fn dir_at(&self, bucket: &str, prefix: &str) -> Result<Option<Found>, i32> {
+        if let Some(marker) = self.seen_dirs.get(bucket, prefix) {
+            return Ok(Some(Found::Dir(marker)));
+        }
+        let stamp = self.seen_dirs.stamp();
         let first = self
             .svc
             .keys_under_blocking(bucket, prefix, 1)
@@ -311,6 +319,8 @@ impl LodeFs {
         } else {
             None
         };
+        self.seen_dirs
+            .remember(bucket, prefix, stamp, marker.clone());
         Ok(Some(Found::Dir(marker)))
     }
 
@@ -1194,7 +1204,10 @@ impl Filesystem for LodeFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        match self.setattr_inner(ino.0, mode, uid, gid, size, atime, mtime, fh) {
+        let r = self.setattr_inner(ino.0, mode, uid, gid, size, atime, mtime, fh);
+        // A directory's marker may have changed.
+        self.seen_dirs.shrunk();
+        match r {
             Ok(a) => reply.attr(&Duration::ZERO, &a),
             Err(e) => reply.error(err(e)),
         }
@@ -1218,14 +1231,19 @@ impl Filesystem for LodeFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match name_str(name).and_then(|n| self.unlink_inner(parent.0, n)) {
+        let r = name_str(name).and_then(|n| self.unlink_inner(parent.0, n));
+        // The directory may be empty now, so gone.
+        self.seen_dirs.shrunk();
+        match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
         }
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match name_str(name).and_then(|n| self.rmdir_inner(parent.0, n)) {
+        let r = name_str(name).and_then(|n| self.rmdir_inner(parent.0, n));
+        self.seen_dirs.shrunk();
+        match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
         }
@@ -1246,6 +1264,7 @@ impl Filesystem for LodeFs {
             self.rename_inner(parent.0, n, newparent.0, nn, flags)
         });
         self.namespace_changed();
+        self.seen_dirs.shrunk();
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
@@ -1673,15 +1692,17 @@ impl Filesystem for LodeFs {
         _size: u32,
         reply: fuser::ReplyXattr,
     ) {
-        reply.error(Errno::ENODATA);
+        // Extended attributes are not stored (SEMANTICS.md P15). ENOSYS, not ENODATA: the
+        // kernel then answers every later getxattr itself (EOPNOTSUPP), where ENODATA would
+        // bring one round trip per write() (the kernel asks for `security.capability` before
+        // each one, to know whether the write must drop file capabilities) and per `ls -l`.
+        reply.error(Errno::ENOSYS);
     }
 
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
-        if size == 0 {
-            reply.size(0);
-        } else {
-            reply.data(&[]);
-        }
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: fuser::ReplyXattr) {
+        // As getxattr: the kernel answers later calls itself (EOPNOTSUPP), so `ls -l` of a
+        // large directory makes no round trip per entry.
+        reply.error(Errno::ENOSYS);
     }
 
     fn setxattr(

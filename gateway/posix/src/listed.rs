@@ -177,6 +177,77 @@ impl Listings {
     }
 }
 
+/// Directories this mount found to exist lately (their marker, if any), for the `getattr` the
+/// kernel sends through a directory after every create in it: with `default_permissions` a
+/// change in a directory voids the kernel's copy of its mode, so the next path walk through
+/// it asks again, and each ask was a range scan for a key under it.
+///
+/// A directory stops existing, or its marker changes, only through a change from outside this
+/// mount (which bumps the mount's `seq`, the listings' `names`), or an unlink, rmdir, rename
+/// or setattr through it (which bump [`SeenDirs::shrunk`]). A create or write through the
+/// mount never does either, so a burst of creates in one directory keeps it remembered. An
+/// entry counts for at most the attribute TTL, as a remembered listing does.
+pub(crate) struct SeenDirs<T> {
+    ttl: Duration,
+    names: Arc<AtomicU64>,
+    shrinks: AtomicU64,
+    map: Mutex<HashMap<(String, String), Seen<T>>>,
+}
+
+/// A remembered directory: its marker, the counters when it was read, and when.
+type Seen<T> = (T, u64, u64, Instant);
+
+/// Directories remembered at most (then it starts over).
+const SEEN_DIRS_MAX: usize = 4096;
+
+impl<T: Clone> SeenDirs<T> {
+    pub(crate) fn new(ttl: Duration, names: Arc<AtomicU64>) -> Self {
+        SeenDirs {
+            ttl,
+            names,
+            shrinks: AtomicU64::new(0),
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The counters now, to pass to [`SeenDirs::remember`] for what is read after this.
+    pub(crate) fn stamp(&self) -> (u64, u64) {
+        (
+            self.names.load(Ordering::Acquire),
+            self.shrinks.load(Ordering::Acquire),
+        )
+    }
+
+    /// An unlink, rmdir, rename or setattr through the mount ended (called after its commit).
+    pub(crate) fn shrunk(&self) {
+        self.shrinks.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// `dir` of `bucket` exists, as read after `stamp` was taken.
+    pub(crate) fn remember(&self, bucket: &str, dir: &str, stamp: (u64, u64), marker: T) {
+        if self.ttl.is_zero() || self.stamp() != stamp {
+            return;
+        }
+        let mut map = self.map.lock().expect("seen dirs");
+        if map.len() >= SEEN_DIRS_MAX {
+            map.clear();
+        }
+        map.insert(
+            (bucket.to_owned(), dir.to_owned()),
+            (marker, stamp.0, stamp.1, Instant::now()),
+        );
+    }
+
+    /// The marker of `dir`, if it is remembered to exist and nothing since can have changed
+    /// that.
+    pub(crate) fn get(&self, bucket: &str, dir: &str) -> Option<T> {
+        let (names, shrinks) = self.stamp();
+        let map = self.map.lock().expect("seen dirs");
+        let (m, n, s, at) = map.get(&(bucket.to_owned(), dir.to_owned()))?;
+        (*n == names && *s == shrinks && at.elapsed() < self.ttl).then(|| m.clone())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,5 +338,38 @@ mod tests {
         l.remember("bk", "three/", l.stamp(), &HashSet::new(), &huge);
         assert!(l.file("bk", "three/", "0").is_none() && l.is_file("bk", "three/", "0"));
         assert!(l.file("bk", "two/", "0").is_some());
+    }
+
+    #[test]
+    fn a_seen_directory_counts_until_something_could_have_removed_it() {
+        let names = Arc::new(AtomicU64::new(0));
+        let seen = SeenDirs::new(Duration::from_secs(60), Arc::clone(&names));
+        let st = seen.stamp();
+        seen.remember("bk", "d/", st, 7u32);
+        assert_eq!(seen.get("bk", "d/"), Some(7));
+        assert_eq!(seen.get("bk", "e/"), None);
+        assert_eq!(seen.get("other", "d/"), None);
+        // An unlink (rmdir, rename, setattr) through the mount voids it.
+        seen.shrunk();
+        assert_eq!(seen.get("bk", "d/"), None);
+        // So does any change from outside the mount.
+        seen.remember("bk", "d/", seen.stamp(), 8);
+        assert_eq!(seen.get("bk", "d/"), Some(8));
+        names.fetch_add(1, Ordering::AcqRel);
+        assert_eq!(seen.get("bk", "d/"), None);
+        // What was read across a change is not remembered.
+        let st = seen.stamp();
+        seen.shrunk();
+        seen.remember("bk", "d/", st, 9);
+        assert_eq!(seen.get("bk", "d/"), None);
+        // Past the TTL it does not count; a TTL of zero remembers nothing.
+        let seen = SeenDirs::new(Duration::from_millis(20), Arc::clone(&names));
+        seen.remember("bk", "d/", seen.stamp(), 1u32);
+        assert_eq!(seen.get("bk", "d/"), Some(1));
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(seen.get("bk", "d/"), None);
+        let seen = SeenDirs::new(Duration::ZERO, names);
+        seen.remember("bk", "d/", seen.stamp(), 1u32);
+        assert_eq!(seen.get("bk", "d/"), None);
     }
 }
