@@ -10,6 +10,8 @@ plain directory of the file system that holds the data dir:
              local disk does when every close is durable, as every close on Lode is
   readdir    os.listdir of that N-entry directory
   stat       os.stat of every file in random order, cold (kernel caches dropped) and warm
+  ls -l      `ls -l` of that directory, kernel caches dropped first (a listing, a stat of every
+             entry, and the ACL and SELinux xattr checks `ls` makes of each)
   write      one file of B MiB in 1 MiB writes, then fsync + close
   read       the same file in 1 MiB reads, page cache dropped first
   torch.save a state dict of --ckpt-mib MiB (16 float32 tensors) to a file, then fsync + close
@@ -175,6 +177,11 @@ def read_suite(root, files, big_mib, ttl_wait):
     res["stat_cold_per_s"] = files / timed(stat_all)
     res["stat_warm_per_s"] = files / timed(stat_all)
 
+    time.sleep(ttl_wait)
+    drop_caches()
+    res["ls_l_entries_per_s"] = files / timed(
+        lambda: subprocess.run(["ls", "-l", d], stdout=subprocess.DEVNULL, check=True))
+
     big = os.path.join(root, "big.bin")
     drop_caches()
 
@@ -252,6 +259,7 @@ def main():
         ("readdir entries/s (%d entries)" % a.files, "readdir_entries_per_s"),
         ("stat/s cold", "stat_cold_per_s"),
         ("stat/s warm", "stat_warm_per_s"),
+        ("ls -l entries/s (cold)", "ls_l_entries_per_s"),
         ("seq write MiB/s (%d MiB, fsync)" % a.big_mib, "seq_write_mib_s"),
         ("seq read MiB/s (cold)", "seq_read_mib_s"),
     ]

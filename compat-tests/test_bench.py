@@ -166,10 +166,10 @@ def test_posix_vs_local_benchmark_runs_every_row(tmp_path):
     r = json.loads(out.read_text())
     for side in ("local", "lode"):
         for k in ("creates_per_s", "creates_fsync_per_s", "readdir_entries_per_s", "stat_cold_per_s",
-                  "seq_write_mib_s", "seq_read_mib_s", "torch_save_mib_s"):
+                  "ls_l_entries_per_s", "seq_write_mib_s", "seq_read_mib_s", "torch_save_mib_s"):
             assert r[side][k] > 0, (side, k)
     assert r["lode_s3"]["s3_put_mib_s"] > 0 and r["lode_s3"]["torch_save_mib_s"] > 0
-    assert r["fuse_ceiling"]["readdir_entries_per_s"] > 0
+    assert r["fuse_ceiling"]["readdir_entries_per_s"] > 0 and r["fuse_ceiling"]["ls_l_entries_per_s"] > 0
     assert b"torch.save 16 MiB vs S3Checkpoint" in p.stdout
 
 
