@@ -14,7 +14,6 @@ import os
 import random
 import shutil
 import subprocess
-import tempfile
 import time
 import uuid
 
@@ -841,7 +840,7 @@ def test_refused_cases_and_their_errno(mounted, pb, ps3):
     shutil.rmtree(os.path.join(d, "d" * 200))
 
 
-def test_extended_attributes_are_not_supported_and_copies_still_work(pb):
+def test_extended_attributes_are_not_supported_and_copies_still_work(pb, tmp_path):
     # EOPNOTSUPP for every xattr call (SEMANTICS P15): the mount answers the first getxattr and
     # listxattr with ENOSYS, and the kernel answers every later one itself, so a write() no
     # longer costs a round trip asking for `security.capability`.
@@ -854,13 +853,9 @@ def test_extended_attributes_are_not_supported_and_copies_still_work(pb):
         expect_errno(errno.EOPNOTSUPP, os.listxattr, f)
     expect_errno(errno.EOPNOTSUPP, os.setxattr, f, "user.k", b"v")
     # Copying tools take "not supported" as "none": cp -a and shutil.copy2 out of the mount.
-    out = tempfile.mkdtemp()
-    try:
-        subprocess.run(["cp", "-a", f, os.path.join(out, "a")], check=True)
-        shutil.copy2(f, os.path.join(out, "b"))
-        assert open(os.path.join(out, "a")).read() == open(os.path.join(out, "b")).read() == "x"
-    finally:
-        shutil.rmtree(out)
+    subprocess.run(["cp", "-a", f, str(tmp_path / "a")], check=True)
+    shutil.copy2(f, tmp_path / "b")
+    assert (tmp_path / "a").read_text() == (tmp_path / "b").read_text() == "x"
 
 
 def test_a_directory_remembered_through_creates_vanishes_with_its_last_key(pb, ps3):

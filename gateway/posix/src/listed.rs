@@ -191,11 +191,15 @@ pub(crate) struct SeenDirs<T> {
     ttl: Duration,
     names: Arc<AtomicU64>,
     shrinks: AtomicU64,
-    map: Mutex<HashMap<(String, String), Seen<T>>>,
+    /// By bucket, then directory key (looked up by `&str`, with no allocation: every lookup of
+    /// a name not known to be a file asks here first), and how many are held in all.
+    map: Mutex<(HashMap<String, ByDir<T>>, usize)>,
 }
 
 /// A remembered directory: its marker, the counters when it was read, and when.
 type Seen<T> = (T, u64, u64, Instant);
+/// One bucket's remembered directories, by key.
+type ByDir<T> = HashMap<String, Seen<T>>;
 
 /// Directories remembered at most (then it starts over).
 const SEEN_DIRS_MAX: usize = 4096;
@@ -206,7 +210,7 @@ impl<T: Clone> SeenDirs<T> {
             ttl,
             names,
             shrinks: AtomicU64::new(0),
-            map: Mutex::new(HashMap::new()),
+            map: Mutex::new((HashMap::new(), 0)),
         }
     }
 
@@ -228,22 +232,29 @@ impl<T: Clone> SeenDirs<T> {
         if self.ttl.is_zero() || self.stamp() != stamp {
             return;
         }
-        let mut map = self.map.lock().expect("seen dirs");
-        if map.len() >= SEEN_DIRS_MAX {
+        let mut g = self.map.lock().expect("seen dirs");
+        let (map, held) = &mut *g;
+        if *held >= SEEN_DIRS_MAX {
             map.clear();
+            *held = 0;
         }
-        map.insert(
-            (bucket.to_owned(), dir.to_owned()),
-            (marker, stamp.0, stamp.1, Instant::now()),
-        );
+        let seen = (marker, stamp.0, stamp.1, Instant::now());
+        if map
+            .entry(bucket.to_owned())
+            .or_default()
+            .insert(dir.to_owned(), seen)
+            .is_none()
+        {
+            *held += 1;
+        }
     }
 
     /// The marker of `dir`, if it is remembered to exist and nothing since can have changed
     /// that.
     pub(crate) fn get(&self, bucket: &str, dir: &str) -> Option<T> {
         let (names, shrinks) = self.stamp();
-        let map = self.map.lock().expect("seen dirs");
-        let (m, n, s, at) = map.get(&(bucket.to_owned(), dir.to_owned()))?;
+        let g = self.map.lock().expect("seen dirs");
+        let (m, n, s, at) = g.0.get(bucket)?.get(dir)?;
         (*n == names && *s == shrinks && at.elapsed() < self.ttl).then(|| m.clone())
     }
 }
