@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import random
-import re
 import shutil
 import signal
 import subprocess
@@ -42,6 +41,8 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+
+from lodeproc import exports
 
 
 def drop_caches():
@@ -223,13 +224,7 @@ def main():
     )
     sd = state_dict(a.ckpt_mib) if a.ckpt_mib else None
     try:
-        exported = {}
-        for line in proc.stdout:
-            m = re.search(rb"export (AWS_\w+)=(\S+)", line)
-            if m:
-                exported[m.group(1).decode()] = m.group(2).decode()
-            if b"AWS_DEFAULT_REGION" in line:
-                break
+        exported = exports(proc.stdout)
         bucket = os.path.join(mnt, "bench-" + str(os.getpid()))
         os.mkdir(bucket)
         ttl = 0.0  # cold passes: drop_caches drops the kernel's FUSE dentries and attributes too

@@ -23,13 +23,14 @@ Usage (needs fio):  bench/put_tail.py [--lode BIN] [--seconds 15] [--json put-ta
 import argparse
 import json
 import os
-import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
-import time
+
+from lodeproc import exports
 
 
 def hog(frac, seconds):
@@ -107,13 +108,7 @@ def lode_run(lode, seconds, work):
                           "127.0.0.1:0", "--admin-listen", ""], stdout=subprocess.PIPE,
                          env=dict(os.environ, LODE_LOG="warn"))
     try:
-        env = {}
-        for line in p.stdout:
-            m = re.search(rb"export (AWS_\w+)=(\S+)", line)
-            if m:
-                env[m.group(1).decode()] = m.group(2).decode()
-            if b"AWS_DEFAULT_REGION" in line:
-                break
+        env = exports(p.stdout)
         return blender(lode, env["AWS_ENDPOINT_URL"], env["AWS_ACCESS_KEY_ID"],
                        env["AWS_SECRET_ACCESS_KEY"], seconds, work)
     finally:
@@ -123,11 +118,16 @@ def lode_run(lode, seconds, work):
 
 
 def ceiling_run(lode, seconds, work):
-    p = subprocess.Popen([lode, "bench-ceiling", "--listen", "127.0.0.1:9581"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    p = subprocess.Popen([lode, "bench-ceiling", "--listen", f"127.0.0.1:{port}"],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
-        time.sleep(1)
-        return blender(lode, "http://127.0.0.1:9581", "x", "y", seconds, work)
+        line = p.stdout.readline()
+        if b"in-memory S3 handler" not in line:
+            raise RuntimeError(f"bench-ceiling did not start: {line!r}")
+        return blender(lode, f"http://127.0.0.1:{port}", "x", "y", seconds, work)
     finally:
         p.send_signal(signal.SIGTERM)
         p.wait(timeout=60)
