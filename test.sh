@@ -3,7 +3,7 @@
 # the real io_uring datapath, and a real single-host Ceph cluster for the cluster-mode crates)
 # and the compat suite (real aws-cli and boto3 from PyPI against a real `lode serve` process).
 # Installs what it needs first.
-LODE_EXTRA_APT="chromium nats-server rabbitmq-server"
+LODE_EXTRA_APT="chromium nats-server rabbitmq-server fio"
 source "$(dirname "$0")/scripts/setup.sh"
 build_lode
 

@@ -18,7 +18,7 @@ and prints the p99s side by side. A small PUT makes three durable steps one afte
 Lode's tails only once the CPU is busy, the tail is the kernel's IO work waiting for a core, not
 the device and not Lode's queueing.
 
-Usage (needs fio):  bench/put_tail.py [--lode BIN] [--seconds 15] [--json put-tail.json]
+Usage (needs fio):  bench/put_tail.py [--lode BIN] [--seconds 15] [--objects 2000] [--json put-tail.json]
 """
 import argparse
 import json
@@ -88,10 +88,10 @@ fdatasync=1
     }
 
 
-def blender(lode, endpoint, ak, sk, seconds, work):
+def blender(lode, endpoint, ak, sk, seconds, objects, work):
     out = os.path.join(work, "blend.json")
     subprocess.run([lode, "bench", "blender", "--endpoint", endpoint, "--access-key", ak,
-                    "--secret-key", sk, "--objects", "2000", "--duration", str(seconds),
+                    "--secret-key", sk, "--objects", str(objects), "--duration", str(seconds),
                     "--json", out],
                    check=True, stdout=subprocess.DEVNULL)
     c = json.load(open(out))["classes"]
@@ -99,7 +99,7 @@ def blender(lode, endpoint, ak, sk, seconds, work):
             "stream_mib_s": c["stream"]["mib_per_sec"], "ckpt_mib_s": c["ckpt"]["mib_per_sec"]}
 
 
-def lode_run(lode, seconds, work):
+def lode_run(lode, seconds, objects, work):
     data = os.path.join(work, "data")
     cfg = os.path.join(work, "lode.toml")
     with open(cfg, "w") as f:
@@ -110,14 +110,14 @@ def lode_run(lode, seconds, work):
     try:
         env = exports(p.stdout)
         return blender(lode, env["AWS_ENDPOINT_URL"], env["AWS_ACCESS_KEY_ID"],
-                       env["AWS_SECRET_ACCESS_KEY"], seconds, work)
+                       env["AWS_SECRET_ACCESS_KEY"], seconds, objects, work)
     finally:
         p.send_signal(signal.SIGTERM)
         p.wait(timeout=60)
         shutil.rmtree(data, ignore_errors=True)
 
 
-def ceiling_run(lode, seconds, work):
+def ceiling_run(lode, seconds, objects, work):
     with socket.socket() as sk:
         sk.bind(("127.0.0.1", 0))
         port = sk.getsockname()[1]
@@ -127,7 +127,7 @@ def ceiling_run(lode, seconds, work):
         line = p.stdout.readline()
         if b"in-memory S3 handler" not in line:
             raise RuntimeError(f"bench-ceiling did not start: {line!r}")
-        return blender(lode, f"http://127.0.0.1:{port}", "x", "y", seconds, work)
+        return blender(lode, f"http://127.0.0.1:{port}", "x", "y", seconds, objects, work)
     finally:
         p.send_signal(signal.SIGTERM)
         p.wait(timeout=60)
@@ -138,6 +138,7 @@ def main():
     ap.add_argument("--lode", default=os.path.join(os.environ.get(
         "CARGO_TARGET_DIR", os.path.expanduser("~/.cache/lode-target")), "release", "lode"))
     ap.add_argument("--seconds", type=int, default=15)
+    ap.add_argument("--objects", type=int, default=2000, help="the blender's --objects")
     ap.add_argument("--json", default="put-tail.json")
     a = ap.parse_args()
     if shutil.which("fio") is None:
@@ -158,8 +159,8 @@ def main():
         res = {
             "fio_idle": fio(dev, a.seconds, False),
             "fio_busy": fio(dev, a.seconds, True),
-            "lode": lode_run(a.lode, a.seconds, work),
-            "ceiling": ceiling_run(a.lode, a.seconds, work),
+            "lode": lode_run(a.lode, a.seconds, a.objects, work),
+            "ceiling": ceiling_run(a.lode, a.seconds, a.objects, work),
         }
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -173,6 +173,26 @@ def test_posix_vs_local_benchmark_runs_every_row(tmp_path):
     assert b"torch.save 16 MiB vs S3Checkpoint" in p.stdout
 
 
+@local_only
+def test_put_tail_benchmark_runs_every_row(tmp_path):
+    """A short `bench/put_tail.py`: fio idle and beside the CPU hogs, then the blender on a fresh
+    `lode serve` and on `lode bench-ceiling`, each with its p99s in the JSON and the ratio printed."""
+    import sys
+    out = tmp_path / "pt.json"
+    script = os.path.join(os.path.dirname(__file__), "..", "bench", "put_tail.py")
+    p = subprocess.run([sys.executable, script, "--seconds", "2", "--objects", "100", "--lode", lode_bin(),
+                        "--json", str(out)], capture_output=True, timeout=300)
+    assert p.returncode == 0, p.stderr.decode()[-3000:] + p.stdout.decode()[-3000:]
+    r = json.loads(out.read_text())
+    for side in ("fio_idle", "fio_busy"):
+        for k in ("write_p99_ms", "sync_p99_ms", "read_p99_ms", "bulk_write_p99_ms"):
+            assert r[side][k] > 0, (side, k)
+    for side in ("lode", "ceiling"):
+        for k in ("put_p99_ms", "put_alone_p99_ms", "stream_mib_s", "ckpt_mib_s"):
+            assert r[side][k] > 0, (side, k)
+    assert b"put p99 under the blend, lode / ceiling:" in p.stdout
+
+
 def test_bench_ceiling_serves_the_workloads(tmp_path):
     """`lode bench-ceiling` (the bare in-memory handler) answers every op the workloads send."""
     import socket
