@@ -472,8 +472,8 @@ fn list_versions_page(m: &dyn MetadataStore, b: &str, q: &VersionQuery) -> Resul
         Some(k) if k > q.prefix.as_bytes() => [&base[..], k].concat(),
         _ => full_prefix.clone(),
     };
-    let mut objs = m.cursor(Table::Objects)?;
-    let mut vers = m.cursor(Table::Versions)?;
+    let mut objs = list::page_cursor(m, Table::Objects, q.max)?;
+    let mut vers = list::page_cursor(m, Table::Versions, q.max)?;
     objs.seek(&start);
     vers.seek(&start);
     let mut page = VersionPage::default();

@@ -63,6 +63,23 @@ fn corrupt(e: std::str::Utf8Error) -> CatalogError {
     CatalogError::Corrupt(e.to_string())
 }
 
+/// Pages of at least this many entries scan ([`MetadataStore::scan_cursor`]); smaller ones (a
+/// one-key probe for a directory, a short page) seek with an ordinary cursor.
+const LONG_PAGE: usize = 256;
+
+/// The cursor for a page of up to `max` entries of `table`.
+pub(crate) fn page_cursor(
+    store: &dyn MetadataStore,
+    table: Table,
+    max: usize,
+) -> Result<Box<dyn lode_metadata::Cursor + '_>> {
+    Ok(if max >= LONG_PAGE {
+        store.scan_cursor(table)?
+    } else {
+        store.cursor(table)?
+    })
+}
+
 /// One page of `q`: the common prefixes go into the page, each object's key and stored value
 /// to `on_object`.
 fn walk(
@@ -79,7 +96,7 @@ fn walk(
     // The last object listed, kept as bytes in one buffer (no string per entry); `None` once
     // a common prefix came after it.
     let mut last: Option<Vec<u8>> = None;
-    let mut cur = store.cursor(Table::Objects)?;
+    let mut cur = page_cursor(store, Table::Objects, q.max)?;
     let start = match q.after {
         Some(a) if a > q.prefix => [&base[..], a.as_bytes()].concat(),
         _ => full_prefix.clone(),

@@ -38,9 +38,14 @@ impl RocksConfig {
 }
 
 /// What a cursor reads at once from a table file when the next block is not cached: 16
-/// blocks, enough for a scan and not much more than one block's read time for a seek that
-/// needs a single block.
+/// blocks, not much more than one block's read time for a seek that needs a single block (a
+/// mount's lookup asks whether a name is a directory with a one-key listing).
 const CURSOR_READAHEAD: usize = 64 << 10;
+/// The same for a long scan ([`MetadataStore::scan_cursor`]): about a listing page of 1,000 records.
+/// A cold listing of 20,000 files through the mount (pages of 1,000, the page cache dropped)
+/// read 5.5 MB in 85 reads and took 39 ms at 64 KiB (median of five), 22 reads and 24 ms at
+/// 256 KiB, 29 ms at 1 MiB (the reads do not overlap the scan: a longer one waits longer).
+const SCAN_READAHEAD: usize = 256 << 10;
 
 pub struct RocksMetadataStore {
     db: Db,
@@ -104,6 +109,23 @@ impl RocksMetadataStore {
             .cf_handle(t.name())
             .expect("column family created at open")
     }
+
+    /// A cursor reading `readahead` bytes at once where the next block is not cached.
+    fn cursor_reading(
+        &self,
+        table: Table,
+        readahead: usize,
+    ) -> Result<Box<dyn Cursor + '_>, MetaError> {
+        // An explicit readahead: RocksDB then reads ahead only when a block is not in its
+        // cache. Its implicit one asks the kernel to read ahead (a `readahead` syscall, and
+        // after the page cache was dropped real device reads) for every few blocks a scan
+        // steps into, cached or not: a sixth of a cold directory listing's time.
+        let mut ro = ReadOptions::default();
+        ro.set_readahead_size(readahead);
+        Ok(Box::new(RocksCursor {
+            it: self.db.raw_iterator_cf_opt(self.cf(table), ro),
+        }))
+    }
 }
 
 impl MetadataStore for RocksMetadataStore {
@@ -123,15 +145,11 @@ impl MetadataStore for RocksMetadataStore {
     }
 
     fn cursor(&self, table: Table) -> Result<Box<dyn Cursor + '_>, MetaError> {
-        // An explicit readahead: RocksDB then reads ahead only when a block is not in its
-        // cache. Its implicit one asks the kernel to read ahead (a `readahead` syscall, and
-        // after the page cache was dropped real device reads) for every few blocks a scan
-        // steps into, cached or not: a sixth of a cold directory listing's time.
-        let mut ro = ReadOptions::default();
-        ro.set_readahead_size(CURSOR_READAHEAD);
-        Ok(Box::new(RocksCursor {
-            it: self.db.raw_iterator_cf_opt(self.cf(table), ro),
-        }))
+        self.cursor_reading(table, CURSOR_READAHEAD)
+    }
+
+    fn scan_cursor(&self, table: Table) -> Result<Box<dyn Cursor + '_>, MetaError> {
+        self.cursor_reading(table, SCAN_READAHEAD)
     }
 
     fn begin(&self) -> Box<dyn Transaction + '_> {

@@ -63,6 +63,13 @@ impl<S: MetadataStore> MetadataStore for FaultyMetadataStore<S> {
         self.inner.cursor(table)
     }
 
+    fn scan_cursor(&self, table: Table) -> Result<Box<dyn Cursor + '_>, MetaError> {
+        if self.fail_reads.load(Ordering::SeqCst) {
+            return Err(injected());
+        }
+        self.inner.scan_cursor(table)
+    }
+
     fn begin(&self) -> Box<dyn Transaction + '_> {
         Box::new(FaultyTxn {
             store: self,

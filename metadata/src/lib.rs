@@ -131,6 +131,14 @@ pub trait MetadataStore: Send + Sync + 'static {
         Ok(None)
     }
     fn cursor(&self, table: Table) -> Result<Box<dyn Cursor + '_>, MetaError>;
+
+    /// A cursor for a long forward scan (a listing page of many keys): the same view as
+    /// [`MetadataStore::cursor`], and a backend may read more at once from its files, since
+    /// most of what it reads will be used. Default: [`MetadataStore::cursor`].
+    fn scan_cursor(&self, table: Table) -> Result<Box<dyn Cursor + '_>, MetaError> {
+        self.cursor(table)
+    }
+
     fn begin(&self) -> Box<dyn Transaction + '_>;
 
     /// Up to `limit` entries with `start <= key < end` (no end: to the table's end).
