@@ -472,18 +472,20 @@ fn list_versions_page(m: &dyn MetadataStore, b: &str, q: &VersionQuery) -> Resul
         Some(k) if k > q.prefix.as_bytes() => [&base[..], k].concat(),
         _ => full_prefix.clone(),
     };
-    let mut objs = list::page_cursor(m, Table::Objects, q.max)?;
-    let mut vers = list::page_cursor(m, Table::Versions, q.max)?;
-    objs.seek(&start);
-    vers.seek(&start);
+    let mut objs = list::PageCursor::new(m, Table::Objects, q.max)?;
+    let mut vers = list::PageCursor::new(m, Table::Versions, q.max)?;
+    objs.cur.seek(&start);
+    vers.cur.seek(&start);
     let mut page = VersionPage::default();
     let mut latest_done: Option<Vec<u8>> = marker.as_ref().map(|(k, _)| k.clone());
     loop {
         let o = objs
+            .cur
             .current()
             .filter(|(k, _)| k.starts_with(&full_prefix))
             .map(|(k, v)| (k[base.len()..].to_vec(), None::<Vec<u8>>, v.to_vec()));
         let v = vers
+            .cur
             .current()
             .filter(|(k, _)| k.starts_with(&full_prefix))
             .map(|(k, v)| {
@@ -514,14 +516,14 @@ fn list_versions_page(m: &dyn MetadataStore, b: &str, q: &VersionQuery) -> Resul
             (None, None) => false,
         };
         if skip {
-            advance(&mut objs, &mut vers);
+            advance(&mut objs.cur, &mut vers.cur);
             continue;
         }
         let name = std::str::from_utf8(&key).map_err(|e| CatalogError::Corrupt(e.to_string()))?;
         match fold.offer(name) {
             Step::Take => {}
             Step::Skip => {
-                advance(&mut objs, &mut vers);
+                advance(&mut objs.cur, &mut vers.cur);
                 continue;
             }
             Step::Prefix { listed } => {
@@ -533,8 +535,8 @@ fn list_versions_page(m: &dyn MetadataStore, b: &str, q: &VersionQuery) -> Resul
                     break;
                 };
                 let next = [&base[..], &succ].concat();
-                objs.seek(&next);
-                vers.seek(&next);
+                objs.skip_to(&next)?;
+                vers.skip_to(&next)?;
                 continue;
             }
             Step::Full => break,
@@ -550,10 +552,10 @@ fn list_versions_page(m: &dyn MetadataStore, b: &str, q: &VersionQuery) -> Resul
             record,
             is_latest,
         });
-        advance(&mut objs, &mut vers);
+        advance(&mut objs.cur, &mut vers.cur);
     }
-    objs.status()?;
-    vers.status()?;
+    objs.cur.status()?;
+    vers.cur.status()?;
     (page.prefixes, page.truncated) = fold.finish();
     if !page.truncated {
         page.next = None;

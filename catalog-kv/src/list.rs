@@ -6,7 +6,7 @@
 use lode_metadata::records::{
     BriefRef, ObjectRecord, ObjectSummary, decode, decode_brief, decode_summary,
 };
-use lode_metadata::{MetadataStore, Table, keys};
+use lode_metadata::{Cursor, MetadataStore, Table, keys};
 
 use lode_catalog::listing::{ListPage, ListQuery, PageFold, Step};
 use lode_catalog::{CatalogError, Result};
@@ -67,17 +67,42 @@ fn corrupt(e: std::str::Utf8Error) -> CatalogError {
 /// one-key probe for a directory, a short page) seek with an ordinary cursor.
 const LONG_PAGE: usize = 256;
 
-/// The cursor for a page of up to `max` entries of `table`.
-pub(crate) fn page_cursor(
-    store: &dyn MetadataStore,
+/// A page's cursor on `table`: a scan for a page of up to `max >= LONG_PAGE` entries, until
+/// the page skips a common prefix. From then on the page seeks from prefix to prefix (a
+/// delimiter listing of many directories), where most of a scan's larger reads would be
+/// skipped over, so it goes on with an ordinary cursor.
+pub(crate) struct PageCursor<'s> {
+    store: &'s dyn MetadataStore,
     table: Table,
-    max: usize,
-) -> Result<Box<dyn lode_metadata::Cursor + '_>> {
-    Ok(if max >= LONG_PAGE {
-        store.scan_cursor(table)?
-    } else {
-        store.cursor(table)?
-    })
+    scanning: bool,
+    pub cur: Box<dyn Cursor + 's>,
+}
+
+impl<'s> PageCursor<'s> {
+    pub(crate) fn new(store: &'s dyn MetadataStore, table: Table, max: usize) -> Result<Self> {
+        let scanning = max >= LONG_PAGE;
+        let cur = if scanning {
+            store.scan_cursor(table)?
+        } else {
+            store.cursor(table)?
+        };
+        Ok(Self {
+            store,
+            table,
+            scanning,
+            cur,
+        })
+    }
+
+    /// Seeks past a skipped common prefix, to `key`.
+    pub(crate) fn skip_to(&mut self, key: &[u8]) -> Result<()> {
+        if self.scanning {
+            self.cur = self.store.cursor(self.table)?;
+            self.scanning = false;
+        }
+        self.cur.seek(key);
+        Ok(())
+    }
 }
 
 /// One page of `q`: the common prefixes go into the page, each object's key and stored value
@@ -96,19 +121,19 @@ fn walk(
     // The last object listed, kept as bytes in one buffer (no string per entry); `None` once
     // a common prefix came after it.
     let mut last: Option<Vec<u8>> = None;
-    let mut cur = page_cursor(store, Table::Objects, q.max)?;
+    let mut pc = PageCursor::new(store, Table::Objects, q.max)?;
     let start = match q.after {
         Some(a) if a > q.prefix => [&base[..], a.as_bytes()].concat(),
         _ => full_prefix.clone(),
     };
-    cur.seek(&start);
-    while let Some((k, v)) = cur.current() {
+    pc.cur.seek(&start);
+    while let Some((k, v)) = pc.cur.current() {
         if !k.starts_with(&full_prefix) {
             break;
         }
         let key = std::str::from_utf8(&k[base.len()..]).map_err(corrupt)?;
         if q.after.is_some_and(|a| key <= a) {
-            cur.next();
+            pc.cur.next();
             continue;
         }
         match fold.offer(key) {
@@ -117,23 +142,23 @@ fn walk(
                 let b = last.get_or_insert_with(Vec::new);
                 b.clear();
                 b.extend_from_slice(key.as_bytes());
-                cur.next();
+                pc.cur.next();
             }
-            Step::Skip => cur.next(),
+            Step::Skip => pc.cur.next(),
             Step::Prefix { listed } => {
                 let cp = fold.skipping().expect("a prefix is being skipped");
                 if listed {
                     last = None;
                 }
                 match keys::prefix_successor(cp.as_bytes()) {
-                    Some(s) => cur.seek(&[&base[..], &s].concat()),
+                    Some(s) => pc.skip_to(&[&base[..], &s].concat())?,
                     None => break,
                 }
             }
             Step::Full => break,
         }
     }
-    cur.status()?;
+    pc.cur.status()?;
     let objects_last = last
         .map(String::from_utf8)
         .transpose()
