@@ -41,10 +41,11 @@ impl RocksConfig {
 /// blocks, not much more than one block's read time for a seek that needs a single block (a
 /// mount's lookup asks whether a name is a directory with a one-key listing).
 const CURSOR_READAHEAD: usize = 64 << 10;
-/// The same for a long scan ([`MetadataStore::scan_cursor`]): about a listing page of 1,000 records.
-/// A cold listing of 20,000 files through the mount (pages of 1,000, the page cache dropped)
-/// read 5.5 MB in 85 reads and took 39 ms at 64 KiB (median of five), 22 reads and 24 ms at
-/// 256 KiB, 29 ms at 1 MiB (the reads do not overlap the scan: a longer one waits longer).
+/// The same for a long scan ([`MetadataStore::scan_cursor`]): about a listing page of 1,000
+/// records. A cold listing of 20,000 files through the mount (pages of 1,000, the page cache
+/// dropped) read 5.5 MB in 85 reads and took 39 ms at 64 KiB (median of five), 22 reads and
+/// 24 ms at 256 KiB, 29 ms at 1 MiB (the reads do not overlap the scan: a longer one waits
+/// longer).
 const SCAN_READAHEAD: usize = 256 << 10;
 
 pub struct RocksMetadataStore {

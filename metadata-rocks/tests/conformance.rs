@@ -131,7 +131,7 @@ fn cursor_is_a_snapshot() {
     }
 }
 
-/// Every key of `t` from `from` on, read with `c` (seeking once, then stepping).
+/// Every entry from `from` on, read with `c` (seeking once, then stepping).
 fn walk(mut c: Box<dyn lode_metadata::Cursor + '_>, from: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
     c.seek(from);
     let mut out = vec![];
