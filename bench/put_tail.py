@@ -23,9 +23,9 @@ Usage (needs fio):  bench/put_tail.py [--lode BIN] [--seconds 15] [--objects 200
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -118,16 +118,15 @@ def lode_run(lode, seconds, objects, work):
 
 
 def ceiling_run(lode, seconds, objects, work):
-    with socket.socket() as sk:
-        sk.bind(("127.0.0.1", 0))
-        port = sk.getsockname()[1]
-    p = subprocess.Popen([lode, "bench-ceiling", "--listen", f"127.0.0.1:{port}"],
+    p = subprocess.Popen([lode, "bench-ceiling", "--listen", "127.0.0.1:0"],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
+        # `bench-ceiling: in-memory S3 handler on http://127.0.0.1:<port>`
         line = p.stdout.readline()
-        if b"in-memory S3 handler" not in line:
+        m = re.search(rb"in-memory S3 handler on (http://\S+)", line)
+        if not m:
             raise RuntimeError(f"bench-ceiling did not start: {line!r}")
-        return blender(lode, f"http://127.0.0.1:{port}", "x", "y", seconds, objects, work)
+        return blender(lode, m.group(1).decode(), "x", "y", seconds, objects, work)
     finally:
         p.send_signal(signal.SIGTERM)
         p.wait(timeout=60)
