@@ -4,6 +4,7 @@ the JSON result in the documented shape."""
 import json
 import os
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -156,7 +157,6 @@ def test_posix_vs_local_benchmark_runs_every_row(tmp_path):
     writes through the S3 door (one PUT, a torch.save through S3Checkpoint) each measured."""
     pytest.importorskip("torch")
     pytest.importorskip("s3torchconnector")
-    import sys
     out = tmp_path / "pvl.json"
     script = os.path.join(os.path.dirname(__file__), "..", "bench", "posix_vs_local.py")
     p = subprocess.run([sys.executable, script, "--files", "200", "--threads", "4", "--big-mib", "8",
@@ -177,7 +177,6 @@ def test_posix_vs_local_benchmark_runs_every_row(tmp_path):
 def test_put_tail_benchmark_runs_every_row(tmp_path):
     """A short `bench/put_tail.py`: fio idle and beside the CPU hogs, then the blender on a fresh
     `lode serve` and on `lode bench-ceiling`, each with its p99s in the JSON and the ratio printed."""
-    import sys
     out = tmp_path / "pt.json"
     script = os.path.join(os.path.dirname(__file__), "..", "bench", "put_tail.py")
     p = subprocess.run([sys.executable, script, "--seconds", "2", "--objects", "100", "--lode", lode_bin(),
