@@ -66,7 +66,39 @@ pub(crate) struct Listings {
     names: Arc<AtomicU64>,
     writes: Arc<AtomicU64>,
     hasher: RandomState,
-    map: Mutex<HashMap<String, HashMap<String, Listed>>>,
+    map: Mutex<Held>,
+}
+
+/// The remembered listings by bucket and directory key, and how many directories and entries
+/// they hold in all (kept as they change, not summed at each insert).
+#[derive(Default)]
+struct Held {
+    by_bucket: HashMap<String, HashMap<String, Listed>>,
+    dirs: usize,
+    entries: usize,
+}
+
+impl Held {
+    fn entries_of(l: &Listed) -> usize {
+        l.entries.as_ref().map_or(0, |v| v.len())
+    }
+
+    fn insert(&mut self, bucket: &str, key: &str, l: Listed) {
+        self.dirs += 1;
+        self.entries += Self::entries_of(&l);
+        let old = match self.by_bucket.get_mut(bucket) {
+            Some(b) => b.insert(key.to_owned(), l),
+            None => self
+                .by_bucket
+                .entry(bucket.to_owned())
+                .or_default()
+                .insert(key.to_owned(), l),
+        };
+        if let Some(old) = old {
+            self.dirs -= 1;
+            self.entries -= Self::entries_of(&old);
+        }
+    }
 }
 
 impl Listings {
@@ -77,7 +109,7 @@ impl Listings {
             names,
             writes,
             hasher: RandomState::new(),
-            map: Mutex::new(HashMap::new()),
+            map: Mutex::new(Held::default()),
         }
     }
 
@@ -111,18 +143,13 @@ impl Listings {
         let entries =
             (now.writes == began.writes && entries.len() <= ENTRIES_MAX).then(|| entries.clone());
         let mut l = self.map.lock().expect("listed");
-        let (dirs_held, entries_held) = l
-            .values()
-            .flat_map(HashMap::values)
-            .fold((0, 0), |(d, e), x| {
-                (d + 1, e + x.entries.as_ref().map_or(0, |v| v.len()))
-            });
         let adding = entries.as_ref().map_or(0, |v| v.len());
-        if dirs_held >= LISTED_MAX || entries_held + adding > ENTRIES_MAX {
-            l.clear();
+        if l.dirs >= LISTED_MAX || l.entries + adding > ENTRIES_MAX {
+            *l = Held::default();
         }
-        l.entry(bucket.to_owned()).or_default().insert(
-            key.to_owned(),
+        l.insert(
+            bucket,
+            key,
             Listed {
                 stamp: began,
                 at: Instant::now(),
@@ -137,7 +164,7 @@ impl Listings {
     fn with<T>(&self, bucket: &str, key: &str, f: impl FnOnce(&Listed) -> Option<T>) -> Option<T> {
         let names = self.names.load(Ordering::Acquire);
         let l = self.map.lock().expect("listed");
-        let d = l.get(bucket)?.get(key)?;
+        let d = l.by_bucket.get(bucket)?.get(key)?;
         if d.stamp.names != names || d.at.elapsed() >= self.ttl {
             return None;
         }
@@ -349,6 +376,29 @@ mod tests {
         l.remember("bk", "three/", l.stamp(), &HashSet::new(), &huge);
         assert!(l.file("bk", "three/", "0").is_none() && l.is_file("bk", "three/", "0"));
         assert!(l.file("bk", "two/", "0").is_some());
+    }
+
+    #[test]
+    fn a_directory_listed_again_is_counted_once() {
+        let (l, ..) = listings(60_000);
+        let quarter = Arc::new(
+            (0..ENTRIES_MAX / 4)
+                .map(|i| file(&i.to_string(), 1))
+                .collect(),
+        );
+        for _ in 0..4 {
+            l.remember("bk", "one/", l.stamp(), &HashSet::new(), &quarter);
+        }
+        l.remember("bk", "two/", l.stamp(), &HashSet::new(), &quarter);
+        assert!(l.file("bk", "one/", "0").is_some() && l.file("bk", "two/", "0").is_some());
+        // The same for the directory count.
+        let one = Arc::new(vec![file("a", 1)]);
+        let (l, ..) = listings(60_000);
+        for _ in 0..LISTED_MAX {
+            l.remember("bk", "d/", l.stamp(), &HashSet::new(), &one);
+        }
+        l.remember("bk", "e/", l.stamp(), &HashSet::new(), &one);
+        assert!(l.file("bk", "d/", "a").is_some() && l.file("bk", "e/", "a").is_some());
     }
 
     #[test]
