@@ -98,39 +98,7 @@ impl RocksMetadataStore {
         let db = Db::open_cf_descriptors(&opts, &cfg.path, cfs).map_err(|e| {
             MetaError::Backend(format!("cannot open RocksDB at {}: {e}", cfg.path.display()).into())
         })?;
-        let store = Self { db, sync: cfg.sync };
-        store.warm_on_flush()?;
-        Ok(store)
-    }
-
-    /// Flushed records stay in the block cache: RocksDB inserts the blocks of a flushed memtable
-    /// into it as it writes them, for every table but `Inline` (object bytes, which would
-    /// evict records). A directory just written is then listed and stat'ed from memory even
-    /// after the page cache lost the table file (under memory pressure, or `drop_caches`): the
-    /// first cold listing of 20,000 files through the mount read 5.5 MB from disk without it.
-    /// Blocks of a compaction's output are not inserted (most of a large catalog is cold).
-    /// `SetOptions` clones the table factory with the option set, keeping the shared cache.
-    fn warm_on_flush(&self) -> Result<(), MetaError> {
-        for t in Table::ALL.into_iter().filter(|t| *t != Table::Inline) {
-            self.db
-                .set_options_cf(
-                    self.cf(t),
-                    &[(
-                        "block_based_table_factory",
-                        "{prepopulate_block_cache=kFlushOnly;}",
-                    )],
-                )
-                .map_err(backend)?;
-        }
-        Ok(())
-    }
-
-    /// Writes every table's memtable to a table file and waits for it.
-    pub fn flush(&self) -> Result<(), MetaError> {
-        for t in Table::ALL {
-            self.db.flush_cf(self.cf(t)).map_err(backend)?;
-        }
-        Ok(())
+        Ok(Self { db, sync: cfg.sync })
     }
 
     pub fn path(&self) -> &Path {

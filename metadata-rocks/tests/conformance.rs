@@ -193,36 +193,6 @@ fn rocks_scan_cursor_reads_table_files_like_a_cursor() {
 }
 
 #[test]
-fn rocks_keeps_flushed_records_in_its_block_cache_but_not_inline_bytes() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = RocksMetadataStore::open(&RocksConfig::new(dir.path().join("db"))).unwrap();
-    for i in 0..2_000u32 {
-        let k = format!("bucket\0dir/f{i:06}");
-        put(&s, Table::Objects, k.as_bytes(), &[7u8; 200]);
-        put(&s, Table::Inline, k.as_bytes(), &[9u8; 200]);
-    }
-    s.flush().unwrap();
-    for i in [0u32, 999, 1_999] {
-        let k = format!("bucket\0dir/f{i:06}");
-        // Answered from the block cache (the memtables are empty after the flush).
-        assert_eq!(
-            s.get_cached(Table::Objects, k.as_bytes()).unwrap(),
-            Some(Some(vec![7u8; 200])),
-            "{k}"
-        );
-        assert_eq!(
-            s.get_cached(Table::Inline, k.as_bytes()).unwrap(),
-            None,
-            "{k}"
-        );
-        assert_eq!(
-            s.get(Table::Inline, k.as_bytes()).unwrap(),
-            Some(vec![9u8; 200])
-        );
-    }
-}
-
-#[test]
 fn conflicting_commits_are_detected() {
     for (name, _d, s) in backends() {
         put(&*s, Table::Extents, b"e", b"1");
