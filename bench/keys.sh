@@ -13,6 +13,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/lode-target}"
 LODE="$CARGO_TARGET_DIR/release/lode"
+# LODE_SERVER: the binary that serves (default the same); the client is always $LODE, so two
+# builds compare with one client.
+LODE_SERVER="${LODE_SERVER:-$LODE}"
 [ -x "$LODE" ] || (cd "$ROOT" && cargo build --release --locked)
 MODE="${1:-}"
 case "$MODE" in local) N="${2:-10000000}" ;; cluster) N="${2:-1000000}" ;; *) sed -n '8p' "$0" >&2; exit 2 ;; esac
@@ -42,7 +45,7 @@ now_ms() { date +%s%3N; }
 # Starts the server; START_MS: how long until it accepted a connection.
 start() {
     local t0; t0=$(now_ms)
-    "$LODE" serve "${ARGS[@]}" >>"$WORK/lode.log" 2>&1 & PID=$!
+    "$LODE_SERVER" serve "${ARGS[@]}" >>"$WORK/lode.log" 2>&1 & PID=$!
     until (echo >"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; do
         kill -0 "$PID" 2>/dev/null || { tail -20 "$WORK/lode.log"; exit 1; }
         sleep 0.02
