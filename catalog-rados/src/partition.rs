@@ -308,8 +308,8 @@ pub(crate) struct Routes {
     map: Mutex<HashMap<String, BTreeMap<Vec<u8>, String>>>,
     /// Per partition object: new keys since its last count.
     inserts: Mutex<HashMap<String, Inserts>>,
-    /// Per bucket: what each partition said about itself when last read, while it was plain
-    /// (no split claim, not building, not closing): what a blind commit is guarded on.
+    /// Per bucket: what each partition said about itself when last read, while it was open
+    /// (not building, not closing; a split claim allowed): what a blind commit is guarded on.
     parts: Mutex<HashMap<String, HashMap<String, Part>>>,
     /// Per bucket: how blind commits fared lately.
     blind: Mutex<HashMap<String, BlindScore>>,
@@ -377,15 +377,16 @@ impl Routes {
     }
 
     /// Remembers what partition `oid` said about itself, if a blind commit may rely on it:
-    /// every change of its range, claim or state changes its epoch, and a plain partition's
-    /// epoch is what the blind commit compares.
+    /// every change of its range, claim or state changes its epoch, and that epoch is what the
+    /// blind commit compares. A partition being split counts (the blind commit then logs what
+    /// it changes above the split key, as every commit does there); one still building, closed
+    /// by a bucket deletion or deleted does not.
     fn note_part(&self, bucket: &str, oid: &str, part: &Part) {
-        let plain = part.claim.is_none()
-            && !part.building
+        let open = !part.building
             && part.epoch.as_ref() != DELETED.as_bytes()
             && !part.epoch.starts_with(CLOSING.as_bytes());
         let mut parts = self.parts.lock().unwrap();
-        if plain {
+        if open {
             room_for(&mut parts, bucket, CACHED_BUCKETS);
             parts
                 .entry(bucket.to_owned())
@@ -396,8 +397,8 @@ impl Routes {
         }
     }
 
-    /// Whether the bucket's first partition was read lately and was plain (the bucket
-    /// existed then).
+    /// Whether the bucket's first partition was read lately and was open (the bucket existed
+    /// then).
     pub fn knows_bucket(&self, bucket: &str) -> bool {
         let parts = self.parts.lock().unwrap();
         parts
@@ -406,7 +407,7 @@ impl Routes {
     }
 
     /// The partition that the cache says holds escaped position `pos`, if its last read
-    /// showed it plain and holding `pos`.
+    /// showed it open ([`Routes::note_part`]) and holding `pos`.
     pub fn cached(&self, bucket: &str, pos: &[u8]) -> Option<(String, Part)> {
         let oid = self.route(bucket, pos).unwrap_or_else(|| index_oid(bucket));
         let parts = self.parts.lock().unwrap();

@@ -732,6 +732,97 @@ async fn splits_cut_short_are_taken_over() {
     }
 }
 
+/// New keys committed while a split copies their partition (claimed, not yet sealed) still
+/// go blind, several to an op and with no read, and log what they change above the split key
+/// as every commit there does; the split, abandoned and done again, leaves every key in place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn new_keys_commit_blind_and_logged_while_a_split_copies() {
+    let Some(c) = cluster().await else { return };
+    let ns = namespace("blindsplit");
+    let lease = Duration::from_millis(1500);
+    let splitter = partitioned(&c, &ns, 1_000_000, lease).await;
+    // The writer on a connection of its own: its op counts are its alone.
+    let c2 = cluster().await.unwrap();
+    let writer = Arc::new(partitioned(&c2, &ns, 1_000_000, lease).await);
+    writer.create_bucket("b", bucket_rec()).await.unwrap();
+    let mut model = BTreeMap::new();
+    for i in 0..40 {
+        let key = format!("k{i:03}");
+        put_rec(&*writer, "b", &key, &key).await.unwrap();
+        model.insert(key.clone(), key);
+    }
+    assert!(
+        splitter
+            .split_until("b", "k020", SplitStop::Copied)
+            .await
+            .unwrap()
+    );
+    // One read of the partition: the writer's cache now holds the claim's epoch.
+    assert!(writer.get("b", "k001").await.unwrap().is_some());
+    let counts = |c: &Cluster| {
+        c.op_counts()
+            .into_iter()
+            .filter(|(pool, ..)| pool == POOL)
+            .fold((0, 0), |(r, w), (_, r2, w2)| (r + r2, w + w2))
+    };
+    let (reads0, writes0) = counts(&c2);
+    // Half below the split key, half above it.
+    let new: Vec<String> = (0..16)
+        .map(|i| match i % 2 {
+            0 => format!("k{:03}x", 4 + i),
+            _ => format!("k{:03}y", 24 + i),
+        })
+        .collect();
+    let tasks: Vec<_> = new
+        .iter()
+        .map(|key| {
+            let (w, key) = (writer.clone(), key.clone());
+            tokio::spawn(async move { put_rec(&*w, "b", &key, &key).await })
+        })
+        .collect();
+    for t in tasks {
+        let commit = t.await.unwrap().unwrap();
+        assert!(commit.previous.is_none());
+    }
+    let (reads, writes) = counts(&c2);
+    assert_eq!(reads - reads0, 0, "new keys read nothing");
+    assert!(
+        writes - writes0 < new.len() as u64 / 2,
+        "{} ops for {} new keys",
+        writes - writes0,
+        new.len()
+    );
+    // A log entry for each key above the split key, and for none below it.
+    let io = io_of(&c, &ns).await;
+    let mut logged: Vec<String> = io
+        .omap_get_all("lode.idx.b")
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|(k, _)| k.strip_prefix(b"lo").map(|p| p.to_vec()))
+        .map(|p| String::from_utf8(unesc(&p).unwrap()).unwrap())
+        .collect();
+    logged.sort();
+    let mut above: Vec<String> = new
+        .iter()
+        .filter(|k| k.as_str() >= "k020")
+        .cloned()
+        .collect();
+    above.sort();
+    assert_eq!(logged, above);
+    model.extend(new.iter().map(|k| (k.clone(), k.clone())));
+    // The claim runs out: the split is abandoned (it never sealed), then done again.
+    tokio::time::sleep(lease).await;
+    writer.check_partition("b", "k000").await.unwrap();
+    assert!(writer.split_at("b", "k020").await.unwrap());
+    let parts = settled(&writer, "b").await;
+    assert_eq!(parts.len(), 2, "{parts:?}");
+    assert_clean_partitions(&io, &parts).await;
+    let want: Vec<(String, String)> = model.into_iter().collect();
+    assert_eq!(list_all(&*writer, "b", 7).await, want);
+    assert_eq!(list_all(&splitter, "b", 1000).await, want);
+}
+
 /// A bucket whose index spans partitions: a rename across them is refused and changes
 /// nothing; deletion refuses while any partition holds a key (and the bucket takes writes
 /// afterwards), then removes every partition object; the name can be created again.
