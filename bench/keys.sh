@@ -7,8 +7,10 @@
 # its RSS are measured, with the first listing page after the restart. Usage:
 #   bench/keys.sh local|cluster [N (10000000 local, 1000000 cluster)] [CONCURRENCY (64)]
 # cluster mode: one gateway on a fresh scripts/ceph-dev.sh cluster; the index partitions of the
-# bucket are counted at the end (`rados ls`). DEVICE sets the local device size (default:
-# enough for the extents). The JSON goes to $WORK/keys.json (printed at the end).
+# bucket are counted at the end (`rados ls`), and the gateway's index ops per PUT are reported
+# per tenth (its /metrics sampled every 5 s into $WORK/ops.txt: group commit thins out as the
+# partitions multiply, and a split shows as reads). DEVICE sets the local device size
+# (default: enough for the extents). The JSON goes to $WORK/keys.json (printed at the end).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/lode-target}"
@@ -29,7 +31,13 @@ cleanup() {
     rm -rf "$WORK/data" "$WORK/dev0.img"
 }
 trap cleanup EXIT
-ARGS=(--listen "127.0.0.1:$PORT" --admin-listen "" --data-dir "$WORK/data")
+ARGS=(--listen "127.0.0.1:$PORT" --data-dir "$WORK/data")
+ADMIN_PORT=$((PORT + 1))
+if [ "$MODE" = cluster ]; then
+    ARGS+=(--admin-listen "127.0.0.1:$ADMIN_PORT")
+else
+    ARGS+=(--admin-listen "")
+fi
 if [ "$MODE" = cluster ]; then
     "$ROOT/scripts/ceph-dev.sh" start "$WORK/ceph" >/dev/null
     printf '[cluster]\nrelease_grace_secs = 60\n' >"$WORK/lode.toml"
@@ -53,7 +61,19 @@ start() {
     START_MS=$(( $(now_ms) - t0 ))
 }
 rss() { awk '/VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$PID/status"; }
+# Cluster mode, every 5 s while the server runs: time, S3 writes, index-pool RADOS reads, writes.
+sample_ops() {
+    while kill -0 "$PID" 2>/dev/null; do
+        curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" | awk -v t="$(date +%s.%N)" '
+            /^lode_ops_total\{door="s3",class="write"\}/ { p = $2 }
+            /^lode_rados_ops_total\{pool="lode-index",kind="read"\}/ { r = $2 }
+            /^lode_rados_ops_total\{pool="lode-index",kind="write"\}/ { w = $2 }
+            END { if (p != "") print t, p, r + 0, w + 0 }' || true
+        sleep 5
+    done
+}
 start
+[ "$MODE" = cluster ] && { sample_ops >"$WORK/ops.txt" 2>/dev/null & }
 echo "== $MODE, $N objects, $C connections; uptime: $(uptime)"
 "$LODE" bench keys --endpoint "http://127.0.0.1:$PORT" --access-key "$LODE_ACCESS_KEY" \
     --secret-key "$LODE_SECRET_KEY" --bucket keys --objects "$N" --concurrency "$C" \
@@ -62,6 +82,20 @@ before="$(rss)"
 if [ "$MODE" = cluster ]; then
     parts="$(rados -c "$WORK/ceph/ceph.conf" -p lode-index ls | grep -c '^lode\.part\.keys\.' || true)"
     echo "index partitions of the bucket: $(( parts + 1 ))"
+    # Per tenth, from the samples nearest its end (the last one also holds the listing's reads).
+    awk -v n="$N" '
+        { p[NR] = $2; r[NR] = $3; w[NR] = $4 }
+        END {
+            k = 1; last = 1
+            for (i = 2; i <= NR && k <= 10; i++) if (p[i] >= n * k / 10) {
+                k0 = k
+                while (k <= 10 && p[i] >= n * k / 10) k++
+                what = k - 1 > k0 ? sprintf("tenths %d-%d", k0, k - 1) : sprintf("tenth %d", k0)
+                d = p[i] - p[last]
+                if (d > 0) printf "%s (to %d PUTs): %.2f index writes and %.2f index reads per PUT\n", what, p[i], (w[i] - w[last]) / d, (r[i] - r[last]) / d
+                last = i
+            }
+        }' "$WORK/ops.txt"
 fi
 kill "$PID"; wait "$PID" || true; PID=""
 start

@@ -7,7 +7,8 @@
 //! batching a partition takes at most that many new keys per second however many clients
 //! write. Here the blind commits of new keys (see `Inner::commit_blind`) that wait for the same
 //! partition go as one op: the partition's epoch compared once, every key compared with
-//! absent, every entry set. The op is one transaction: if any guard fails nothing is applied
+//! absent, every entry set (with the split's log entries of each, while a split copies the
+//! partition). The op is one transaction: if any guard fails nothing is applied
 //! and every key of the batch goes the read-then-commit path on its own. One key appears at
 //! most once per op (a second commit of the same key waits for the next op, so it sees the
 //! first as present).
