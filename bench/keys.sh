@@ -34,16 +34,12 @@ trap cleanup EXIT
 ARGS=(--listen "127.0.0.1:$PORT" --data-dir "$WORK/data")
 ADMIN_PORT=$((PORT + 1))
 if [ "$MODE" = cluster ]; then
-    ARGS+=(--admin-listen "127.0.0.1:$ADMIN_PORT")
-else
-    ARGS+=(--admin-listen "")
-fi
-if [ "$MODE" = cluster ]; then
     "$ROOT/scripts/ceph-dev.sh" start "$WORK/ceph" >/dev/null
     printf '[cluster]\nrelease_grace_secs = 60\n' >"$WORK/lode.toml"
-    ARGS+=(--cluster ceph --ceph-conf "$WORK/ceph/ceph.conf")
+    ARGS+=(--cluster ceph --ceph-conf "$WORK/ceph/ceph.conf" --admin-listen "127.0.0.1:$ADMIN_PORT")
     export LODE_MASTER_KEY=$(openssl rand -hex 32)
 else
+    ARGS+=(--admin-listen "")
     # Every 20th object takes 20 KiB of the device: N/20 x 20 KiB, and a quarter more.
     dev="${DEVICE:-$(( N / 20 * 20 * 1024 * 5 / 4 / 1048576 + 1024 ))MiB}"
     printf '[[datapath.devices]]\npath = "%s/dev0.img"\nsize = "%s"\n' "$WORK" "$dev" >"$WORK/lode.toml"

@@ -794,13 +794,11 @@ async fn new_keys_commit_blind_and_logged_while_a_split_copies() {
     );
     // A log entry for each key above the split key, and for none below it.
     let io = io_of(&c, &ns).await;
-    let mut logged: Vec<String> = io
-        .omap_get_all("lode.idx.b")
+    // A log entry's key is `l` and the omap key it logs (`o` and the escaped object key).
+    let mut logged: Vec<String> = tagged_entries(&io, "b", b'l')
         .await
-        .unwrap()
         .into_iter()
-        .filter_map(|(k, _)| k.strip_prefix(b"lo").map(|p| p.to_vec()))
-        .map(|p| String::from_utf8(unesc(&p).unwrap()).unwrap())
+        .filter_map(|(k, _)| k.strip_prefix('o').map(str::to_owned))
         .collect();
     logged.sort();
     let mut above: Vec<String> = new
