@@ -26,6 +26,12 @@ and the read side (readdir, stat, read) and the creates once more on the bare FU
 same FUSE setup as Lode's mount (creates kept in memory), so what is FUSE's and what is Lode's
 stays visible.
 
+`--write-rounds R` measures only the sequential write, as R rounds on one fresh server, each
+round the mount's write of --big-mib MiB (a new file, the previous one removed) and then one
+PUT of the same size through the S3 door: the two sides alternate in one run, so the ratio's
+noise is each round's own (the PUT alone varies by a third from run to run here). Prints each
+round and the medians.
+
 Usage (as root, needs /dev/fuse):  bench/posix_vs_local.py [--files 100000] [--big-mib 1024]
 Prints a table and writes --json (default posix-vs-local.json).
 """
@@ -105,16 +111,8 @@ def torch_save(path, sd):
 
 def s3_writes(a, endpoint, ak, sk, sd, work):
     """The same bytes through Lode's S3 door: the single-stream PUT and the S3Checkpoint save."""
-    res = {}
-    out = os.path.join(work, "put.json")
+    res = {"s3_put_mib_s": s3_put(a, endpoint, ak, sk, work, 3)}
     env = dict(os.environ, AWS_ACCESS_KEY_ID=ak, AWS_SECRET_ACCESS_KEY=sk)
-    subprocess.run([a.lode, "bench", "small", "--endpoint", endpoint, "--bucket", "bench-put",
-                    "--size", f"{a.big_mib}MiB", "--objects", "3", "--concurrency", "1",
-                    "--json", out], env=env, check=True, stdout=subprocess.DEVNULL)
-    with open(out) as f:
-        put = json.load(f)["classes"]["put"]
-    assert put["errors"] == 0, put
-    res["s3_put_mib_s"] = a.big_mib / (put["p50_ms"] / 1000)
     if sd is not None:
         import torch
         from s3torchconnector import S3Checkpoint, S3ClientConfig
@@ -134,21 +132,58 @@ def s3_writes(a, endpoint, ak, sk, sd, work):
     return res
 
 
-def run_suite(root, files, threads, big_mib, ttl_wait):
-    res = {}
-    res["creates_per_s"] = creates(os.path.join(root, "many"), files, threads, False)
-    res["creates_fsync_per_s"] = creates(os.path.join(root, "synced"), files, threads, True)
-    big = os.path.join(root, "big.bin")
+def seq_write(path, big_mib):
+    """MiB/s of one file of `big_mib` MiB written in 1 MiB writes to `path`, fsynced and closed."""
     block = os.urandom(1 << 20)
 
     def write_big():
-        with open(big, "wb") as f:
+        with open(path, "wb") as f:
             for _ in range(big_mib):
                 f.write(block)
             f.flush()
             os.fsync(f.fileno())
 
-    res["seq_write_mib_s"] = big_mib / timed(write_big)
+    return big_mib / timed(write_big)
+
+
+def write_rounds(a, bucket, exported, work):
+    """--write-rounds: the mount's sequential write and one S3 PUT of the same bytes, alternating."""
+    rounds = []
+    for i in range(a.write_rounds):
+        path = os.path.join(bucket, f"big{i}.bin")
+        mount = seq_write(path, a.big_mib)
+        os.unlink(path)
+        put = s3_put(a, exported["AWS_ENDPOINT_URL"], exported["AWS_ACCESS_KEY_ID"],
+                     exported["AWS_SECRET_ACCESS_KEY"], work, 1)
+        rounds.append({"mount_mib_s": mount, "s3_put_mib_s": put, "ratio": mount / put})
+        print(f"round {i + 1}: mount {mount:6.0f} MiB/s, S3 PUT {put:6.0f} MiB/s, mount/S3 {mount / put:5.2f}",
+              flush=True)
+    med = {k: sorted(r[k] for r in rounds)[len(rounds) // 2] for k in rounds[0]}
+    print(f"median of {len(rounds)} rounds: mount {med['mount_mib_s']:.0f} MiB/s, S3 PUT "
+          f"{med['s3_put_mib_s']:.0f} MiB/s, mount/S3 {med['ratio']:.2f} (the median of the rounds' ratios)")
+    with open(a.json, "w") as f:
+        json.dump({"params": vars(a), "rounds": rounds, "median": med}, f, indent=2)
+    return 0
+
+
+def s3_put(a, endpoint, ak, sk, work, n):
+    """MiB/s of one --big-mib MiB PUT from one stream (`lode bench small`): the median of `n`."""
+    out = os.path.join(work, "put.json")
+    env = dict(os.environ, AWS_ACCESS_KEY_ID=ak, AWS_SECRET_ACCESS_KEY=sk)
+    subprocess.run([a.lode, "bench", "small", "--endpoint", endpoint, "--bucket", "bench-put",
+                    "--size", f"{a.big_mib}MiB", "--objects", str(n), "--concurrency", "1",
+                    "--json", out], env=env, check=True, stdout=subprocess.DEVNULL)
+    with open(out) as f:
+        put = json.load(f)["classes"]["put"]
+    assert put["errors"] == 0, put
+    return a.big_mib / (put["p50_ms"] / 1000)
+
+
+def run_suite(root, files, threads, big_mib, ttl_wait):
+    res = {}
+    res["creates_per_s"] = creates(os.path.join(root, "many"), files, threads, False)
+    res["creates_fsync_per_s"] = creates(os.path.join(root, "synced"), files, threads, True)
+    res["seq_write_mib_s"] = seq_write(os.path.join(root, "big.bin"), big_mib)
     res.update(read_suite(root, files, big_mib, ttl_wait))
     return res
 
@@ -209,14 +244,19 @@ def main():
     ap.add_argument("--lode", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/lode-target")), "release", "lode"))
     ap.add_argument("--workdir", default=None, help="where the data dir and the local dir go (default: a temp dir)")
     ap.add_argument("--json", default="posix-vs-local.json")
+    ap.add_argument("--write-rounds", type=int, default=0,
+                    help="only the sequential write: this many rounds of mount write, then one S3 PUT")
     a = ap.parse_args()
+    if a.write_rounds:
+        a.ckpt_mib = 0
 
     work = a.workdir or tempfile.mkdtemp(prefix="lode-posix-bench-")
     data, mnt, local = (os.path.join(work, x) for x in ("data", "mnt", "local"))
     os.makedirs(local, exist_ok=True)
     cfg = os.path.join(work, "lode.toml")
     with open(cfg, "w") as f:
-        f.write('[[datapath.devices]]\npath = "dev0.img"\nsize = "%dMiB"\n' % (5 * a.big_mib + 3 * a.ckpt_mib + 1024))
+        # Each write round keeps its PUT, and the removed file's chunks may wait out a grace.
+        f.write('[[datapath.devices]]\npath = "dev0.img"\nsize = "%dMiB"\n' % (5 * a.big_mib + 3 * a.ckpt_mib + 1024 + 2 * a.write_rounds * a.big_mib))
     env = dict(os.environ, LODE_LOG="warn", RUST_LIB_BACKTRACE="0")
     proc = subprocess.Popen(
         [a.lode, "serve", "--config", cfg, "--data-dir", data, "--listen", "127.0.0.1:0", "--admin-listen", "", "--mount", mnt],
@@ -227,6 +267,8 @@ def main():
         exported = exports(proc.stdout)
         bucket = os.path.join(mnt, "bench-" + str(os.getpid()))
         os.mkdir(bucket)
+        if a.write_rounds:
+            return write_rounds(a, bucket, exported, work)
         ttl = 0.0  # cold passes: drop_caches drops the kernel's FUSE dentries and attributes too
         print(f"==> local disk ({local})", flush=True)
         loc = run_suite(local, a.files, a.threads, a.big_mib, ttl)

@@ -173,6 +173,25 @@ def test_posix_vs_local_benchmark_runs_every_row(tmp_path):
     assert b"torch.save 16 MiB vs S3Checkpoint" in p.stdout
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/fuse"), reason="needs FUSE (root)")
+@local_only
+def test_posix_vs_local_write_rounds_alternate_the_mount_and_one_put(tmp_path):
+    """`bench/posix_vs_local.py --write-rounds`: each round measures the mount's sequential write
+    and one S3 PUT of the same size, and the medians are of the rounds."""
+    out = tmp_path / "wr.json"
+    script = os.path.join(os.path.dirname(__file__), "..", "bench", "posix_vs_local.py")
+    p = subprocess.run([sys.executable, script, "--big-mib", "8", "--write-rounds", "3", "--lode", lode_bin(),
+                        "--workdir", str(tmp_path / "w"), "--json", str(out)], capture_output=True, timeout=300)
+    assert p.returncode == 0, p.stderr.decode()[-3000:] + p.stdout.decode()[-3000:]
+    r = json.loads(out.read_text())
+    assert len(r["rounds"]) == 3
+    for x in r["rounds"]:
+        assert x["mount_mib_s"] > 0 and x["s3_put_mib_s"] > 0
+        assert abs(x["ratio"] - x["mount_mib_s"] / x["s3_put_mib_s"]) < 1e-9
+    assert r["median"]["ratio"] == sorted(x["ratio"] for x in r["rounds"])[1]
+    assert p.stdout.count(b"round ") == 3 and b"median of 3 rounds" in p.stdout
+
+
 @local_only
 def test_put_tail_benchmark_runs_every_row(tmp_path):
     """A short `bench/put_tail.py`: fio idle and beside the CPU hogs, then the blender on a fresh
