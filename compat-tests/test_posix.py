@@ -369,6 +369,54 @@ def test_fsync_commits_and_readers_never_see_a_partial_file(pb, ps3):
     assert obj["ETag"] == '"%s"' % hashlib.md5(body).hexdigest()
 
 
+def page_cache_kib():
+    with open("/proc/meminfo") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("Cached:"))
+
+
+def page_cache_growth_mib(path, flags, mib):
+    """How much the kernel's page cache grew while `mib` MiB were written to `path` through a
+    descriptor opened with `flags` (measured before the close)."""
+    block = os.urandom(1 << 20)
+    fd = os.open(path, flags | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        before = page_cache_kib()
+        for _ in range(mib):
+            assert os.write(fd, block) == len(block)
+        return (page_cache_kib() - before) / 1024
+    finally:
+        os.close(fd)
+
+
+def test_write_only_descriptors_bypass_the_page_cache_and_readers_stay_coherent(pb, ps3):
+    """A file opened write-only is written past the kernel's page cache (FOPEN_DIRECT_IO: no
+    copy into cache pages that nobody reads), and a reader that cached the old bytes, by read
+    or by a map, sees the new ones once the writer closes; a read-write descriptor keeps the
+    page cache."""
+    b, d = pb
+    old, new = os.urandom(256 << 10), os.urandom(8 << 10)
+    ps3.put_object(Bucket=b, Key="k", Body=old)
+    p = os.path.join(d, "k")
+    import mmap
+    with open(p, "rb") as r:
+        assert r.read() == old
+        m = mmap.mmap(r.fileno(), 0, prot=mmap.PROT_READ)
+        assert m[:] == old
+        w = os.open(p, os.O_WRONLY)
+        assert os.pwrite(w, new, 64 << 10) == len(new)
+        os.close(w)
+        want = old[: 64 << 10] + new + old[(72 << 10):]
+        assert os.pread(r.fileno(), len(old), 0) == want
+        assert m[:] == want
+        m.close()
+    assert get(ps3, b, "k") == want
+    # 64 MiB through a write-only descriptor: the page cache does not grow with it; through a
+    # read-write one it does (which also shows the measure works on this machine).
+    assert page_cache_growth_mib(os.path.join(d, "rw"), os.O_RDWR, 64) > 32
+    assert page_cache_growth_mib(os.path.join(d, "wo"), os.O_WRONLY, 64) < 16
+    assert ps3.head_object(Bucket=b, Key="wo")["ContentLength"] == 64 << 20
+
+
 def staged_files(srv):
     """Local staging copies the server holds open (anonymous files under its staging dir)."""
     n = 0
