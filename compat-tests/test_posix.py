@@ -410,6 +410,13 @@ def test_write_only_descriptors_bypass_the_page_cache_and_readers_stay_coherent(
         assert m[:] == want
         m.close()
     assert get(ps3, b, "k") == want
+    # Any offset and size: a write past the end leaves a hole of zeros, as on a plain file.
+    w = os.open(p, os.O_WRONLY)
+    assert os.pwrite(w, b"tail", len(want) + 5001) == 4
+    os.close(w)
+    assert get(ps3, b, "k") == want + bytes(5001) + b"tail"
+    with open(p, "rb") as r:
+        assert r.read() == want + bytes(5001) + b"tail"
     # 64 MiB through a write-only descriptor: the page cache does not grow with it; through a
     # read-write one it does (which also shows the measure works on this machine).
     assert page_cache_growth_mib(os.path.join(d, "rw"), os.O_RDWR, 64) > 32
