@@ -15,7 +15,7 @@ use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    Request, TimeOrNow,
+    Request, TimeOrNow, Version,
 };
 use lode_objects::bucket_events::{self, Origin};
 use lode_objects::{Integrity, ObjectMeta, ObjectRecord, ObjectService, SegmentCache, WriteCond};
@@ -119,6 +119,8 @@ pub struct LodeFs {
     seen_dirs: crate::listed::SeenDirs<Option<ObjectRecord>>,
     next_fh: AtomicU64,
     started: SystemTime,
+    /// Whether files opened write-only bypass the page cache (see [`LodeFs::write_flags`]).
+    direct_writes: bool,
 }
 
 fn err(e: i32) -> Errno {
@@ -178,6 +180,21 @@ impl LodeFs {
             seen_dirs,
             next_fh: AtomicU64::new(1),
             started: SystemTime::now(),
+            direct_writes: false,
+        }
+    }
+
+    /// The open flags of a file opened for writing: one opened write-only bypasses the
+    /// kernel's page cache (`FOPEN_DIRECT_IO`), on kernels that keep other descriptors'
+    /// cached pages coherent with such writes ([`DIRECT_WRITES_COHERENT`]). Its writes come to
+    /// the mount straight from the writer's pages instead of being copied into cache pages
+    /// first: a copy and a page allocation per 4 KiB that nobody reads (a write-only
+    /// descriptor cannot read or map the file), 14% of a sequential write's throughput here.
+    fn write_flags(&self, acc: OpenAccMode) -> FopenFlags {
+        if self.direct_writes && acc == OpenAccMode::O_WRONLY {
+            FopenFlags::FOPEN_DIRECT_IO
+        } else {
+            FopenFlags::empty()
         }
     }
 
@@ -1134,18 +1151,10 @@ pub fn negotiate(config: &mut KernelConfig) {
     let _ = config.set_max_background(64);
 }
 
-/// The open flags of a file opened for writing: one opened write-only bypasses the kernel's
-/// page cache (`FOPEN_DIRECT_IO`). Its writes come to the mount straight from the writer's
-/// pages instead of being copied into cache pages first (a copy and a page allocation per
-/// 4 KiB that nobody reads: a write-only descriptor cannot read or map the file), and the
-/// kernel drops any cached pages of the range it writes, so readers stay coherent.
-fn write_only(acc: OpenAccMode) -> FopenFlags {
-    if acc == OpenAccMode::O_WRONLY {
-        FopenFlags::FOPEN_DIRECT_IO
-    } else {
-        FopenFlags::empty()
-    }
-}
+/// The first FUSE protocol (7.39, Linux 6.6) whose kernels drop the cached pages of the range
+/// a direct write covers (`fuse_direct_io`); before it, other descriptors' cached pages
+/// stayed stale after a direct write.
+const DIRECT_WRITES_COHERENT: Version = Version(7, 39);
 
 fn file_type(k: Kind) -> FileType {
     match k {
@@ -1157,6 +1166,9 @@ fn file_type(k: Kind) -> FileType {
 impl Filesystem for LodeFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         negotiate(config);
+        let abi = config.kernel_abi();
+        self.direct_writes = abi >= DIRECT_WRITES_COHERENT;
+        tracing::debug!(%abi, direct_writes = self.direct_writes, "FUSE init");
         Ok(())
     }
 
@@ -1329,7 +1341,7 @@ impl Filesystem for LodeFs {
             if ro {
                 keep | FopenFlags::FOPEN_NOFLUSH
             } else {
-                write_only(flags.acc_mode())
+                self.write_flags(flags.acc_mode())
             },
         );
     }
@@ -1748,7 +1760,7 @@ impl Filesystem for LodeFs {
                 &attr,
                 Generation(0),
                 FileHandle(fh),
-                write_only(OpenFlags(flags).acc_mode()),
+                self.write_flags(OpenFlags(flags).acc_mode()),
             ),
             Err(e) => reply.error(err(e)),
         }
