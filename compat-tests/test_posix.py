@@ -417,10 +417,13 @@ def test_write_only_descriptors_bypass_the_page_cache_and_readers_stay_coherent(
     assert get(ps3, b, "k") == want + bytes(5001) + b"tail"
     with open(p, "rb") as r:
         assert r.read() == want + bytes(5001) + b"tail"
-    # 64 MiB through a write-only descriptor: the page cache does not grow with it; through a
-    # read-write one it does (which also shows the measure works on this machine).
+    # 64 MiB through a write-only descriptor: the page cache does not grow with it (from Linux
+    # 6.6; before, the mount keeps it, P7b); through a read-write one it does (which also shows
+    # the measure works on this machine).
     assert page_cache_growth_mib(os.path.join(d, "rw"), os.O_RDWR, 64) > 32
-    assert page_cache_growth_mib(os.path.join(d, "wo"), os.O_WRONLY, 64) < 16
+    wo = page_cache_growth_mib(os.path.join(d, "wo"), os.O_WRONLY, 64)
+    kernel = tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2])
+    assert wo < 16 if kernel >= (6, 6) else wo > 32, (kernel, wo)
     assert ps3.head_object(Bucket=b, Key="wo")["ContentLength"] == 64 << 20
 
 
