@@ -28,13 +28,18 @@
 //!    Writers go on meanwhile. Every write to Q is guarded by `cmpxattr lode.builder`, so a
 //!    split whose claim was taken over cannot write into Q any more.
 //! 3. **Catch up**: read the log and the keys it names in one op, apply them to Q, remember the
-//!    token applied per log entry.
+//!    token applied per log entry; again while a pass applied more than 256 entries (at most
+//!    4 passes), so that what the last step applies, with writers waiting, is short.
 //! 4. **Seal**: one op on P sets `hi = split`, `next = Q` and bumps the epoch. Commits of keys
 //!    at or above the split key now fail their guard, re-read, and follow `next` to Q, where
-//!    they wait (milliseconds) while Q is `building`. The same op shortens the claim to the
-//!    sealed lease (5 s): what is left is two ops, and a split whose gateway died here must
-//!    not hold writes of the moved range for the whole lease. Waiting readers and writers ask
-//!    every second whether the claim ran out, and then finish the split themselves.
+//!    they wait while Q is `building`: on this gateway's own split, for its activation
+//!    (woken by it, [`Handover`]); on another's, by reading Q again every 5-50 ms. (Every
+//!    gateway polling its own split's Q put hundreds of reads a second on the object whose
+//!    ops the activation waits for, and the wait grew to seconds.) The same op shortens the
+//!    claim to the sealed lease (5 s): what is left is a few ops, and a split whose gateway
+//!    died here must not hold writes of the moved range for the whole lease. Waiting readers
+//!    and writers ask every second whether the claim ran out, and then finish the split
+//!    themselves.
 //! 5. **Final catch-up**: the log is frozen now (no key at or above the split key can be
 //!    written in P); apply every entry whose token changed since it was applied.
 //! 6. **Activate** Q (remove `building`), then **clean** P: `omap_rm_range` of the moved ranges
@@ -66,6 +71,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use lode_catalog::{CatalogError, Result};
 use lode_rados::{CmpOp, IoCtx, ReadOp, ReadResult, WriteOp};
+use tokio::sync::watch;
 
 use crate::{DELETED, EPOCH, Inner, err, index_oid, lost_race, now_ms};
 
@@ -86,7 +92,14 @@ const MOVED_TAGS: [u8; 7] = [b'a', b'd', b'h', b'o', b'p', b'u', b'v'];
 /// Log entries of a split in progress.
 const LOG: u8 = b'l';
 /// Entries per copy write.
-const COPY_BATCH: usize = 256;
+const COPY_BATCH: usize = 1024;
+/// Log entries per read of a catch-up pass (each pass reads the whole log, the last one
+/// while writers of the moved range wait).
+const LOG_PAGE: u64 = 4096;
+/// A split seals once a catch-up pass applied at most this many log entries...
+const SEAL_WHEN_LEFT: usize = 256;
+/// ...or after this many passes (writers that outpace the catch-up cannot hold a split off).
+const PRE_SEAL_PASSES: usize = 4;
 /// Bytes per copy write (values included).
 const COPY_BYTES: usize = 4 << 20;
 /// A read or write of a partition that is being activated pauses this long times the waits
@@ -313,6 +326,25 @@ pub(crate) struct Routes {
     parts: Mutex<HashMap<String, HashMap<String, Part>>>,
     /// Per bucket: how blind commits fared lately.
     blind: Mutex<HashMap<String, BlindScore>>,
+    /// The new partitions of this gateway's sealed splits, until active: its own readers and
+    /// writers of a moved range wait on these instead of reading the partition again and
+    /// again (which would slow the very ops they wait for, on the same object).
+    handovers: Mutex<HashMap<String, watch::Receiver<()>>>,
+}
+
+/// A sealed split of this gateway, until its new partition is active or the split ends
+/// otherwise: dropping it wakes this gateway's readers and writers waiting for it.
+pub(crate) struct Handover<'a> {
+    routes: &'a Routes,
+    to: String,
+    _tx: watch::Sender<()>,
+}
+
+impl Drop for Handover<'_> {
+    fn drop(&mut self) {
+        // The map's receiver goes first; the sender, dropped after this, wakes every clone.
+        self.routes.handovers.lock().unwrap().remove(&self.to);
+    }
 }
 
 /// The last 8 blind commits of one bucket (a bit set per miss: the key was there, or the
@@ -350,6 +382,32 @@ fn room_for<V>(m: &mut HashMap<String, V>, key: &str, max: usize) {
 }
 
 impl Routes {
+    /// Marks `to` (a sealed split's new partition) as handed over by this gateway.
+    fn hand_over(&self, to: &str) -> Handover<'_> {
+        let (tx, rx) = watch::channel(());
+        self.handovers.lock().unwrap().insert(to.to_owned(), rx);
+        Handover {
+            routes: self,
+            to: to.to_owned(),
+            _tx: tx,
+        }
+    }
+
+    /// Waits, at most `max`, for this gateway's own handover of partition `oid` to end; false
+    /// at once if this gateway is not handing it over (or no runtime can time the wait).
+    async fn await_handover(&self, oid: &str, max: Duration) -> bool {
+        let rx = self.handovers.lock().unwrap().get(oid).cloned();
+        let Some(mut rx) = rx else {
+            return false;
+        };
+        if tokio::runtime::Handle::try_current().is_err() {
+            return false;
+        }
+        // Nothing is ever sent: `changed` returns when the sender is dropped.
+        let _ = tokio::time::timeout(max, rx.changed()).await;
+        true
+    }
+
     fn route(&self, bucket: &str, pos: &[u8]) -> Option<String> {
         let map = self.map.lock().unwrap();
         map.get(bucket)?
@@ -496,7 +554,8 @@ impl Inner {
                         );
                     }
                 }
-                true
+                // This gateway's own split: wait for its activation, then read again.
+                !self.routes.await_handover(&oid, TAKEOVER_CHECK).await
             } else if !part.holds(pos) {
                 match (&part.hi, &part.next) {
                     (Some(hi), Some(next)) if pos >= hi.as_slice() => {
@@ -1065,7 +1124,14 @@ impl Inner {
         b.create().await?;
         let copied = async {
             b.copy().await?;
-            b.catch_up().await?;
+            b.copied = Some(b.started.elapsed());
+            // Catch up until what is left is short: what the writers log during the last
+            // pass is what the final pass applies while they wait, sealed out of P.
+            for _ in 0..PRE_SEAL_PASSES {
+                if b.catch_up(false).await? <= SEAL_WHEN_LEFT {
+                    break;
+                }
+            }
             if stop == SplitStop::Copied {
                 return Ok(false);
             }
@@ -1090,8 +1156,10 @@ impl Inner {
         if stop == SplitStop::Sealed {
             return Ok(true);
         }
-        b.catch_up().await?;
-        b.activate().await?;
+        let sealed_at = Instant::now();
+        b.final_left = b.catch_up(true).await?;
+        b.handover = None;
+        b.sealed_for = Some(sealed_at.elapsed());
         if stop == SplitStop::Activated {
             return Ok(true);
         }
@@ -1224,8 +1292,7 @@ impl Inner {
             if !self.try_write_at(&old.to, op).await? {
                 return Ok(());
             }
-            b.catch_up().await?;
-            b.activate().await?;
+            b.catch_up(true).await?;
         }
         b.clean().await
     }
@@ -1245,6 +1312,17 @@ struct Builder<'a> {
     renewed: Instant,
     /// P is sealed (its claim runs for the sealed lease).
     sealed: bool,
+    /// For the log line at the end: when the split began, how long its copy took, the
+    /// catch-up passes and entries applied, what the final pass applied, and how long
+    /// writes of the moved range waited (seal to activation).
+    started: Instant,
+    copied: Option<Duration>,
+    passes: u32,
+    applied_entries: usize,
+    final_left: usize,
+    sealed_for: Option<Duration>,
+    /// From the seal until Q is active: this gateway's waiters for Q wait on it.
+    handover: Option<Handover<'a>>,
 }
 
 impl<'a> Builder<'a> {
@@ -1258,6 +1336,13 @@ impl<'a> Builder<'a> {
             applied: HashMap::new(),
             renewed: Instant::now(),
             sealed: false,
+            started: Instant::now(),
+            copied: None,
+            passes: 0,
+            applied_entries: 0,
+            final_left: 0,
+            sealed_for: None,
+            handover: None,
         }
     }
 
@@ -1393,12 +1478,20 @@ impl<'a> Builder<'a> {
 
     /// Applies the log entries whose token changed since they were applied: reads each batch
     /// of log entries with the keys they name in one op, and sets or removes those keys in Q.
-    async fn catch_up(&mut self) -> Result<()> {
+    /// Returns how many it applied. With `activate` (the final pass), activates Q too, in the
+    /// same op as the last page's entries when it has any (one op less while writers wait).
+    async fn catch_up(&mut self, activate: bool) -> Result<usize> {
         let mut after = vec![LOG];
+        let mut applied = 0;
+        let mut activated = false;
+        self.passes += 1;
         loop {
             let r = self
                 .io()
-                .operate_read(self.oid, ReadOp::new().omap_get_vals(&after, [LOG], 500))
+                .operate_read(
+                    self.oid,
+                    ReadOp::new().omap_get_vals(&after, [LOG], LOG_PAGE),
+                )
                 .await
                 .map_err(err)?;
             let page = r.omap_vals.unwrap_or_default();
@@ -1413,6 +1506,7 @@ impl<'a> Builder<'a> {
                 after = k.clone();
             }
             if !pending.is_empty() {
+                applied += pending.len();
                 let named: Vec<Vec<u8>> = pending.iter().map(|k| k[1..].to_vec()).collect();
                 let both: Vec<Vec<u8>> = pending.iter().chain(&named).cloned().collect();
                 let r = self
@@ -1433,8 +1527,12 @@ impl<'a> Builder<'a> {
                         None => rm.push(k),
                     }
                 }
-                self.write_q(WriteOp::new().omap_set(&set).omap_rm_keys(&rm))
-                    .await?;
+                let mut op = WriteOp::new().omap_set(&set).omap_rm_keys(&rm);
+                if activate && !more {
+                    op = op.rmxattr(STATE).rmxattr(BUILDER);
+                    activated = true;
+                }
+                self.write_q(op).await?;
                 for l in &pending {
                     if let Some(t) = vals.get(l) {
                         self.applied.insert(l.clone(), t.clone());
@@ -1443,7 +1541,11 @@ impl<'a> Builder<'a> {
             }
             self.renew().await?;
             if !more {
-                return Ok(());
+                if activate && !activated {
+                    self.activate().await?;
+                }
+                self.applied_entries += applied;
+                return Ok(applied);
             }
         }
     }
@@ -1471,6 +1573,8 @@ impl<'a> Builder<'a> {
                 self.claim = Claim::decode(&raw).expect("encoded above");
                 self.renewed = Instant::now();
                 self.sealed = true;
+                let inner: &'a Inner = self.inner;
+                self.handover = Some(inner.routes.hand_over(&self.claim.to));
                 self.inner.routes.learn(
                     self.bucket,
                     self.claim.split.clone(),
@@ -1515,6 +1619,12 @@ impl<'a> Builder<'a> {
             bucket = self.bucket,
             partition = self.oid,
             new = self.claim.to,
+            ms = self.started.elapsed().as_millis() as u64,
+            copy_ms = self.copied.map(|d| d.as_millis() as u64),
+            catch_up_passes = self.passes,
+            logged = self.applied_entries,
+            final_pass = self.final_left,
+            sealed_ms = self.sealed_for.map(|d| d.as_millis() as u64),
             "index partition split"
         );
         Ok(())
@@ -1598,6 +1708,36 @@ mod tests {
         let mut left: Vec<String> = r.inserts.lock().unwrap().keys().cloned().collect();
         left.sort();
         assert_eq!(left, ["other", "p2"]);
+    }
+
+    /// A waiter for this gateway's own sealed split wakes when the handover ends, not by a
+    /// timer; with no handover of that partition it does not wait at all.
+    #[tokio::test]
+    async fn waiters_for_an_own_split_wake_when_it_is_handed_over() {
+        let r = std::sync::Arc::new(Routes::default());
+        assert!(!r.await_handover("q", Duration::from_secs(5)).await);
+        let h = r.hand_over("q");
+        let r2 = r.clone();
+        let t0 = Instant::now();
+        let waiter = tokio::spawn(async move {
+            let waited = r2.await_handover("q", Duration::from_secs(30)).await;
+            (waited, Instant::now())
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!waiter.is_finished(), "woke before the handover ended");
+        let dropped = Instant::now();
+        drop(h);
+        let (waited, woke) = waiter.await.unwrap();
+        assert!(waited && woke >= dropped, "woke {:?}", woke - t0);
+        assert!(
+            woke - dropped < Duration::from_secs(5),
+            "{:?}",
+            woke - dropped
+        );
+        assert!(r.handovers.lock().unwrap().is_empty());
+        // Another partition's handover does not hold a waiter either.
+        let _other = r.hand_over("p");
+        assert!(!r.await_handover("q", Duration::from_secs(5)).await);
     }
 
     #[test]
