@@ -8,17 +8,22 @@
 //! write. Here the blind commits of new keys (see `Inner::commit_blind`) that wait for the same
 //! partition go as one op: the partition's epoch compared once, every key compared with
 //! absent, every entry set (with the split's log entries of each, while a split copies the
-//! partition). The op is one transaction: if any guard fails nothing is applied
-//! and every key of the batch goes the read-then-commit path on its own. One key appears at
-//! most once per op (a second commit of the same key waits for the next op, so it sees the
-//! first as present).
+//! partition). The op is one transaction: if any guard fails nothing is applied, and one read
+//! of the partition's epoch and the batch's keys sorts the commits out: a key that exists
+//! goes the read-then-commit path on its own; if the partition changed (a split claimed or
+//! sealed it), the others refresh it and commit blind again, with the commits still queued
+//! against the old epoch; if it did not, they go again in the next op. (Sending a whole batch
+//! down the read path made every epoch bump a burst of single-key guarded writes, which the
+//! OSD runs one after the other: hundreds of milliseconds of a partition's writes.) One key
+//! appears at most once per op (a second commit of the same key waits for the next op, so it
+//! sees the first as present).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use lode_catalog::{CatalogError, Result};
-use lode_rados::{CmpOp, IoCtx, RadosError, WriteOp};
+use lode_rados::{CmpOp, IoCtx, RadosError, ReadOp, WriteOp};
 use tokio::sync::oneshot;
 
 use crate::{EPOCH, lost_race};
@@ -36,9 +41,24 @@ pub(crate) struct Blind {
     pub epoch: Bytes,
 }
 
+/// What became of a blind commit (nothing is applied but with `Applied`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Applied,
+    /// Its key exists, or which guard failed is not known: read, then commit.
+    Exists,
+    /// The partition changed since it was read (or is gone), and the key was absent: read the
+    /// partition again, then commit blind again.
+    Stale,
+}
+
+/// A commit held up by another key's guard goes again at most this many times.
+const TRIES: u8 = 3;
+
 struct Waiting {
     blind: Blind,
-    done: oneshot::Sender<Result<bool>>,
+    done: oneshot::Sender<Result<Outcome>>,
+    tries: u8,
 }
 
 #[derive(Default)]
@@ -54,15 +74,18 @@ pub(crate) struct Batches {
 }
 
 impl Batches {
-    /// Commits `blind` to partition `oid` with whatever else waits for it: `Ok(true)` if it
-    /// was applied, `Ok(false)` if a guard failed (nothing applied: read and commit instead).
-    /// A failure that may have applied the op (a timeout) is an error.
-    pub async fn commit(&self, io: &IoCtx, oid: &str, blind: Blind) -> Result<bool> {
+    /// Commits `blind` to partition `oid` with whatever else waits for it. A failure that
+    /// may have applied the op (a timeout) is an error.
+    pub async fn commit(&self, io: &IoCtx, oid: &str, blind: Blind) -> Result<Outcome> {
         let (done, rx) = oneshot::channel();
         let lead = {
             let mut lanes = self.lanes.lock().unwrap();
             let lane = lanes.entry(oid.to_owned()).or_default();
-            lane.queue.push_back(Waiting { blind, done });
+            lane.queue.push_back(Waiting {
+                blind,
+                done,
+                tries: 0,
+            });
             !std::mem::replace(&mut lane.busy, true)
         };
         if lead {
@@ -107,12 +130,94 @@ impl Batches {
                 ok = outcome.is_ok(),
                 "group commit"
             );
-            for w in batch {
-                let _ = w.done.send(match &outcome {
-                    Ok(_) => Ok(true),
-                    Err(e) if lost_race(e) || e.is_not_found() => Ok(false),
-                    Err(e) => Err(copy_err(e)),
-                });
+            match outcome {
+                Ok(_) => {
+                    for w in batch {
+                        let _ = w.done.send(Ok(Outcome::Applied));
+                    }
+                }
+                Err(e) if lost_race(&e) || e.is_not_found() => {
+                    self.sort_out(io, oid, &epoch, batch, e.is_not_found())
+                        .await;
+                }
+                Err(e) => {
+                    for w in batch {
+                        let _ = w.done.send(Err(copy_err(&e)));
+                    }
+                }
+            }
+        }
+    }
+
+    /// A batch whose guard failed (nothing applied): one read of the partition's epoch and
+    /// the batch's keys tells each commit what to do ([`Outcome`]); the commits absent from
+    /// an unchanged partition go again at the front of the queue.
+    async fn sort_out(
+        &self,
+        io: &IoCtx,
+        oid: &str,
+        epoch: &Bytes,
+        batch: Vec<Waiting>,
+        gone: bool,
+    ) {
+        let read = if gone {
+            None
+        } else {
+            let keys: Vec<&[u8]> = batch.iter().map(|w| &w.blind.key[..]).collect();
+            let op = ReadOp::new().getxattr(EPOCH).omap_get_vals_by_keys(&keys);
+            match io.operate_read(oid, op).await {
+                Ok(r) => Some(r),
+                Err(e) if e.is_not_found() => None,
+                Err(e) => {
+                    tracing::debug!(partition = oid, error = %e, "reading a failed group commit");
+                    for w in batch {
+                        let _ = w.done.send(Ok(Outcome::Exists));
+                    }
+                    return;
+                }
+            }
+        };
+        let (now, present): (Option<Bytes>, HashSet<Vec<u8>>) = match read {
+            Some(r) => (
+                r.xattr(EPOCH).cloned(),
+                r.omap_vals_by_keys
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, _)| k)
+                    .collect(),
+            ),
+            None => (None, HashSet::new()),
+        };
+        let changed = now.as_ref() != Some(epoch);
+        let mut again = vec![];
+        for mut w in batch {
+            let o = if present.contains(&w.blind.key) {
+                Outcome::Exists
+            } else if changed {
+                Outcome::Stale
+            } else if w.tries + 1 < TRIES {
+                w.tries += 1;
+                again.push(w);
+                continue;
+            } else {
+                Outcome::Exists
+            };
+            let _ = w.done.send(Ok(o));
+        }
+        let mut lanes = self.lanes.lock().unwrap();
+        let Some(lane) = lanes.get_mut(oid) else {
+            return;
+        };
+        for w in again.into_iter().rev() {
+            lane.queue.push_front(w);
+        }
+        if changed {
+            // Those prepared against the old epoch would fail the same way: answer them now.
+            let (stale, keep): (VecDeque<Waiting>, VecDeque<Waiting>) =
+                lane.queue.drain(..).partition(|w| w.blind.epoch == *epoch);
+            lane.queue = keep;
+            for w in stale {
+                let _ = w.done.send(Ok(Outcome::Stale));
             }
         }
     }
@@ -164,14 +269,25 @@ fn copy_err(e: &RadosError) -> CatalogError {
 mod tests {
     use super::*;
 
-    fn waiting(key: &str, epoch: &str, size: usize) -> (Waiting, oneshot::Receiver<Result<bool>>) {
+    fn waiting(
+        key: &str,
+        epoch: &str,
+        size: usize,
+    ) -> (Waiting, oneshot::Receiver<Result<Outcome>>) {
         let (done, rx) = oneshot::channel();
         let blind = Blind {
             key: key.as_bytes().to_vec(),
             set: vec![(key.as_bytes().to_vec(), vec![0; size])],
             epoch: Bytes::copy_from_slice(epoch.as_bytes()),
         };
-        (Waiting { blind, done }, rx)
+        (
+            Waiting {
+                blind,
+                done,
+                tries: 0,
+            },
+            rx,
+        )
     }
 
     fn keys(b: &[Waiting]) -> Vec<String> {

@@ -99,6 +99,9 @@ const SEP: [u8; 2] = [1, 1];
 /// Above every escaped byte (UTF-8 never has 0xFF): `e(p) + HIGH` is past every key under `p`.
 const HIGH: u8 = 0xff;
 pub(crate) const RETRIES: usize = 64;
+/// A blind commit tries at most this many times (a partition that changed under it is read
+/// again in between) before it goes the read path.
+const BLIND_TRIES: usize = 3;
 /// How long an aborted upload is remembered for a retried abort.
 const ABORTED_MEMORY_MS: i64 = 24 * 3600 * 1000;
 /// Omap entries asked per read.
@@ -735,9 +738,9 @@ impl Inner {
         f: &impl Fn(Option<&ObjectRecord>) -> Result<Option<ObjectRecord>>,
     ) -> Result<Option<(Option<ObjectRecord>, Option<ObjectRecord>)>> {
         let p = pos(key);
-        let Some((oid, part)) = self.routes.cached(bucket, &p) else {
+        if !self.routes.knows_bucket(bucket) {
             return Ok(None);
-        };
+        }
         // Conditions that need a current record (If-Match) go the read path.
         let Ok(Some(new)) = f(None) else {
             return Ok(None);
@@ -747,32 +750,65 @@ impl Inner {
         }
         let (k, d) = (okey(key), dkey(key));
         let (value, payload) = split_record(&new)?;
-        let mut set = vec![(k.clone(), value)];
+        let mut entries = vec![(k.clone(), value)];
         if let Some(pl) = payload {
-            set.push((d, pl));
+            entries.push((d, pl));
         }
-        // While a split copies the partition, what changes above the split key is logged in
-        // the same op, as `guarded` does (the epoch compared is the claim's, so a seal or an
-        // abandon in between fails the op). Without this, every new key of a partition being
-        // split went the read path, one op per key: 400-700 PUT/s against 1,500-2,500.
-        let log = Self::log_entries(&part, set.iter().map(|(key, _)| key.as_slice()));
-        set.extend(log);
-        let ev = self.events(&oid, &[written(bucket, key, &new)]).await?;
-        set.extend(ev.omap());
-        let blind = batch::Blind {
-            key: k,
-            set,
-            epoch: part.epoch.clone(),
-        };
-        let hit = self.batches.commit(&self.io, &oid, blind).await?;
-        self.routes.blind_result(bucket, hit);
-        if !hit {
-            return Ok(None);
+        for attempt in 0..BLIND_TRIES {
+            // Not cached as open (a split's new partition not read since it was activated,
+            // or a partition that changed under the last attempt): read where the key goes
+            // (waiting while a split hands its range over), which caches it, then try again.
+            let Some((oid, part)) = self.routes.cached(bucket, &p) else {
+                if attempt + 1 == BLIND_TRIES {
+                    return Ok(None);
+                }
+                self.locate(bucket, &p, ReadOp::new).await?;
+                continue;
+            };
+            // While a split copies the partition, what changes above the split key is logged
+            // in the same op, as `guarded` does (the epoch compared is the claim's, so a seal
+            // or an abandon in between fails the op). Without this, every new key of a
+            // partition being split went the read path, one op per key: 400-700 PUT/s against
+            // 1,500-2,500.
+            let mut set = entries.clone();
+            set.extend(Self::log_entries(
+                &part,
+                entries.iter().map(|(key, _)| key.as_slice()),
+            ));
+            let ev = self.events(&oid, &[written(bucket, key, &new)]).await?;
+            set.extend(ev.omap());
+            let blind = batch::Blind {
+                key: k.clone(),
+                set,
+                epoch: part.epoch.clone(),
+            };
+            match self.batches.commit(&self.io, &oid, blind).await? {
+                batch::Outcome::Applied => {
+                    self.routes.blind_result(bucket, true);
+                    self.outbox.stored(&oid, &ev);
+                    self.note_insert(bucket, &oid, &p);
+                    self.note_load(bucket, &oid, &p, true);
+                    return Ok(Some((None, Some(new))));
+                }
+                batch::Outcome::Exists => {
+                    self.routes.blind_result(bucket, false);
+                    return Ok(None);
+                }
+                // The partition changed (not a miss of the key): unless another commit has
+                // cached it since, read it again.
+                batch::Outcome::Stale => {
+                    if attempt + 1 < BLIND_TRIES
+                        && self
+                            .routes
+                            .cached(bucket, &p)
+                            .is_some_and(|(o, c)| o == oid && c.epoch == part.epoch)
+                    {
+                        self.locate(bucket, &p, ReadOp::new).await?;
+                    }
+                }
+            }
         }
-        self.outbox.stored(&oid, &ev);
-        self.note_insert(bucket, &oid, &p);
-        self.note_load(bucket, &oid, &p, true);
-        Ok(Some((None, Some(new))))
+        Ok(None)
     }
 }
 

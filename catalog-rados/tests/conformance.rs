@@ -821,6 +821,93 @@ async fn new_keys_commit_blind_and_logged_while_a_split_copies() {
     assert_eq!(list_all(&splitter, "b", 1000).await, want);
 }
 
+/// New keys whose group commit fails because the partition's epoch changed under it (a
+/// split's claim from another gateway) read the partition again and go blind again, batched:
+/// they do not each take a read and a guarded write of their own, and the bucket's later new
+/// keys still commit blind (an epoch change is not a miss of a key).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_group_commit_failed_by_an_epoch_change_commits_blind_again() {
+    let Some(c) = cluster().await else { return };
+    let ns = namespace("blindstale");
+    let lease = Duration::from_millis(1500);
+    let splitter = partitioned(&c, &ns, 1_000_000, lease).await;
+    let c2 = cluster().await.unwrap();
+    let writer = Arc::new(partitioned(&c2, &ns, 1_000_000, lease).await);
+    writer.create_bucket("b", bucket_rec()).await.unwrap();
+    let mut model = BTreeMap::new();
+    for i in 0..40 {
+        let key = format!("k{i:03}");
+        put_rec(&*writer, "b", &key, &key).await.unwrap();
+        model.insert(key.clone(), key);
+    }
+    // The writer caches the partition, then another gateway's claim changes its epoch.
+    assert!(writer.get("b", "k001").await.unwrap().is_some());
+    assert!(
+        splitter
+            .split_until("b", "k020", SplitStop::Copied)
+            .await
+            .unwrap()
+    );
+    let counts = |c: &Cluster| {
+        c.op_counts()
+            .into_iter()
+            .filter(|(pool, ..)| pool == POOL)
+            .fold((0, 0), |(r, w), (_, r2, w2)| (r + r2, w + w2))
+    };
+    let put_all = |keys: Vec<String>| {
+        let writer = writer.clone();
+        async move {
+            let tasks: Vec<_> = keys
+                .into_iter()
+                .map(|key| {
+                    let w = writer.clone();
+                    tokio::spawn(async move { put_rec(&*w, "b", &key, &key).await })
+                })
+                .collect();
+            for t in tasks {
+                assert!(t.await.unwrap().unwrap().previous.is_none());
+            }
+        }
+    };
+    let (_, writes0) = counts(&c2);
+    let new: Vec<String> = (0..16).map(|i| format!("k{:03}n", 2 * i)).collect();
+    put_all(new.clone()).await;
+    let (reads1, writes1) = counts(&c2);
+    assert!(
+        writes1 - writes0 < new.len() as u64 / 2,
+        "{} write ops for {} new keys after an epoch change",
+        writes1 - writes0,
+        new.len()
+    );
+    // Above the split key, logged for the split as every commit there is.
+    let io = io_of(&c, &ns).await;
+    let mut logged: Vec<String> = tagged_entries(&io, "b", b'l')
+        .await
+        .into_iter()
+        .filter_map(|(k, _)| k.strip_prefix('o').map(str::to_owned))
+        .collect();
+    logged.sort();
+    let above: Vec<String> = new
+        .iter()
+        .filter(|k| k.as_str() >= "k020")
+        .cloned()
+        .collect();
+    assert_eq!(logged, above);
+    model.extend(new.iter().map(|k| (k.clone(), k.clone())));
+    // Later new keys: blind, no read.
+    let more: Vec<String> = (0..16).map(|i| format!("k{:03}m", 2 * i + 1)).collect();
+    put_all(more.clone()).await;
+    let (reads2, writes2) = counts(&c2);
+    assert_eq!(reads2 - reads1, 0, "later new keys read nothing");
+    assert!(writes2 - writes1 < more.len() as u64 / 2);
+    model.extend(more.iter().map(|k| (k.clone(), k.clone())));
+    tokio::time::sleep(lease).await;
+    writer.check_partition("b", "k000").await.unwrap();
+    let want: Vec<(String, String)> = model.into_iter().collect();
+    assert_eq!(list_all(&*writer, "b", 7).await, want);
+    assert_eq!(list_all(&splitter, "b", 1000).await, want);
+}
+
 /// A bucket whose index spans partitions: a rename across them is refused and changes
 /// nothing; deletion refuses while any partition holds a key (and the bucket takes writes
 /// afterwards), then removes every partition object; the name can be created again.
