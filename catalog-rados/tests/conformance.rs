@@ -732,16 +732,23 @@ async fn splits_cut_short_are_taken_over() {
     }
 }
 
-/// New keys committed while a split copies their partition (claimed, not yet sealed) still
-/// go blind, several to an op and with no read, and log what they change above the split key
-/// as every commit there does; the split, abandoned and done again, leaves every key in place.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn new_keys_commit_blind_and_logged_while_a_split_copies() {
-    let Some(c) = cluster().await else { return };
-    let ns = namespace("blindsplit");
+/// Two gateways of namespace `tag`, the writer on a connection of its own (its op counts
+/// are its alone), and bucket `b` holding `k000`..`k039` (the model), written by the writer.
+struct TwoGateways {
+    c: Arc<Cluster>,
+    c2: Arc<Cluster>,
+    ns: String,
+    lease: Duration,
+    splitter: RadosCatalog,
+    writer: Arc<RadosCatalog>,
+    model: BTreeMap<String, String>,
+}
+
+async fn two_gateways(tag: &str) -> Option<TwoGateways> {
+    let c = cluster().await?;
+    let ns = namespace(tag);
     let lease = Duration::from_millis(1500);
     let splitter = partitioned(&c, &ns, 1_000_000, lease).await;
-    // The writer on a connection of its own: its op counts are its alone.
     let c2 = cluster().await.unwrap();
     let writer = Arc::new(partitioned(&c2, &ns, 1_000_000, lease).await);
     writer.create_bucket("b", bucket_rec()).await.unwrap();
@@ -751,6 +758,65 @@ async fn new_keys_commit_blind_and_logged_while_a_split_copies() {
         put_rec(&*writer, "b", &key, &key).await.unwrap();
         model.insert(key.clone(), key);
     }
+    Some(TwoGateways {
+        c,
+        c2,
+        ns,
+        lease,
+        splitter,
+        writer,
+        model,
+    })
+}
+
+/// Reads and writes of the index pool by connection `c` so far.
+fn index_ops(c: &Cluster) -> (u64, u64) {
+    c.op_counts()
+        .into_iter()
+        .filter(|(pool, ..)| pool == POOL)
+        .fold((0, 0), |(r, w), (_, r2, w2)| (r + r2, w + w2))
+}
+
+/// The object keys that bucket `b`'s first partition holds split log entries for, sorted
+/// (a log entry's key is `l` and the omap key it logs: `o` and the escaped object key).
+async fn logged_keys(io: &IoCtx) -> Vec<String> {
+    let mut logged: Vec<String> = tagged_entries(io, "b", b'l')
+        .await
+        .into_iter()
+        .filter_map(|(k, _)| k.strip_prefix('o').map(str::to_owned))
+        .collect();
+    logged.sort();
+    logged
+}
+
+/// The keys of `keys` at or above `split`, sorted.
+fn at_or_above(keys: &[String], split: &str) -> Vec<String> {
+    let mut above: Vec<String> = keys
+        .iter()
+        .filter(|k| k.as_str() >= split)
+        .cloned()
+        .collect();
+    above.sort();
+    above
+}
+
+/// New keys committed while a split copies their partition (claimed, not yet sealed) still
+/// go blind, several to an op and with no read, and log what they change above the split key
+/// as every commit there does; the split, abandoned and done again, leaves every key in place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn new_keys_commit_blind_and_logged_while_a_split_copies() {
+    let Some(TwoGateways {
+        c,
+        c2,
+        ns,
+        lease,
+        splitter,
+        writer,
+        mut model,
+    }) = two_gateways("blindsplit").await
+    else {
+        return;
+    };
     assert!(
         splitter
             .split_until("b", "k020", SplitStop::Copied)
@@ -759,13 +825,7 @@ async fn new_keys_commit_blind_and_logged_while_a_split_copies() {
     );
     // One read of the partition: the writer's cache now holds the claim's epoch.
     assert!(writer.get("b", "k001").await.unwrap().is_some());
-    let counts = |c: &Cluster| {
-        c.op_counts()
-            .into_iter()
-            .filter(|(pool, ..)| pool == POOL)
-            .fold((0, 0), |(r, w), (_, r2, w2)| (r + r2, w + w2))
-    };
-    let (reads0, writes0) = counts(&c2);
+    let (reads0, writes0) = index_ops(&c2);
     // Half below the split key, half above it.
     let new: Vec<String> = (0..16)
         .map(|i| match i % 2 {
@@ -784,7 +844,7 @@ async fn new_keys_commit_blind_and_logged_while_a_split_copies() {
         let commit = t.await.unwrap().unwrap();
         assert!(commit.previous.is_none());
     }
-    let (reads, writes) = counts(&c2);
+    let (reads, writes) = index_ops(&c2);
     assert_eq!(reads - reads0, 0, "new keys read nothing");
     assert!(
         writes - writes0 < new.len() as u64 / 2,
@@ -794,20 +854,7 @@ async fn new_keys_commit_blind_and_logged_while_a_split_copies() {
     );
     // A log entry for each key above the split key, and for none below it.
     let io = io_of(&c, &ns).await;
-    // A log entry's key is `l` and the omap key it logs (`o` and the escaped object key).
-    let mut logged: Vec<String> = tagged_entries(&io, "b", b'l')
-        .await
-        .into_iter()
-        .filter_map(|(k, _)| k.strip_prefix('o').map(str::to_owned))
-        .collect();
-    logged.sort();
-    let mut above: Vec<String> = new
-        .iter()
-        .filter(|k| k.as_str() >= "k020")
-        .cloned()
-        .collect();
-    above.sort();
-    assert_eq!(logged, above);
+    assert_eq!(logged_keys(&io).await, at_or_above(&new, "k020"));
     model.extend(new.iter().map(|k| (k.clone(), k.clone())));
     // The claim runs out: the split is abandoned (it never sealed), then done again.
     tokio::time::sleep(lease).await;
@@ -827,19 +874,18 @@ async fn new_keys_commit_blind_and_logged_while_a_split_copies() {
 /// keys still commit blind (an epoch change is not a miss of a key).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_group_commit_failed_by_an_epoch_change_commits_blind_again() {
-    let Some(c) = cluster().await else { return };
-    let ns = namespace("blindstale");
-    let lease = Duration::from_millis(1500);
-    let splitter = partitioned(&c, &ns, 1_000_000, lease).await;
-    let c2 = cluster().await.unwrap();
-    let writer = Arc::new(partitioned(&c2, &ns, 1_000_000, lease).await);
-    writer.create_bucket("b", bucket_rec()).await.unwrap();
-    let mut model = BTreeMap::new();
-    for i in 0..40 {
-        let key = format!("k{i:03}");
-        put_rec(&*writer, "b", &key, &key).await.unwrap();
-        model.insert(key.clone(), key);
-    }
+    let Some(TwoGateways {
+        c,
+        c2,
+        ns,
+        lease,
+        splitter,
+        writer,
+        mut model,
+    }) = two_gateways("blindstale").await
+    else {
+        return;
+    };
     // The writer caches the partition, then another gateway's claim changes its epoch.
     assert!(writer.get("b", "k001").await.unwrap().is_some());
     assert!(
@@ -848,12 +894,6 @@ async fn a_group_commit_failed_by_an_epoch_change_commits_blind_again() {
             .await
             .unwrap()
     );
-    let counts = |c: &Cluster| {
-        c.op_counts()
-            .into_iter()
-            .filter(|(pool, ..)| pool == POOL)
-            .fold((0, 0), |(r, w), (_, r2, w2)| (r + r2, w + w2))
-    };
     let put_all = |keys: Vec<String>| {
         let writer = writer.clone();
         async move {
@@ -869,10 +909,10 @@ async fn a_group_commit_failed_by_an_epoch_change_commits_blind_again() {
             }
         }
     };
-    let (_, writes0) = counts(&c2);
+    let (_, writes0) = index_ops(&c2);
     let new: Vec<String> = (0..16).map(|i| format!("k{:03}n", 2 * i)).collect();
     put_all(new.clone()).await;
-    let (reads1, writes1) = counts(&c2);
+    let (reads1, writes1) = index_ops(&c2);
     assert!(
         writes1 - writes0 < new.len() as u64 / 2,
         "{} write ops for {} new keys after an epoch change",
@@ -881,23 +921,12 @@ async fn a_group_commit_failed_by_an_epoch_change_commits_blind_again() {
     );
     // Above the split key, logged for the split as every commit there is.
     let io = io_of(&c, &ns).await;
-    let mut logged: Vec<String> = tagged_entries(&io, "b", b'l')
-        .await
-        .into_iter()
-        .filter_map(|(k, _)| k.strip_prefix('o').map(str::to_owned))
-        .collect();
-    logged.sort();
-    let above: Vec<String> = new
-        .iter()
-        .filter(|k| k.as_str() >= "k020")
-        .cloned()
-        .collect();
-    assert_eq!(logged, above);
+    assert_eq!(logged_keys(&io).await, at_or_above(&new, "k020"));
     model.extend(new.iter().map(|k| (k.clone(), k.clone())));
     // Later new keys: blind, no read.
     let more: Vec<String> = (0..16).map(|i| format!("k{:03}m", 2 * i + 1)).collect();
     put_all(more.clone()).await;
-    let (reads2, writes2) = counts(&c2);
+    let (reads2, writes2) = index_ops(&c2);
     assert_eq!(reads2 - reads1, 0, "later new keys read nothing");
     assert!(writes2 - writes1 < more.len() as u64 / 2);
     model.extend(more.iter().map(|k| (k.clone(), k.clone())));
