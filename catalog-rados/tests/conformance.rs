@@ -789,6 +789,20 @@ async fn logged_keys(io: &IoCtx) -> Vec<String> {
     logged
 }
 
+/// Puts `keys` (each its own name as value) at once through `writer`, each new.
+async fn put_new_at_once(writer: &Arc<RadosCatalog>, keys: &[String]) {
+    let tasks: Vec<_> = keys
+        .iter()
+        .map(|key| {
+            let (w, key) = (writer.clone(), key.clone());
+            tokio::spawn(async move { put_rec(&*w, "b", &key, &key).await })
+        })
+        .collect();
+    for t in tasks {
+        assert!(t.await.unwrap().unwrap().previous.is_none());
+    }
+}
+
 /// The keys of `keys` at or above `split`, sorted.
 fn at_or_above(keys: &[String], split: &str) -> Vec<String> {
     let mut above: Vec<String> = keys
@@ -833,17 +847,7 @@ async fn new_keys_commit_blind_and_logged_while_a_split_copies() {
             _ => format!("k{:03}y", 24 + i),
         })
         .collect();
-    let tasks: Vec<_> = new
-        .iter()
-        .map(|key| {
-            let (w, key) = (writer.clone(), key.clone());
-            tokio::spawn(async move { put_rec(&*w, "b", &key, &key).await })
-        })
-        .collect();
-    for t in tasks {
-        let commit = t.await.unwrap().unwrap();
-        assert!(commit.previous.is_none());
-    }
+    put_new_at_once(&writer, &new).await;
     let (reads, writes) = index_ops(&c2);
     assert_eq!(reads - reads0, 0, "new keys read nothing");
     assert!(
@@ -894,24 +898,9 @@ async fn a_group_commit_failed_by_an_epoch_change_commits_blind_again() {
             .await
             .unwrap()
     );
-    let put_all = |keys: Vec<String>| {
-        let writer = writer.clone();
-        async move {
-            let tasks: Vec<_> = keys
-                .into_iter()
-                .map(|key| {
-                    let w = writer.clone();
-                    tokio::spawn(async move { put_rec(&*w, "b", &key, &key).await })
-                })
-                .collect();
-            for t in tasks {
-                assert!(t.await.unwrap().unwrap().previous.is_none());
-            }
-        }
-    };
     let (_, writes0) = index_ops(&c2);
     let new: Vec<String> = (0..16).map(|i| format!("k{:03}n", 2 * i)).collect();
-    put_all(new.clone()).await;
+    put_new_at_once(&writer, &new).await;
     let (reads1, writes1) = index_ops(&c2);
     assert!(
         writes1 - writes0 < new.len() as u64 / 2,
@@ -925,7 +914,7 @@ async fn a_group_commit_failed_by_an_epoch_change_commits_blind_again() {
     model.extend(new.iter().map(|k| (k.clone(), k.clone())));
     // Later new keys: blind, no read.
     let more: Vec<String> = (0..16).map(|i| format!("k{:03}m", 2 * i + 1)).collect();
-    put_all(more.clone()).await;
+    put_new_at_once(&writer, &more).await;
     let (reads2, writes2) = index_ops(&c2);
     assert_eq!(reads2 - reads1, 0, "later new keys read nothing");
     assert!(writes2 - writes1 < more.len() as u64 / 2);
