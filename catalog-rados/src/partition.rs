@@ -33,9 +33,11 @@
 //! 4. **Seal**: one op on P sets `hi = split`, `next = Q` and bumps the epoch. Commits of keys
 //!    at or above the split key now fail their guard, re-read, and follow `next` to Q, where
 //!    they wait while Q is `building`: on this gateway's own split, for its activation
-//!    (woken by it, [`Handover`]); on another's, by reading Q again every 5-50 ms. (Every
-//!    gateway polling its own split's Q put hundreds of reads a second on the object whose
-//!    ops the activation waits for, and the wait grew to seconds.) The same op shortens the
+//!    (woken by it, [`Handover`]); on another's, for the activation's announcement
+//!    ([`crate::activations`]), reading Q again at least every 500 ms meanwhile (every 5-50
+//!    ms while the announcements' watch is down). (Every gateway polling Q every 5-50 ms put
+//!    hundreds of reads a second on the object whose ops the activation waits for, and the
+//!    wait grew to seconds.) The same op shortens the
 //!    claim to the sealed lease (5 s): what is left is a few ops, and a split whose gateway
 //!    died here must not hold writes of the moved range for the whole lease. Waiting readers
 //!    and writers ask every second whether the claim ran out, and then finish the split
@@ -179,6 +181,8 @@ pub enum SplitStop {
     /// The new partition active, the old one not cleaned.
     Activated,
     Done,
+    /// Done, but the moved range held sealed this long first (a slow final catch-up).
+    HoldSealed(Duration),
 }
 
 /// A split in progress, as its claim on the partition (`lode.split`) says.
@@ -514,6 +518,8 @@ impl Inner {
         let mut waited = 0u64;
         let mut checked = start;
         loop {
+            // Before the read: an activation announced after it ends a wait at once.
+            let seen = self.activations.seen();
             let r = match self.io.operate_read(&oid, op().getxattrs()).await {
                 Err(e) if e.is_not_found() => {
                     if oid == first {
@@ -554,8 +560,16 @@ impl Inner {
                         );
                     }
                 }
-                // This gateway's own split: wait for its activation, then read again.
-                !self.routes.await_handover(&oid, TAKEOVER_CHECK).await
+                // This gateway's own split: wait for its activation; another's: for an
+                // activation announced ([`crate::activations`]). Then read again.
+                if self.routes.await_handover(&oid, TAKEOVER_CHECK).await
+                    || self.activations.wait_past(seen).await
+                {
+                    self.give_up_after(bucket, &oid, start)?;
+                    false
+                } else {
+                    true
+                }
             } else if !part.holds(pos) {
                 match (&part.hi, &part.next) {
                     (Some(hi), Some(next)) if pos >= hi.as_slice() => {
@@ -589,12 +603,19 @@ impl Inner {
         start: Instant,
         waited: u64,
     ) -> Result<()> {
+        self.give_up_after(bucket, oid, start)?;
+        pause((WAIT_STEP_MS * waited).min(50)).await;
+        Ok(())
+    }
+
+    /// `Unavailable` once a range waited for since `start` stayed unavailable for four
+    /// claims' time.
+    fn give_up_after(&self, bucket: &str, oid: &str, start: Instant) -> Result<()> {
         if start.elapsed() > self.cfg.split_lease * 4 {
             return Err(CatalogError::Unavailable(format!(
                 "index partition {oid} of bucket {bucket} stayed unavailable"
             )));
         }
-        pause((WAIT_STEP_MS * waited).min(50)).await;
         Ok(())
     }
 
@@ -1156,6 +1177,9 @@ impl Inner {
         if stop == SplitStop::Sealed {
             return Ok(true);
         }
+        if let SplitStop::HoldSealed(d) = stop {
+            pause(d.as_millis() as u64).await;
+        }
         let sealed_at = Instant::now();
         b.final_left = b.catch_up(true).await?;
         b.handover = None;
@@ -1543,6 +1567,10 @@ impl<'a> Builder<'a> {
             if !more {
                 if activate && !activated {
                     self.activate().await?;
+                }
+                if activate {
+                    // Other gateways' waiters of the moved range read Q again now.
+                    crate::activations::Activations::announce(self.io(), &self.claim.to);
                 }
                 self.applied_entries += applied;
                 return Ok(applied);
