@@ -10,7 +10,9 @@
 # bucket are counted at the end (`rados ls`), and the gateway's index ops per PUT are reported
 # per tenth (its /metrics sampled every 5 s into $WORK/ops.txt: group commit thins out as the
 # partitions multiply, and a split shows as reads). DEVICE sets the local device size
-# (default: enough for the extents). The JSON goes to $WORK/keys.json (printed at the end).
+# (default: enough for the extents). GATEWAYS=2 (cluster mode) starts a second gateway on the
+# same cluster and spreads the connections over both (index ops summed over both; the restart
+# is the first's). The JSON goes to $WORK/keys.json (printed at the end).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/lode-target}"
@@ -21,14 +23,16 @@ LODE_SERVER="${LODE_SERVER:-$LODE}"
 [ -x "$LODE" ] || (cd "$ROOT" && cargo build --release --locked)
 MODE="${1:-}"
 case "$MODE" in local) N="${2:-10000000}" ;; cluster) N="${2:-1000000}" ;; *) sed -n '8p' "$0" >&2; exit 2 ;; esac
-C="${3:-64}"; PORT="${PORT:-19711}"
+C="${3:-64}"; PORT="${PORT:-19711}"; GATEWAYS="${GATEWAYS:-1}"
+[ "$GATEWAYS" = 1 ] || [ "$MODE" = cluster ] || { echo "GATEWAYS needs cluster mode" >&2; exit 2; }
 WORK="$(mktemp -d /var/tmp/lode-keys.XXXXXX)"
 export LODE_ACCESS_KEY=keysaccesskey001 LODE_SECRET_KEY=keyssecretkey0123456789abcdef
-PID=""
+PID=""; PID2=""
 cleanup() {
     [ -n "$PID" ] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null || true
+    [ -n "$PID2" ] && kill "$PID2" 2>/dev/null && wait "$PID2" 2>/dev/null || true
     [ "$MODE" = cluster ] && "$ROOT/scripts/ceph-dev.sh" stop "$WORK/ceph" --purge >/dev/null 2>&1 || true
-    rm -rf "$WORK/data" "$WORK/dev0.img"
+    rm -rf "$WORK/data" "$WORK/data2" "$WORK/dev0.img"
 }
 trap cleanup EXIT
 ARGS=(--listen "127.0.0.1:$PORT" --data-dir "$WORK/data")
@@ -57,27 +61,49 @@ start() {
     START_MS=$(( $(now_ms) - t0 ))
 }
 rss() { awk '/VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$PID/status"; }
-# Cluster mode, every 5 s while the server runs: time, S3 writes, index-pool RADOS reads, writes.
+# Cluster mode, every 5 s while the server runs: time, S3 writes, index-pool RADOS reads, writes
+# (summed over the gateways).
 sample_ops() {
     while kill -0 "$PID" 2>/dev/null; do
-        curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" | awk -v t="$(date +%s.%N)" '
-            /^lode_ops_total\{door="s3",class="write"\}/ { p = $2 }
-            /^lode_rados_ops_total\{pool="lode-index",kind="read"\}/ { r = $2 }
-            /^lode_rados_ops_total\{pool="lode-index",kind="write"\}/ { w = $2 }
-            END { if (p != "") print t, p, r + 0, w + 0 }' || true
+        for a in "${ADMINS[@]}"; do curl -s "http://127.0.0.1:$a/metrics" || true; done | awk -v t="$(date +%s.%N)" '
+            /^lode_ops_total\{door="s3",class="write"\}/ { p += $2; seen = 1 }
+            /^lode_rados_ops_total\{pool="lode-index",kind="read"\}/ { r += $2 }
+            /^lode_rados_ops_total\{pool="lode-index",kind="write"\}/ { w += $2 }
+            END { if (seen) print t, p, r + 0, w + 0 }' || true
         sleep 5
     done
 }
 start
+ENDPOINTS="http://127.0.0.1:$PORT"; PIDS=(--server-pid "$PID"); ADMINS=("$ADMIN_PORT")
+if [ "$GATEWAYS" = 2 ]; then
+    # The second gateway: its own ports and (unused in cluster mode) data dir.
+    ARGS2=("${ARGS[@]}")
+    for i in "${!ARGS2[@]}"; do
+        case "${ARGS2[$i]}" in
+            "127.0.0.1:$PORT") ARGS2[$i]="127.0.0.1:$((PORT + 2))" ;;
+            "127.0.0.1:$ADMIN_PORT") ARGS2[$i]="127.0.0.1:$((PORT + 3))" ;;
+            "$WORK/data") ARGS2[$i]="$WORK/data2" ;;
+        esac
+    done
+    "$LODE_SERVER" serve "${ARGS2[@]}" >>"$WORK/lode2.log" 2>&1 & PID2=$!
+    until (echo >"/dev/tcp/127.0.0.1/$((PORT + 2))") 2>/dev/null; do
+        kill -0 "$PID2" 2>/dev/null || { tail -20 "$WORK/lode2.log"; exit 1; }
+        sleep 0.02
+    done
+    ENDPOINTS="$ENDPOINTS,http://127.0.0.1:$((PORT + 2))"; PIDS+=(--server-pid "$PID2"); ADMINS+=("$((PORT + 3))")
+fi
 [ "$MODE" = cluster ] && { sample_ops >"$WORK/ops.txt" 2>/dev/null & }
-echo "== $MODE, $N objects, $C connections; uptime: $(uptime)"
-"$LODE" bench keys --endpoint "http://127.0.0.1:$PORT" --access-key "$LODE_ACCESS_KEY" \
+echo "== $MODE, $N objects, $C connections, $GATEWAYS gateway(s); uptime: $(uptime)"
+"$LODE" bench keys --endpoint "$ENDPOINTS" --access-key "$LODE_ACCESS_KEY" \
     --secret-key "$LODE_SECRET_KEY" --bucket keys --objects "$N" --concurrency "$C" \
-    --server-pid "$PID" --json "$WORK/keys.json" ${BENCH_ARGS:-}
+    "${PIDS[@]}" --json "$WORK/keys.json" ${BENCH_ARGS:-}
 before="$(rss)"
 if [ "$MODE" = cluster ]; then
     parts="$(rados -c "$WORK/ceph/ceph.conf" -p lode-index ls | grep -c '^lode\.part\.keys\.' || true)"
     echo "index partitions of the bucket: $(( parts + 1 ))"
+    # How long each split kept the writers of its moved range waiting (its gateway's log line).
+    { grep -ho 'sealed_ms=[0-9]*' "$WORK"/lode*.log || true; } | cut -d= -f2 | sort -n | awk '{ a[NR] = $1 }
+        END { if (NR) printf "splits: %d; sealed (writers of the moved range waiting) %d-%d ms, median %d\n", NR, a[1], a[NR], a[int((NR + 1) / 2)] }'
     # Per tenth, from the samples nearest its end (the last one also holds the listing's reads).
     awk -v n="$N" '
         { p[NR] = $2; r[NR] = $3; w[NR] = $4 }

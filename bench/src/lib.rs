@@ -32,7 +32,9 @@
 //!   after each tenth its PUT rate and p99, the first-page ListObjectsV2 latency (median of 20)
 //!   and the `--server-pid`s' RSS; at the end one full listing. Keys spread over 256 prefixes
 //!   (`<prefix>/<hh>/<n>`), each prefix's keys in rising order, as a parallel `aws s3 sync` of
-//!   sorted directories writes them. bench/keys.sh adds the restart time.
+//!   sorted directories writes them. With comma-separated `--endpoint`s (gateways of one
+//!   cluster) the ingest's connections are spread over them. bench/keys.sh adds the restart
+//!   time.
 //!
 //! Output: a progress bar on a terminal, a table (ops/s, MiB/s, p50/p99/p99.9 per op class),
 //! `--json` (`{"workload", "params", "classes": {"get": {"ops_per_sec", "mib_per_sec",
@@ -67,7 +69,8 @@ pub struct BenchArgs {
     /// small | losf-ingest | train-read | stream-read | checkpoint | list | stat-storm | blender | conns | soak
     /// | keys
     pub workload: String,
-    /// The S3 endpoint (`conns`: comma-separated endpoints, connections spread over them).
+    /// The S3 endpoint (`conns`, `keys`: comma-separated endpoints, connections spread over
+    /// them).
     #[arg(long, default_value = "http://127.0.0.1:9000")]
     pub endpoint: String,
     #[arg(long, env = "AWS_ACCESS_KEY_ID", default_value = "")]
@@ -190,16 +193,26 @@ async fn run_pool(
     concurrency: usize,
     what: &str,
 ) -> crate::error::Result<Ran> {
+    run_pool_over(std::slice::from_ref(target), jobs, concurrency, what).await
+}
+
+/// [`run_pool`] with its workers spread over `targets` (worker `w` uses `targets[w % len]`).
+async fn run_pool_over(
+    targets: &[Arc<Target>],
+    jobs: Vec<(&'static str, Op)>,
+    concurrency: usize,
+    what: &str,
+) -> crate::error::Result<Ran> {
     let pb = progress(jobs.len() as u64, what);
     let jobs = Arc::new(jobs);
     let next = Arc::new(AtomicUsize::new(0));
     let start = Instant::now();
     let mut tasks = vec![];
-    for _ in 0..concurrency.max(1) {
+    for w in 0..concurrency.max(1) {
         let (jobs, next, target, pb) = (
             Arc::clone(&jobs),
             Arc::clone(&next),
-            Arc::clone(target),
+            Arc::clone(&targets[w % targets.len()]),
             pb.clone(),
         );
         tasks.push(tokio::spawn(async move {
@@ -1183,6 +1196,26 @@ async fn keys(
         format!("{prefix}/{h:02x}/{i:010}")
     };
     let tenth = a.objects.div_ceil(10).max(1);
+    // Comma-separated endpoints (several gateways of one cluster): the ingest's connections
+    // are spread over them; the listings go to the first.
+    let endpoints: Vec<&str> = a.endpoint.split(',').filter(|e| !e.is_empty()).collect();
+    let ingest: Vec<Arc<Target>> = if endpoints.len() > 1 && a.posix.is_none() {
+        endpoints
+            .iter()
+            .map(|e| {
+                Arc::new(Target::s3(
+                    e,
+                    &a.bucket,
+                    &a.access_key,
+                    &a.secret_key,
+                    &a.region,
+                    a.concurrency.div_ceil(endpoints.len()),
+                ))
+            })
+            .collect()
+    } else {
+        vec![Arc::clone(target)]
+    };
     let mut rows = vec![];
     let mut all = Samples::new();
     let mut wall = Duration::ZERO;
@@ -1211,7 +1244,8 @@ async fn keys(
                 )
             })
             .collect();
-        let (mut puts, took) = run_jobs(target, jobs, a.concurrency, "ingest").await?;
+        let ran = run_pool_over(&ingest, jobs, a.concurrency, "ingest").await?;
+        let (mut puts, took) = (ran.samples, ran.wall);
         no_errors(&puts, "ingest")?;
         let pages = (0..FIRST_PAGES)
             .map(|_| {
