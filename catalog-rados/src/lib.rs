@@ -800,7 +800,8 @@ impl Inner {
                     return Ok(None);
                 }
                 // The partition changed (not a miss of the key): unless another commit has
-                // cached it since, read it again.
+                // cached it since, read it again (once for all the commits that found the
+                // same); the next attempt finds where the key goes now.
                 batch::Outcome::Stale => {
                     if attempt + 1 < BLIND_TRIES
                         && self
@@ -808,7 +809,7 @@ impl Inner {
                             .cached(bucket, &p)
                             .is_some_and(|(o, c)| o == oid && c.epoch == part.epoch)
                     {
-                        self.locate(bucket, &p, ReadOp::new).await?;
+                        self.refresh_stale(bucket, &oid, &part.epoch).await?;
                     }
                 }
             }

@@ -113,6 +113,9 @@ const SEALED_LEASE: Duration = Duration::from_secs(5);
 /// A read waiting for a new partition to be activated asks this often whether the split's
 /// claim ran out (its gateway died), and then finishes the split itself.
 const TAKEOVER_CHECK: Duration = Duration::from_secs(1);
+/// A blind commit that found its partition changed waits at most this long for another
+/// commit's read of it ([`Inner::refresh_stale`]) before it goes on by itself.
+const REFRESH_WAIT: Duration = Duration::from_secs(2);
 
 /// How a bucket's index is partitioned.
 #[derive(Debug, Clone)]
@@ -334,6 +337,23 @@ pub(crate) struct Routes {
     /// writers of a moved range wait on these instead of reading the partition again and
     /// again (which would slow the very ops they wait for, on the same object).
     handovers: Mutex<HashMap<String, watch::Receiver<()>>>,
+    /// Reads of partitions that blind commits found changed, in flight, per partition and
+    /// epoch found stale: the other commits that found the same wait for that read.
+    refreshes: Mutex<HashMap<(String, Bytes), watch::Receiver<()>>>,
+}
+
+/// A read of a changed partition in flight ([`Inner::refresh_stale`]): dropping it (done,
+/// failed or cancelled) wakes the commits waiting for it.
+struct Refresh<'a> {
+    routes: &'a Routes,
+    key: (String, Bytes),
+    _tx: watch::Sender<()>,
+}
+
+impl Drop for Refresh<'_> {
+    fn drop(&mut self) {
+        self.routes.refreshes.lock().unwrap().remove(&self.key);
+    }
 }
 
 /// A sealed split of this gateway, until its new partition is active or the split ends
@@ -590,6 +610,61 @@ impl Inner {
             if wait {
                 waited += 1;
                 self.pause_or_give_up(bucket, &oid, start, waited).await?;
+            }
+        }
+    }
+
+    /// After a blind commit found partition `oid` changed since epoch `stale` (a split's claim
+    /// or seal): reads it once for every commit that found the same, and caches what it says
+    /// of itself and of its successor. The first such commit reads; the others wait for its
+    /// read (at most [`REFRESH_WAIT`]). Then each finds its key's partition in the cache, or,
+    /// a key whose range moved to a partition still building, reads that one. (Each reading
+    /// for itself put a burst of reads on the partition at every epoch change, as many as the
+    /// commits queued for it: hundreds with a thousand clients.)
+    pub(crate) async fn refresh_stale(&self, bucket: &str, oid: &str, stale: &Bytes) -> Result<()> {
+        let key = (oid.to_owned(), stale.clone());
+        let role = {
+            let mut m = self.routes.refreshes.lock().unwrap();
+            match m.get(&key) {
+                Some(rx) => Err(rx.clone()),
+                None => {
+                    let (tx, rx) = watch::channel(());
+                    m.insert(key.clone(), rx);
+                    Ok(Refresh {
+                        routes: &self.routes,
+                        key,
+                        _tx: tx,
+                    })
+                }
+            }
+        };
+        match role {
+            Ok(_lead) => self.refresh_part(bucket, oid).await,
+            Err(mut rx) => {
+                if tokio::runtime::Handle::try_current().is_ok() {
+                    // Nothing is ever sent: `changed` returns when the reader's guard drops.
+                    let _ = tokio::time::timeout(REFRESH_WAIT, rx.changed()).await;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Reads partition `oid` and caches what it says of itself and of its successor.
+    async fn refresh_part(&self, bucket: &str, oid: &str) -> Result<()> {
+        match self.io.operate_read(oid, ReadOp::new().getxattrs()).await {
+            Err(e) if e.is_not_found() => {
+                self.routes.forget(bucket);
+                Ok(())
+            }
+            Err(e) => Err(err(e)),
+            Ok(r) => {
+                let part = Part::of(&r);
+                if let (Some(hi), Some(next)) = (&part.hi, &part.next) {
+                    self.routes.learn(bucket, hi.clone(), next.clone());
+                }
+                self.routes.note_part(bucket, oid, &part);
+                Ok(())
             }
         }
     }
