@@ -30,8 +30,8 @@ pub(crate) const SPLITS: &str = "lode.splits";
 /// While the watch is up, a waiter reads the building partition again at least this often
 /// (a lost notify: the activating gateway died right after its activation).
 pub(crate) const WATCHED_POLL: Duration = Duration::from_millis(500);
-/// How long an announcement waits for the watchers' acks (nothing waits for it).
-const NOTIFY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long an announcement waits for the watchers' acks.
+const NOTIFY_TIMEOUT: Duration = Duration::from_secs(1);
 /// How often the watching task checks whether its catalog is gone.
 const ALIVE_CHECK: Duration = Duration::from_secs(5);
 
@@ -74,27 +74,32 @@ impl Activations {
         self.count.send_modify(|n| *n = n.wrapping_add(1));
     }
 
-    /// Tells every gateway (this one too) that partition `oid` is active now. Does not wait.
-    pub fn announce(io: &IoCtx, oid: &str) {
-        if tokio::runtime::Handle::try_current().is_err() {
-            return;
+    /// Tells every gateway (this one too) that partition `oid` is active now, waiting at most
+    /// [`NOTIFY_TIMEOUT`] for their acks. (Awaited, not left running: a notify still in flight
+    /// when a process ends keeps its librados client alive through the exit, which aborts.)
+    pub async fn announce(io: &IoCtx, oid: &str) {
+        match tokio::time::timeout(
+            NOTIFY_TIMEOUT,
+            io.notify(SPLITS, oid.to_owned(), NOTIFY_TIMEOUT),
+        )
+        .await
+        {
+            Ok(Ok(r)) => tracing::debug!(
+                partition = oid,
+                acks = r.acks.len(),
+                missed = r.timeouts.len(),
+                "activation announced"
+            ),
+            Ok(Err(e)) => tracing::debug!(
+                partition = oid,
+                error = %e,
+                "announcing an activation failed: other gateways' waiters read again within their poll"
+            ),
+            Err(_) => tracing::debug!(
+                partition = oid,
+                "announcing an activation timed out: other gateways' waiters read again within their poll"
+            ),
         }
-        let (io, oid) = (io.clone(), oid.to_owned());
-        tokio::spawn(async move {
-            match io.notify(SPLITS, oid.clone(), NOTIFY_TIMEOUT).await {
-                Ok(r) => tracing::debug!(
-                    partition = oid,
-                    acks = r.acks.len(),
-                    missed = r.timeouts.len(),
-                    "activation announced"
-                ),
-                Err(e) => tracing::debug!(
-                    partition = oid,
-                    error = %e,
-                    "announcing an activation failed: other gateways' waiters read again within their poll"
-                ),
-            }
-        });
     }
 
     /// Starts the task that watches [`SPLITS`] for as long as the catalog lives (`me`).

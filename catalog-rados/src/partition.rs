@@ -1650,8 +1650,10 @@ impl<'a> Builder<'a> {
                     self.activate().await?;
                 }
                 if activate {
-                    // Other gateways' waiters of the moved range read Q again now.
-                    crate::activations::Activations::announce(self.io(), &self.claim.to);
+                    // This gateway's waiters of the moved range read Q again now, and the
+                    // other gateways' once they hear of it.
+                    self.handover = None;
+                    crate::activations::Activations::announce(self.io(), &self.claim.to).await;
                 }
                 self.applied_entries += applied;
                 return Ok(applied);
