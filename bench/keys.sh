@@ -50,14 +50,18 @@ else
 fi
 ARGS+=(--config "$WORK/lode.toml")
 now_ms() { date +%s%3N; }
+# Waits until server PID (logging to LOG) accepts connections on PORT; exits if it dies first.
+listening() {
+    until (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null; do
+        kill -0 "$2" 2>/dev/null || { tail -20 "$3"; exit 1; }
+        sleep 0.02
+    done
+}
 # Starts the server; START_MS: how long until it accepted a connection.
 start() {
     local t0; t0=$(now_ms)
     "$LODE_SERVER" serve "${ARGS[@]}" >>"$WORK/lode.log" 2>&1 & PID=$!
-    until (echo >"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; do
-        kill -0 "$PID" 2>/dev/null || { tail -20 "$WORK/lode.log"; exit 1; }
-        sleep 0.02
-    done
+    listening "$PORT" "$PID" "$WORK/lode.log"
     START_MS=$(( $(now_ms) - t0 ))
 }
 rss() { awk '/VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$PID/status"; }
@@ -86,10 +90,7 @@ if [ "$GATEWAYS" = 2 ]; then
         esac
     done
     "$LODE_SERVER" serve "${ARGS2[@]}" >>"$WORK/lode2.log" 2>&1 & PID2=$!
-    until (echo >"/dev/tcp/127.0.0.1/$((PORT + 2))") 2>/dev/null; do
-        kill -0 "$PID2" 2>/dev/null || { tail -20 "$WORK/lode2.log"; exit 1; }
-        sleep 0.02
-    done
+    listening "$((PORT + 2))" "$PID2" "$WORK/lode2.log"
     ENDPOINTS="$ENDPOINTS,http://127.0.0.1:$((PORT + 2))"; PIDS+=(--server-pid "$PID2"); ADMINS+=("$((PORT + 3))")
 fi
 [ "$MODE" = cluster ] && { sample_ops >"$WORK/ops.txt" 2>/dev/null & }

@@ -445,6 +445,13 @@ fn losf_size(rng: &mut rand::rngs::StdRng) -> usize {
     }
 }
 
+impl BenchArgs {
+    /// The comma-separated `--endpoint`s (`conns`, `keys`), empty entries skipped.
+    fn endpoints(&self) -> Vec<&str> {
+        self.endpoint.split(',').filter(|e| !e.is_empty()).collect()
+    }
+}
+
 pub async fn run(a: BenchArgs) -> crate::error::Result<serde_json::Value> {
     let target = Arc::new(match &a.posix {
         Some(dir) => Target::Posix(dir.join(&a.bucket)),
@@ -778,7 +785,7 @@ async fn conns(
     )?;
     let rss = |pids: &[u32]| pids.iter().filter_map(|p| rss_kib(*p)).sum::<u64>();
     let rss_before = rss(&a.server_pid);
-    let endpoints: Vec<&str> = a.endpoint.split(',').filter(|e| !e.is_empty()).collect();
+    let endpoints = a.endpoints();
     let clients: Vec<Arc<Target>> = (0..a.connections.max(1))
         .map(|i| {
             Arc::new(Target::s3(
@@ -1198,7 +1205,7 @@ async fn keys(
     let tenth = a.objects.div_ceil(10).max(1);
     // Comma-separated endpoints (several gateways of one cluster): the ingest's connections
     // are spread over them; the listings go to the first.
-    let endpoints: Vec<&str> = a.endpoint.split(',').filter(|e| !e.is_empty()).collect();
+    let endpoints = a.endpoints();
     let ingest: Vec<Arc<Target>> = if endpoints.len() > 1 && a.posix.is_none() {
         endpoints
             .iter()
