@@ -1085,15 +1085,19 @@ impl Inner {
         let hi = l.part.hi.clone();
         // Entries past the partition's end are a split's leftovers.
         let inside = |k: &[u8]| hi.as_deref().is_none_or(|h| partition::pos_of(k) < h);
+        // The entries inside, whether the read stopped short, and the last key kept: never a
+        // leftover's, which would carry the next window's cursor past the entries the next
+        // partition holds below it.
         let split = |page: lode_rados::OmapPage| -> Result<(Vec<Item>, bool, Option<Vec<u8>>)> {
             let n_read = page.entries.len();
-            let last = page.entries.last().map(|(k, _)| k.clone());
+            let mut last = None;
             let mut items = vec![];
             for (k, v) in page.entries {
                 if !inside(&k) {
                     return Ok((items, false, last));
                 }
                 items.push(Item::of(&k, v)?);
+                last = Some(k);
             }
             Ok((items, page.more && n_read > 0, last))
         };
