@@ -54,10 +54,11 @@ def osd_ops(asok_dir):
     return out
 
 
-def measure(s3, admin, quiet=5.0, counters=None):
+def measure(s3, admin, quiet=5.0, counters=None, seconds=None):
     """{operation: {(pool, kind): ops per S3 op}}, counted by `counters()` (default: the
     gateway's own at `admin`). The background ops are measured over `quiet` seconds without
-    traffic first, and subtracted at that rate from each measurement."""
+    traffic first, and subtracted at that rate from each measurement. `seconds`, a dict if
+    given, gets each operation's seconds per S3 op."""
     import time
 
     rados_ops_now = counters or (lambda: rados_ops(admin))
@@ -74,6 +75,8 @@ def measure(s3, admin, quiet=5.0, counters=None):
             f(i)
         took = time.monotonic() - t0
         b = rados_ops_now()
+        if seconds is not None:
+            seconds[name] = took / n
         out[name] = {k: (b.get(k, 0) - a.get(k, 0) - background.get(k, 0) * took) / n for k in b}
 
     b = "rops-" + uuid.uuid4().hex[:8]

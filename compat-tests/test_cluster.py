@@ -805,8 +805,9 @@ def test_rados_ops_per_s3_operation(tmp_path):
     (bench/rados_ops.py prints the same table): a small PUT of a new key is one index write
     (no read: it is guarded on the key being absent), an overwrite one index read and one
     index write (after a few blind tries that missed), a GET or HEAD of a small object one
-    index read, a chunked object adds one data op per chunk, a listing page is one index read. Background reads (users refresh, GC) show as
-    a few hundredths at most. Measured on a gateway with the default partition size (the
+    index read, a chunked object adds one data op per chunk, a listing page is one index read.
+    Background ops (users refresh, GC) are subtracted at their quiet rate; what refreshes with
+    time while requests come shows as under one op per second of the requests. Measured on a gateway with the default partition size (the
     module's gateways split at 64 keys, whose counting and splitting would show here)."""
     import sys
 
@@ -816,7 +817,8 @@ def test_rados_ops_per_s3_operation(tmp_path):
     g = Lode(str(tmp_path / "data"), extra_env=MASTER, extra_args=cluster_args("ops-" + uuid.uuid4().hex[:8]))
     g.start()
     try:
-        got = measure(make_client(g.endpoint), g.admin)
+        seconds = {}
+        got = measure(make_client(g.endpoint), g.admin, seconds=seconds)
     finally:
         g.stop()
 
@@ -841,7 +843,11 @@ def test_rados_ops_per_s3_operation(tmp_path):
     for name, w in want.items():
         counted, noise = ops(name)
         counted = {k: v for k, v in counted.items() if v}
-        assert counted == w and noise < 0.2, (name, got[name])
+        # What refreshes as time passes while requests come (a bucket's settings every 2 s,
+        # the master key versions every 10 s, ...) adds under one op a second of traffic:
+        # on a slow machine, where a 5 MiB PUT took 0.25 s, a fifth of an op to each.
+        allowed = 0.15 + seconds[name]
+        assert counted == w and noise < allowed, (name, got[name], seconds[name])
 
 
 def test_the_cluster_profile_adds_up_every_gateway(gateways):
