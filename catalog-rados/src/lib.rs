@@ -57,6 +57,7 @@
 //! names fall in two partitions is refused with [`CatalogError::CrossPartition`] (the mount
 //! answers `EXDEV`, and `mv` copies).
 
+mod activations;
 mod batch;
 mod heat;
 mod outbox;
@@ -292,6 +293,8 @@ pub struct Inner {
     routes: partition::Routes,
     /// Blind commits waiting per partition (group commit).
     batches: batch::Batches,
+    /// Splits' activations heard of from every gateway (waiters of a moved range wait on it).
+    activations: activations::Activations,
     /// Event entries of armed commits, and this run's registry of where they are.
     outbox: outbox::Outbox,
     /// Delimiter listings remembered with the partition version they were read at.
@@ -359,7 +362,7 @@ impl RadosCatalog {
             .with_namespace(namespace)
             .await
             .map_err(err)?;
-        for oid in [BUCKETS, SYS] {
+        for oid in [BUCKETS, SYS, activations::SPLITS] {
             io.operate_write(oid, WriteOp::new().create(false))
                 .await
                 .map_err(err)?;
@@ -370,11 +373,13 @@ impl RadosCatalog {
             cfg,
             routes: partition::Routes::default(),
             batches: batch::Batches::default(),
+            activations: Default::default(),
             outbox,
             pages: pages::Pages::default(),
             heat: Default::default(),
             me: me.clone(),
         });
+        activations::Activations::watch(inner.io.clone(), Arc::downgrade(&inner));
         Ok(Self { inner })
     }
 
@@ -795,7 +800,8 @@ impl Inner {
                     return Ok(None);
                 }
                 // The partition changed (not a miss of the key): unless another commit has
-                // cached it since, read it again.
+                // cached it since, read it again (once for all the commits that found the
+                // same); the next attempt finds where the key goes now.
                 batch::Outcome::Stale => {
                     if attempt + 1 < BLIND_TRIES
                         && self
@@ -803,7 +809,7 @@ impl Inner {
                             .cached(bucket, &p)
                             .is_some_and(|(o, c)| o == oid && c.epoch == part.epoch)
                     {
-                        self.locate(bucket, &p, ReadOp::new).await?;
+                        self.refresh_stale(bucket, &oid, &part.epoch).await?;
                     }
                 }
             }

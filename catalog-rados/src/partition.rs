@@ -28,14 +28,17 @@
 //!    Writers go on meanwhile. Every write to Q is guarded by `cmpxattr lode.builder`, so a
 //!    split whose claim was taken over cannot write into Q any more.
 //! 3. **Catch up**: read the log and the keys it names in one op, apply them to Q, remember the
-//!    token applied per log entry; again while a pass applied more than 256 entries (at most
-//!    4 passes), so that what the last step applies, with writers waiting, is short.
+//!    token applied per log entry; again while a pass applied more than 256 entries and
+//!    fewer than the pass before (at most 12 passes), so that what the last step applies,
+//!    with writers waiting, is short.
 //! 4. **Seal**: one op on P sets `hi = split`, `next = Q` and bumps the epoch. Commits of keys
 //!    at or above the split key now fail their guard, re-read, and follow `next` to Q, where
 //!    they wait while Q is `building`: on this gateway's own split, for its activation
-//!    (woken by it, [`Handover`]); on another's, by reading Q again every 5-50 ms. (Every
-//!    gateway polling its own split's Q put hundreds of reads a second on the object whose
-//!    ops the activation waits for, and the wait grew to seconds.) The same op shortens the
+//!    (woken by it, [`Handover`]); on another's, for the activation's announcement
+//!    ([`crate::activations`]), reading Q again at least every 500 ms meanwhile (every 5-50
+//!    ms while the announcements' watch is down). (Every gateway polling Q every 5-50 ms put
+//!    hundreds of reads a second on the object whose ops the activation waits for, and the
+//!    wait grew to seconds.) The same op shortens the
 //!    claim to the sealed lease (5 s): what is left is a few ops, and a split whose gateway
 //!    died here must not hold writes of the moved range for the whole lease. Waiting readers
 //!    and writers ask every second whether the claim ran out, and then finish the split
@@ -43,7 +46,9 @@
 //! 5. **Final catch-up**: the log is frozen now (no key at or above the split key can be
 //!    written in P); apply every entry whose token changed since it was applied.
 //! 6. **Activate** Q (remove `building`), then **clean** P: `omap_rm_range` of the moved ranges
-//!    and the log, and remove `lode.split` (one op).
+//!    and the log, and remove `lode.split` (one op); then announce the activation (waiting up
+//!    to a second for the watchers' acks: after the clean, so that P's leftovers, which
+//!    listings skip, do not outlive the split by that).
 //!
 //! A split whose claim ran out (its gateway died) is finished by whichever gateway finds it: a
 //! sealed one is taken over (new builder token on P's claim, then on Q), caught up from the
@@ -98,8 +103,10 @@ const COPY_BATCH: usize = 1024;
 const LOG_PAGE: u64 = 4096;
 /// A split seals once a catch-up pass applied at most this many log entries...
 const SEAL_WHEN_LEFT: usize = 256;
-/// ...or after this many passes (writers that outpace the catch-up cannot hold a split off).
-const PRE_SEAL_PASSES: usize = 4;
+/// ...or once a pass applied no fewer than the one before (the writers log as fast as a pass
+/// applies), or after this many passes. (At 4 passes, with a thousand writers, the final
+/// pass still applied 1,000-5,500 entries: 0.7-1.5 s of writers waiting.)
+const PRE_SEAL_PASSES: usize = 12;
 /// Bytes per copy write (values included).
 const COPY_BYTES: usize = 4 << 20;
 /// A read or write of a partition that is being activated pauses this long times the waits
@@ -111,6 +118,9 @@ const SEALED_LEASE: Duration = Duration::from_secs(5);
 /// A read waiting for a new partition to be activated asks this often whether the split's
 /// claim ran out (its gateway died), and then finishes the split itself.
 const TAKEOVER_CHECK: Duration = Duration::from_secs(1);
+/// A blind commit that found its partition changed waits at most this long for another
+/// commit's read of it ([`Inner::refresh_stale`]) before it goes on by itself.
+const REFRESH_WAIT: Duration = Duration::from_secs(2);
 
 /// How a bucket's index is partitioned.
 #[derive(Debug, Clone)]
@@ -179,6 +189,8 @@ pub enum SplitStop {
     /// The new partition active, the old one not cleaned.
     Activated,
     Done,
+    /// Done, but the moved range held sealed this long first (a slow final catch-up).
+    HoldSealed(Duration),
 }
 
 /// A split in progress, as its claim on the partition (`lode.split`) says.
@@ -330,6 +342,23 @@ pub(crate) struct Routes {
     /// writers of a moved range wait on these instead of reading the partition again and
     /// again (which would slow the very ops they wait for, on the same object).
     handovers: Mutex<HashMap<String, watch::Receiver<()>>>,
+    /// Reads of partitions that blind commits found changed, in flight, per partition and
+    /// epoch found stale: the other commits that found the same wait for that read.
+    refreshes: Mutex<HashMap<(String, Bytes), watch::Receiver<()>>>,
+}
+
+/// A read of a changed partition in flight ([`Inner::refresh_stale`]): dropping it (done,
+/// failed or cancelled) wakes the commits waiting for it.
+struct Refresh<'a> {
+    routes: &'a Routes,
+    key: (String, Bytes),
+    _tx: watch::Sender<()>,
+}
+
+impl Drop for Refresh<'_> {
+    fn drop(&mut self) {
+        self.routes.refreshes.lock().unwrap().remove(&self.key);
+    }
 }
 
 /// A sealed split of this gateway, until its new partition is active or the split ends
@@ -514,6 +543,8 @@ impl Inner {
         let mut waited = 0u64;
         let mut checked = start;
         loop {
+            // Before the read: an activation announced after it ends a wait at once.
+            let seen = self.activations.seen();
             let r = match self.io.operate_read(&oid, op().getxattrs()).await {
                 Err(e) if e.is_not_found() => {
                     if oid == first {
@@ -554,8 +585,16 @@ impl Inner {
                         );
                     }
                 }
-                // This gateway's own split: wait for its activation, then read again.
-                !self.routes.await_handover(&oid, TAKEOVER_CHECK).await
+                // This gateway's own split: wait for its activation; another's: for an
+                // activation announced ([`crate::activations`]). Then read again.
+                if self.routes.await_handover(&oid, TAKEOVER_CHECK).await
+                    || self.activations.wait_past(seen).await
+                {
+                    self.give_up_after(bucket, &oid, start)?;
+                    false
+                } else {
+                    true
+                }
             } else if !part.holds(pos) {
                 match (&part.hi, &part.next) {
                     (Some(hi), Some(next)) if pos >= hi.as_slice() => {
@@ -580,6 +619,61 @@ impl Inner {
         }
     }
 
+    /// After a blind commit found partition `oid` changed since epoch `stale` (a split's claim
+    /// or seal): reads it once for every commit that found the same, and caches what it says
+    /// of itself and of its successor. The first such commit reads; the others wait for its
+    /// read (at most [`REFRESH_WAIT`]). Then each finds its key's partition in the cache, or,
+    /// a key whose range moved to a partition still building, reads that one. (Each reading
+    /// for itself put a burst of reads on the partition at every epoch change, as many as the
+    /// commits queued for it: hundreds with a thousand clients.)
+    pub(crate) async fn refresh_stale(&self, bucket: &str, oid: &str, stale: &Bytes) -> Result<()> {
+        let key = (oid.to_owned(), stale.clone());
+        let role = {
+            let mut m = self.routes.refreshes.lock().unwrap();
+            match m.get(&key) {
+                Some(rx) => Err(rx.clone()),
+                None => {
+                    let (tx, rx) = watch::channel(());
+                    m.insert(key.clone(), rx);
+                    Ok(Refresh {
+                        routes: &self.routes,
+                        key,
+                        _tx: tx,
+                    })
+                }
+            }
+        };
+        match role {
+            Ok(_lead) => self.refresh_part(bucket, oid).await,
+            Err(mut rx) => {
+                if tokio::runtime::Handle::try_current().is_ok() {
+                    // Nothing is ever sent: `changed` returns when the reader's guard drops.
+                    let _ = tokio::time::timeout(REFRESH_WAIT, rx.changed()).await;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Reads partition `oid` and caches what it says of itself and of its successor.
+    async fn refresh_part(&self, bucket: &str, oid: &str) -> Result<()> {
+        match self.io.operate_read(oid, ReadOp::new().getxattrs()).await {
+            Err(e) if e.is_not_found() => {
+                self.routes.forget(bucket);
+                Ok(())
+            }
+            Err(e) => Err(err(e)),
+            Ok(r) => {
+                let part = Part::of(&r);
+                if let (Some(hi), Some(next)) = (&part.hi, &part.next) {
+                    self.routes.learn(bucket, hi.clone(), next.clone());
+                }
+                self.routes.note_part(bucket, oid, &part);
+                Ok(())
+            }
+        }
+    }
+
     /// Pauses a little longer each time; `Unavailable` once a range stayed unavailable for
     /// four claims' time.
     async fn pause_or_give_up(
@@ -589,12 +683,19 @@ impl Inner {
         start: Instant,
         waited: u64,
     ) -> Result<()> {
+        self.give_up_after(bucket, oid, start)?;
+        pause((WAIT_STEP_MS * waited).min(50)).await;
+        Ok(())
+    }
+
+    /// `Unavailable` once a range waited for since `start` stayed unavailable for four
+    /// claims' time.
+    fn give_up_after(&self, bucket: &str, oid: &str, start: Instant) -> Result<()> {
         if start.elapsed() > self.cfg.split_lease * 4 {
             return Err(CatalogError::Unavailable(format!(
                 "index partition {oid} of bucket {bucket} stayed unavailable"
             )));
         }
-        pause((WAIT_STEP_MS * waited).min(50)).await;
         Ok(())
     }
 
@@ -1127,10 +1228,13 @@ impl Inner {
             b.copied = Some(b.started.elapsed());
             // Catch up until what is left is short: what the writers log during the last
             // pass is what the final pass applies while they wait, sealed out of P.
+            let mut before = usize::MAX;
             for _ in 0..PRE_SEAL_PASSES {
-                if b.catch_up(false).await? <= SEAL_WHEN_LEFT {
+                let applied = b.catch_up(false).await?;
+                if applied <= SEAL_WHEN_LEFT || applied >= before {
                     break;
                 }
+                before = applied;
             }
             if stop == SplitStop::Copied {
                 return Ok(false);
@@ -1156,6 +1260,9 @@ impl Inner {
         if stop == SplitStop::Sealed {
             return Ok(true);
         }
+        if let SplitStop::HoldSealed(d) = stop {
+            pause(d.as_millis() as u64).await;
+        }
         let sealed_at = Instant::now();
         b.final_left = b.catch_up(true).await?;
         b.handover = None;
@@ -1163,7 +1270,9 @@ impl Inner {
         if stop == SplitStop::Activated {
             return Ok(true);
         }
-        b.clean().await?;
+        let cleaned = b.clean().await;
+        b.announce().await;
+        cleaned?;
         Ok(true)
     }
 
@@ -1294,7 +1403,9 @@ impl Inner {
             }
             b.catch_up(true).await?;
         }
-        b.clean().await
+        let cleaned = b.clean().await;
+        b.announce().await;
+        cleaned
     }
 }
 
@@ -1323,6 +1434,8 @@ struct Builder<'a> {
     sealed_for: Option<Duration>,
     /// From the seal until Q is active: this gateway's waiters for Q wait on it.
     handover: Option<Handover<'a>>,
+    /// Q is active and the other gateways are not told yet ([`Builder::announce`]).
+    unannounced: bool,
 }
 
 impl<'a> Builder<'a> {
@@ -1343,6 +1456,7 @@ impl<'a> Builder<'a> {
             final_left: 0,
             sealed_for: None,
             handover: None,
+            unannounced: false,
         }
     }
 
@@ -1544,6 +1658,12 @@ impl<'a> Builder<'a> {
                 if activate && !activated {
                     self.activate().await?;
                 }
+                if activate {
+                    // This gateway's waiters of the moved range read Q again now, and the
+                    // other gateways' once they hear of it, after the clean.
+                    self.handover = None;
+                    self.unannounced = true;
+                }
                 self.applied_entries += applied;
                 return Ok(applied);
             }
@@ -1602,6 +1722,16 @@ impl<'a> Builder<'a> {
     async fn activate(&self) -> Result<()> {
         self.write_q(WriteOp::new().rmxattr(STATE).rmxattr(BUILDER))
             .await
+    }
+
+    /// Tells the other gateways' waiters that Q is active, if it is and they were not told.
+    /// After the clean, never between the activation and the clean: the announcement waits
+    /// up to a second for the watchers' acks (a dead gateway's watch lingers), and P's
+    /// leftovers should not outlive the split by that.
+    async fn announce(&mut self) {
+        if std::mem::take(&mut self.unannounced) {
+            crate::activations::Activations::announce(self.io(), &self.claim.to).await;
+        }
     }
 
     /// Removes everything of P at or above the split key (its range ends there now: what

@@ -963,9 +963,9 @@ async fn new_keys_commit_blind_and_logged_while_a_split_copies() {
 }
 
 /// New keys whose group commit fails because the partition's epoch changed under it (a
-/// split's claim from another gateway) read the partition again and go blind again, batched:
-/// they do not each take a read and a guarded write of their own, and the bucket's later new
-/// keys still commit blind (an epoch change is not a miss of a key).
+/// split's claim from another gateway) read the partition again, once for all of them, and go
+/// blind again, batched: they do not each take a read and a guarded write of their own, and
+/// the bucket's later new keys still commit blind (an epoch change is not a miss of a key).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_group_commit_failed_by_an_epoch_change_commits_blind_again() {
     let Some(TwoGateways {
@@ -988,10 +988,18 @@ async fn a_group_commit_failed_by_an_epoch_change_commits_blind_again() {
             .await
             .unwrap()
     );
-    let (_, writes0) = index_ops(&c2);
+    let (reads0, writes0) = index_ops(&c2);
     let new: Vec<String> = (0..16).map(|i| format!("k{:03}n", 2 * i)).collect();
     put_new_at_once(&writer, &new).await;
     let (reads1, writes1) = index_ops(&c2);
+    // One read sorts the failed batch out and one reads the partition again, for all of
+    // them (each reading it for itself: 17 reads).
+    assert!(
+        reads1 - reads0 <= 3,
+        "{} index reads for {} new keys after an epoch change",
+        reads1 - reads0,
+        new.len()
+    );
     assert!(
         writes1 - writes0 < new.len() as u64 / 2,
         "{} write ops for {} new keys after an epoch change",
@@ -1014,6 +1022,73 @@ async fn a_group_commit_failed_by_an_epoch_change_commits_blind_again() {
     let want: Vec<(String, String)> = model.into_iter().collect();
     assert_eq!(list_all(&*writer, "b", 7).await, want);
     assert_eq!(list_all(&splitter, "b", 1000).await, want);
+}
+
+/// A writer waiting for another gateway's split to hand its range over is woken by the
+/// activation's announcement, not by reading the new partition again every few milliseconds
+/// (which, with many writers, slowed the very ops the activation waited for).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waiters_for_another_gateways_split_wake_at_its_activation_without_polling() {
+    let Some(TwoGateways {
+        c,
+        c2,
+        ns,
+        splitter,
+        writer,
+        mut model,
+        ..
+    }) = two_gateways("wake").await
+    else {
+        return;
+    };
+    let io = io_of(&c, &ns).await;
+    // The writer caches the partition; the watch for activations is up by now.
+    assert!(writer.get("b", "k001").await.unwrap().is_some());
+    let hold = Duration::from_millis(1000);
+    let split = {
+        let s = Arc::new(splitter);
+        let s2 = s.clone();
+        (
+            s,
+            tokio::spawn(async move {
+                s2.split_until("b", "k020", SplitStop::HoldSealed(hold))
+                    .await
+            }),
+        )
+    };
+    // Until the seal: P names its successor.
+    let sealed = loop {
+        let x = io
+            .operate_read("lode.idx.b", lode_rados::ReadOp::new().getxattrs())
+            .await
+            .unwrap();
+        if x.xattr("lode.next").is_some() {
+            break std::time::Instant::now();
+        }
+        assert!(!split.1.is_finished(), "the split ended before its seal");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let (reads0, _) = index_ops(&c2);
+    put_rec(&*writer, "b", "k030x", "new").await.unwrap();
+    let waited = sealed.elapsed();
+    let (reads1, _) = index_ops(&c2);
+    assert!(split.1.await.unwrap().unwrap());
+    model.insert("k030x".into(), "new".into());
+    // It waited for the hand-over (the seal held for `hold`)...
+    assert!(waited >= hold * 7 / 10, "the write waited only {waited:?}");
+    // ...reading the new partition a few times (7 here), not every 5-50 ms (27 reads in
+    // about a second with the announcements off).
+    assert!(
+        reads1 - reads0 < 10,
+        "{} index reads by a writer waiting {waited:?} for another gateway's split",
+        reads1 - reads0
+    );
+    let parts = settled(&writer, "b").await;
+    assert_eq!(parts.len(), 2, "{parts:?}");
+    assert_clean_partitions(&io, &parts).await;
+    let want: Vec<(String, String)> = model.into_iter().collect();
+    assert_eq!(list_all(&*writer, "b", 7).await, want);
+    assert_eq!(list_all(&*split.0, "b", 1000).await, want);
 }
 
 /// A bucket whose index spans partitions: a rename across them is refused and changes
