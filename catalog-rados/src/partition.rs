@@ -46,9 +46,9 @@
 //! 5. **Final catch-up**: the log is frozen now (no key at or above the split key can be
 //!    written in P); apply every entry whose token changed since it was applied.
 //! 6. **Activate** Q (remove `building`), then **clean** P: `omap_rm_range` of the moved ranges
-//!    and the log, and remove `lode.split` (one op); then announce the activation (waiting up
-//!    to a second for the watchers' acks: after the clean, so that P's leftovers, which
-//!    listings skip, do not outlive the split by that).
+//!    and the log, and remove `lode.split` (one op); beside it, announce the activation
+//!    (waiting up to a second for the watchers' acks, which holds neither the clean nor the
+//!    waiters).
 //!
 //! A split whose claim ran out (its gateway died) is finished by whichever gateway finds it: a
 //! sealed one is taken over (new builder token on P's claim, then on Q), caught up from the
@@ -1265,14 +1265,11 @@ impl Inner {
         }
         let sealed_at = Instant::now();
         b.final_left = b.catch_up(true).await?;
-        b.handover = None;
         b.sealed_for = Some(sealed_at.elapsed());
         if stop == SplitStop::Activated {
             return Ok(true);
         }
-        let cleaned = b.clean().await;
-        b.announce().await;
-        cleaned?;
+        b.clean_and_announce().await?;
         Ok(true)
     }
 
@@ -1403,9 +1400,7 @@ impl Inner {
             }
             b.catch_up(true).await?;
         }
-        let cleaned = b.clean().await;
-        b.announce().await;
-        cleaned
+        b.clean_and_announce().await
     }
 }
 
@@ -1434,7 +1429,7 @@ struct Builder<'a> {
     sealed_for: Option<Duration>,
     /// From the seal until Q is active: this gateway's waiters for Q wait on it.
     handover: Option<Handover<'a>>,
-    /// Q is active and the other gateways are not told yet ([`Builder::announce`]).
+    /// Q is active and the other gateways are not told yet ([`Builder::clean_and_announce`]).
     unannounced: bool,
 }
 
@@ -1660,7 +1655,7 @@ impl<'a> Builder<'a> {
                 }
                 if activate {
                     // This gateway's waiters of the moved range read Q again now, and the
-                    // other gateways' once they hear of it, after the clean.
+                    // other gateways' once they hear of it (told beside the clean).
                     self.handover = None;
                     self.unannounced = true;
                 }
@@ -1724,14 +1719,19 @@ impl<'a> Builder<'a> {
             .await
     }
 
-    /// Tells the other gateways' waiters that Q is active, if it is and they were not told.
-    /// After the clean, never between the activation and the clean: the announcement waits
-    /// up to a second for the watchers' acks (a dead gateway's watch lingers), and P's
-    /// leftovers should not outlive the split by that.
-    async fn announce(&mut self) {
-        if std::mem::take(&mut self.unannounced) {
-            crate::activations::Activations::announce(self.io(), &self.claim.to).await;
-        }
+    /// Cleans P and meanwhile tells the other gateways' waiters that Q is active, if it is
+    /// and they were not told. Side by side: the announcement waits up to a second for the
+    /// watchers' acks (a dead gateway's watch lingers), which should hold neither the clean
+    /// nor the waiters.
+    async fn clean_and_announce(&mut self) -> Result<()> {
+        let tell = std::mem::take(&mut self.unannounced);
+        let me = &*self;
+        let (cleaned, ()) = tokio::join!(me.clean(), async {
+            if tell {
+                crate::activations::Activations::announce(me.io(), &me.claim.to).await;
+            }
+        });
+        cleaned
     }
 
     /// Removes everything of P at or above the split key (its range ends there now: what

@@ -1085,24 +1085,20 @@ impl Inner {
         let hi = l.part.hi.clone();
         // Entries past the partition's end are a split's leftovers.
         let inside = |k: &[u8]| hi.as_deref().is_none_or(|h| partition::pos_of(k) < h);
-        // The entries inside, whether the read stopped short, and the last key kept: never a
-        // leftover's, which would carry the next window's cursor past the entries the next
-        // partition holds below it.
-        let split = |page: lode_rados::OmapPage| -> Result<(Vec<Item>, bool, Option<Vec<u8>>)> {
+        // The entries inside, and whether the read stopped short.
+        let split = |page: lode_rados::OmapPage| -> Result<(Vec<Item>, bool)> {
             let n_read = page.entries.len();
-            let mut last = None;
             let mut items = vec![];
             for (k, v) in page.entries {
                 if !inside(&k) {
-                    return Ok((items, false, last));
+                    return Ok((items, false));
                 }
                 items.push(Item::of(&k, v)?);
-                last = Some(k);
             }
-            Ok((items, page.more && n_read > 0, last))
+            Ok((items, page.more && n_read > 0))
         };
-        let (o_items, o_more, o_last) = split(opage)?;
-        let (v_items, v_more, v_last) = split(vpage)?;
+        let (o_items, o_more) = split(opage)?;
+        let (v_items, v_more) = split(vpage)?;
         let mut all: Vec<Item> = o_items.into_iter().chain(v_items).collect();
         all.sort_by(|a, b| (&a.ekey, &a.rank).cmp(&(&b.ekey, &b.rank)));
         if o_more || v_more {
@@ -1151,10 +1147,11 @@ impl Inner {
         let beyond = hi
             .as_deref()
             .is_some_and(|h| !partition::prefix_below(partition::pos_of(&filters.0), h));
+        // The next partition holds nothing below `h`: the cursor's omap keys stay as they
+        // are (raising them to the last keys read here would skip what it holds below a
+        // split's leftovers, which the reads may have run into).
         let next = match hi {
             Some(h) if beyond => {
-                c.o_after = c.o_after.clone().max(o_last.unwrap_or_default());
-                c.v_after = c.v_after.clone().max(v_last.unwrap_or_default());
                 c.pos = h;
                 Some(c)
             }
