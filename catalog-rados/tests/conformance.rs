@@ -1664,24 +1664,7 @@ async fn versions_move_with_their_key_and_weigh_on_splits() {
         vec![("a", 6), ("m", 6), ("only", 40), ("z", 6)]
     );
     // Paged 7 at a time across the partitions: the same listing.
-    let mut paged = vec![];
-    let mut q = lode_catalog::VersionQuery {
-        max: 7,
-        ..Default::default()
-    };
-    loop {
-        let p = cat.list_versions("v", &q).await.unwrap();
-        paged.extend(
-            p.entries
-                .iter()
-                .map(|e| (e.key.clone(), e.record.version_id.clone())),
-        );
-        if !p.truncated {
-            break;
-        }
-        let (k, v) = p.next.unwrap();
-        (q.key_marker, q.version_marker) = (Some(k), v);
-    }
+    let (paged, _) = list_versions_all(&cat, "v", None, 7).await;
     let whole: Vec<_> = listed
         .entries
         .iter()
