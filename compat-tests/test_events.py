@@ -1115,17 +1115,13 @@ def test_the_dashboard_shows_the_destinations(tmp_path, receiver, chromium):  # 
         # The receiver writes the event down before it answers: stopped in between, Lode sees
         # the send fail and keeps the test event (CI met that once). Stop it once Lode counted
         # the delivery.
-        deadline = time.time() + 10
-        while metric(srv, "lode_events_delivered_total") < 1:
-            assert time.time() < deadline, "the test event was received but not counted as delivered"
-            time.sleep(0.1)
+        receiver.wait(lambda: metric(srv, "lode_events_delivered_total") >= 1, timeout=10,
+                      what="Lode to count the test event delivered")
         receiver.stop()
         for i in range(7):
             s3.put_object(Bucket="dash", Key=f"k{i}", Body=b"x")
-        deadline = time.time() + 10
-        while metric(srv, "lode_events_failed_total") < 1:
-            assert time.time() < deadline, "no failed delivery counted with the receiver stopped"
-            time.sleep(0.2)
+        receiver.wait(lambda: metric(srv, "lode_events_failed_total") >= 1, timeout=10,
+                      what="a failed delivery counted with the receiver stopped")
         dt = chromium
         for domain in ("Runtime", "Log", "Network", "Page"):
             dt.call(domain + ".enable")
